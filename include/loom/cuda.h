@@ -1,0 +1,16 @@
+// CUDA availability (base layer seam). The CUDA backend is chosen in CMake (LOOM_CUDA); in a build
+// without it these report no devices and device work throws NotImplementedError saying how to enable
+// it. Thread-safe.
+#pragma once
+
+#include "loom/export.h"
+
+namespace loom::cuda {
+
+// True when this build has the CUDA backend and at least one device is visible.
+LOOM_API bool is_available();
+LOOM_API int device_count();
+// True when this build was compiled with the CUDA backend (devices may still be absent).
+LOOM_API bool is_built();
+
+}  // namespace loom::cuda

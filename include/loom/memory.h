@@ -1,0 +1,77 @@
+// Memory (memory layer): the Allocator interface and DataPtr.
+//
+// A DataPtr owns one allocation: it carries the pointer, an opaque context and the deleter that frees
+// it, plus the device the memory lives on. It is move-only; destroying it frees the memory. An
+// Allocator hands out DataPtrs; one allocator is registered per device type (CPU: 64-byte aligned
+// host memory; Meta: no memory at all). Allocators must be thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "loom/device.h"
+#include "loom/export.h"
+
+namespace loom {
+
+using DeleterFn = void (*)(void* ctx);
+
+class LOOM_API DataPtr {
+ public:
+  DataPtr() = default;
+  DataPtr(void* data, void* ctx, DeleterFn deleter, Device device)
+      : data_(data), ctx_(ctx), deleter_(deleter), device_(device) {}
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  DataPtr(DataPtr&& o) noexcept { swap(o); }
+  DataPtr& operator=(DataPtr&& o) noexcept {
+    DataPtr tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~DataPtr() { reset(); }
+
+  void* get() const { return data_; }
+  void* context() const { return ctx_; }
+  DeleterFn deleter() const { return deleter_; }
+  Device device() const { return device_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+  void reset() {
+    if (deleter_) deleter_(ctx_);
+    data_ = ctx_ = nullptr;
+    deleter_ = nullptr;
+  }
+  void swap(DataPtr& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(ctx_, o.ctx_);
+    std::swap(deleter_, o.deleter_);
+    std::swap(device_, o.device_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  void* ctx_ = nullptr;
+  DeleterFn deleter_ = nullptr;
+  Device device_;
+};
+
+class LOOM_API Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns nbytes of memory (nbytes may be 0). Throws OutOfMemoryError with the request size and the
+  // device when it cannot.
+  virtual DataPtr allocate(size_t nbytes) = 0;
+  // Optional: the deleter this allocator puts in its DataPtrs (used to recognise its own memory).
+  virtual DeleterFn raw_deleter() const { return nullptr; }
+};
+
+// The allocator for a device type. Never null for CPU and Meta.
+LOOM_API Allocator* get_allocator(DeviceType type);
+// Replaces the allocator for a device type (the caller keeps ownership and must outlive all use).
+LOOM_API void set_allocator(DeviceType type, Allocator* allocator);
+
+// Alignment of CPU allocations, in bytes (a cache line; enough for AVX-512 loads).
+constexpr size_t kCpuAlignment = 64;
+
+}  // namespace loom

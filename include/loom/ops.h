@@ -1,0 +1,278 @@
+// Operators (ops layer): the eager tensor API, as free functions. Every function here goes through
+// the dispatcher (so autograd, graph capture and the profiler see it); `loom ops` lists the schemas.
+// Names, arguments and semantics follow PyTorch (torch.* / at::*). In-place variants end in `_` and
+// return their first argument; `*_out` variants write into `out` (resized if it has the wrong shape)
+// and return it. Bad input throws a typed loom::Error whose message starts with "[op]".
+// Thread-safe in the same sense as PyTorch: concurrent calls on different tensors are fine.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "loom/error.h"
+#include "loom/export.h"
+#include "loom/generator.h"
+#include "loom/scalar.h"
+#include "loom/tensor.h"
+
+namespace loom {
+
+// ---- factories ----
+LOOM_API Tensor empty(IntArrayRef size, TensorOptions options = {});
+LOOM_API Tensor empty_strided(IntArrayRef size, IntArrayRef stride, TensorOptions options = {});
+LOOM_API Tensor zeros(IntArrayRef size, TensorOptions options = {});
+LOOM_API Tensor ones(IntArrayRef size, TensorOptions options = {});
+LOOM_API Tensor full(IntArrayRef size, const Scalar& value, TensorOptions options = {});
+// [start, end) by step; dtype defaults to int64 if all three are integers, else the default dtype.
+LOOM_API Tensor arange(const Scalar& end, TensorOptions options = {});
+LOOM_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step = 1,
+                       TensorOptions options = {});
+LOOM_API Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps,
+                         TensorOptions options = {});
+LOOM_API Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
+// Uniform [0, 1), standard normal, and integers in [low, high), from `gen` or the default generator.
+LOOM_API Tensor rand(IntArrayRef size, TensorOptions options = {},
+                     const std::optional<Generator>& gen = std::nullopt);
+LOOM_API Tensor randn(IntArrayRef size, TensorOptions options = {},
+                      const std::optional<Generator>& gen = std::nullopt);
+LOOM_API Tensor randint(int64_t low, int64_t high, IntArrayRef size, TensorOptions options = {},
+                        const std::optional<Generator>& gen = std::nullopt);
+LOOM_API Tensor empty_like(const Tensor& t, TensorOptions options = {});
+LOOM_API Tensor zeros_like(const Tensor& t, TensorOptions options = {});
+LOOM_API Tensor ones_like(const Tensor& t, TensorOptions options = {});
+LOOM_API Tensor full_like(const Tensor& t, const Scalar& value, TensorOptions options = {});
+LOOM_API Tensor rand_like(const Tensor& t, const std::optional<Generator>& gen = std::nullopt);
+LOOM_API Tensor randn_like(const Tensor& t, const std::optional<Generator>& gen = std::nullopt);
+// A 0-dim tensor holding a value (not a wrapped number; dtype from the scalar unless given).
+LOOM_API Tensor scalar_tensor(const Scalar& value, TensorOptions options = {});
+
+// ---- copies and casts ----
+LOOM_API const Tensor& copy_(const Tensor& self, const Tensor& src);  // broadcasts, casts
+LOOM_API const Tensor& fill_(const Tensor& self, const Scalar& value);
+LOOM_API const Tensor& zero_(const Tensor& self);
+LOOM_API Tensor clone(const Tensor& self);
+LOOM_API Tensor contiguous(const Tensor& self);
+// Returns self when nothing changes, else a copy.
+LOOM_API Tensor to(const Tensor& self, TensorOptions options, bool copy = false);
+
+// ---- views (share storage with self) ----
+LOOM_API Tensor view(const Tensor& self, IntArrayRef size);  // one size may be -1
+LOOM_API Tensor reshape(const Tensor& self, IntArrayRef size);  // a view when possible, else a copy
+LOOM_API Tensor permute(const Tensor& self, IntArrayRef dims);
+LOOM_API Tensor transpose(const Tensor& self, int64_t dim0, int64_t dim1);
+LOOM_API Tensor t(const Tensor& self);  // 2-D transpose (0-D and 1-D unchanged)
+LOOM_API Tensor slice(const Tensor& self, int64_t dim = 0, std::optional<int64_t> start = std::nullopt,
+                      std::optional<int64_t> end = std::nullopt, int64_t step = 1);
+LOOM_API Tensor narrow(const Tensor& self, int64_t dim, int64_t start, int64_t length);
+LOOM_API Tensor select(const Tensor& self, int64_t dim, int64_t index);
+LOOM_API Tensor expand(const Tensor& self, IntArrayRef size);  // -1 keeps a size
+LOOM_API Tensor squeeze(const Tensor& self, std::optional<int64_t> dim = std::nullopt);
+LOOM_API Tensor unsqueeze(const Tensor& self, int64_t dim);
+LOOM_API Tensor flatten(const Tensor& self, int64_t start_dim = 0, int64_t end_dim = -1);
+LOOM_API Tensor as_strided(const Tensor& self, IntArrayRef size, IntArrayRef stride,
+                           std::optional<int64_t> storage_offset = std::nullopt);
+LOOM_API Tensor broadcast_to(const Tensor& self, IntArrayRef size);
+LOOM_API std::vector<int64_t> broadcast_shapes(IntArrayRef a, IntArrayRef b);
+
+// ---- joining and splitting ----
+LOOM_API Tensor cat(TensorList tensors, int64_t dim = 0);
+LOOM_API Tensor stack(TensorList tensors, int64_t dim = 0);
+LOOM_API std::vector<Tensor> split(const Tensor& self, int64_t split_size, int64_t dim = 0);
+LOOM_API std::vector<Tensor> split_with_sizes(const Tensor& self, IntArrayRef sizes, int64_t dim = 0);
+LOOM_API std::vector<Tensor> chunk(const Tensor& self, int64_t chunks, int64_t dim = 0);
+LOOM_API std::vector<Tensor> unbind(const Tensor& self, int64_t dim = 0);
+
+// ---- pointwise unary (each also has name_ in place and name_out) ----
+#define LOOM_DECLARE_UNARY(name)                                   \
+  LOOM_API Tensor name(const Tensor& self);                        \
+  LOOM_API const Tensor& name##_(const Tensor& self);              \
+  LOOM_API const Tensor& name##_out(const Tensor& out, const Tensor& self);
+LOOM_DECLARE_UNARY(neg)
+LOOM_DECLARE_UNARY(abs)
+LOOM_DECLARE_UNARY(exp)
+LOOM_DECLARE_UNARY(log)
+LOOM_DECLARE_UNARY(log1p)
+LOOM_DECLARE_UNARY(sqrt)
+LOOM_DECLARE_UNARY(rsqrt)
+LOOM_DECLARE_UNARY(sin)
+LOOM_DECLARE_UNARY(cos)
+LOOM_DECLARE_UNARY(tanh)
+LOOM_DECLARE_UNARY(sigmoid)
+LOOM_DECLARE_UNARY(relu)
+LOOM_DECLARE_UNARY(silu)
+LOOM_DECLARE_UNARY(erf)
+LOOM_DECLARE_UNARY(sign)
+LOOM_DECLARE_UNARY(reciprocal)
+LOOM_DECLARE_UNARY(logical_not)
+#undef LOOM_DECLARE_UNARY
+// approximate: "none" (erf) or "tanh".
+LOOM_API Tensor gelu(const Tensor& self, std::string_view approximate = "none");
+LOOM_API const Tensor& gelu_(const Tensor& self, std::string_view approximate = "none");
+LOOM_API Tensor pow(const Tensor& self, const Scalar& exponent);
+LOOM_API Tensor pow(const Tensor& self, const Tensor& exponent);
+LOOM_API Tensor pow(const Scalar& self, const Tensor& exponent);
+LOOM_API const Tensor& pow_(const Tensor& self, const Scalar& exponent);
+LOOM_API Tensor clamp(const Tensor& self, const std::optional<Scalar>& min,
+                      const std::optional<Scalar>& max = std::nullopt);
+LOOM_API const Tensor& clamp_(const Tensor& self, const std::optional<Scalar>& min,
+                              const std::optional<Scalar>& max = std::nullopt);
+
+// ---- pointwise binary (broadcasting, type promotion) ----
+LOOM_API Tensor add(const Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+LOOM_API Tensor add(const Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& add_(const Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& add_(const Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& add_out(const Tensor& out, const Tensor& self, const Tensor& other,
+                               const Scalar& alpha = 1);
+LOOM_API Tensor sub(const Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+LOOM_API Tensor sub(const Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& sub_(const Tensor& self, const Tensor& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& sub_(const Tensor& self, const Scalar& other, const Scalar& alpha = 1);
+LOOM_API const Tensor& sub_out(const Tensor& out, const Tensor& self, const Tensor& other,
+                               const Scalar& alpha = 1);
+#define LOOM_DECLARE_BINARY(name)                                                            \
+  LOOM_API Tensor name(const Tensor& self, const Tensor& other);                             \
+  LOOM_API Tensor name(const Tensor& self, const Scalar& other);                             \
+  LOOM_API const Tensor& name##_(const Tensor& self, const Tensor& other);                   \
+  LOOM_API const Tensor& name##_(const Tensor& self, const Scalar& other);                   \
+  LOOM_API const Tensor& name##_out(const Tensor& out, const Tensor& self, const Tensor& other);
+LOOM_DECLARE_BINARY(mul)
+LOOM_DECLARE_BINARY(div)  // true division: integer inputs give the default float dtype
+LOOM_DECLARE_BINARY(maximum)
+LOOM_DECLARE_BINARY(minimum)
+// Comparisons and logical ops return bool tensors.
+LOOM_DECLARE_BINARY(eq)
+LOOM_DECLARE_BINARY(ne)
+LOOM_DECLARE_BINARY(lt)
+LOOM_DECLARE_BINARY(le)
+LOOM_DECLARE_BINARY(gt)
+LOOM_DECLARE_BINARY(ge)
+LOOM_DECLARE_BINARY(logical_and)
+LOOM_DECLARE_BINARY(logical_or)
+LOOM_DECLARE_BINARY(logical_xor)
+#undef LOOM_DECLARE_BINARY
+// Elements of self where condition is true, else of other (all three broadcast).
+LOOM_API Tensor where(const Tensor& condition, const Tensor& self, const Tensor& other);
+LOOM_API Tensor where(const Tensor& condition, const Scalar& self, const Tensor& other);
+LOOM_API Tensor where(const Tensor& condition, const Tensor& self, const Scalar& other);
+
+// ---- reductions (dim = nullopt or {} reduces everything; negative dims allowed) ----
+LOOM_API Tensor sum(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                    bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+LOOM_API Tensor mean(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                     bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+LOOM_API Tensor prod(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                     bool keepdim = false, std::optional<DType> dtype = std::nullopt);
+LOOM_API Tensor amax(const Tensor& self, IntArrayRef dim = {}, bool keepdim = false);
+LOOM_API Tensor amin(const Tensor& self, IntArrayRef dim = {}, bool keepdim = false);
+LOOM_API Tensor max(const Tensor& self);  // of all elements
+LOOM_API Tensor min(const Tensor& self);
+// (values, indices) along dim; ties pick the first index.
+LOOM_API std::tuple<Tensor, Tensor> max(const Tensor& self, int64_t dim, bool keepdim = false);
+LOOM_API std::tuple<Tensor, Tensor> min(const Tensor& self, int64_t dim, bool keepdim = false);
+LOOM_API Tensor argmax(const Tensor& self, std::optional<int64_t> dim = std::nullopt,
+                       bool keepdim = false);
+LOOM_API Tensor argmin(const Tensor& self, std::optional<int64_t> dim = std::nullopt,
+                       bool keepdim = false);
+// correction = 1 is Bessel's correction (unbiased), as torch.var's default.
+LOOM_API Tensor var(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                    int64_t correction = 1, bool keepdim = false);
+LOOM_API Tensor std(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                    int64_t correction = 1, bool keepdim = false);
+LOOM_API Tensor logsumexp(const Tensor& self, IntArrayRef dim, bool keepdim = false);
+LOOM_API Tensor norm(const Tensor& self, const Scalar& p = 2,
+                     std::optional<IntArrayRef> dim = std::nullopt, bool keepdim = false);
+LOOM_API Tensor all(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                    bool keepdim = false);
+LOOM_API Tensor any(const Tensor& self, std::optional<IntArrayRef> dim = std::nullopt,
+                    bool keepdim = false);
+LOOM_API Tensor softmax(const Tensor& self, int64_t dim, std::optional<DType> dtype = std::nullopt);
+LOOM_API Tensor log_softmax(const Tensor& self, int64_t dim,
+                            std::optional<DType> dtype = std::nullopt);
+
+// ---- linear algebra (OpenBLAS for float32/float64; float16/bfloat16 computed in float32) ----
+LOOM_API Tensor mm(const Tensor& self, const Tensor& mat2);
+LOOM_API Tensor bmm(const Tensor& self, const Tensor& mat2);
+LOOM_API Tensor matmul(const Tensor& self, const Tensor& other);  // torch.matmul semantics
+// beta * self + alpha * (mat1 @ mat2), self broadcast to the result.
+LOOM_API Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2,
+                      const Scalar& beta = 1, const Scalar& alpha = 1);
+LOOM_API Tensor linear(const Tensor& input, const Tensor& weight,
+                       const std::optional<Tensor>& bias = std::nullopt);
+LOOM_API Tensor dot(const Tensor& self, const Tensor& other);
+
+// ---- indexing ----
+LOOM_API Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index);
+LOOM_API Tensor gather(const Tensor& self, int64_t dim, const Tensor& index);
+LOOM_API Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+LOOM_API Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
+LOOM_API Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+LOOM_API const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index,
+                                const Tensor& src);
+LOOM_API const Tensor& scatter_add_(const Tensor& self, int64_t dim, const Tensor& index,
+                                    const Tensor& src);
+LOOM_API Tensor embedding(const Tensor& weight, const Tensor& indices, int64_t padding_idx = -1);
+LOOM_API Tensor masked_fill(const Tensor& self, const Tensor& mask, const Scalar& value);
+LOOM_API const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, const Scalar& value);
+LOOM_API Tensor one_hot(const Tensor& self, int64_t num_classes = -1);
+
+// ---- neural network ----
+enum class Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
+LOOM_API Tensor conv2d(const Tensor& input, const Tensor& weight,
+                       const std::optional<Tensor>& bias = std::nullopt, IntArrayRef stride = {1, 1},
+                       IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
+                       int64_t groups = 1);
+// stride {} means stride = kernel_size.
+LOOM_API Tensor max_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride = {},
+                           IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
+                           bool ceil_mode = false);
+// (output, indices into each flattened H*W plane), for the backward pass.
+LOOM_API std::tuple<Tensor, Tensor> max_pool2d_with_indices(
+    const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride = {},
+    IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1}, bool ceil_mode = false);
+LOOM_API Tensor avg_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride = {},
+                           IntArrayRef padding = {0, 0}, bool ceil_mode = false,
+                           bool count_include_pad = true);
+LOOM_API Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape,
+                           const std::optional<Tensor>& weight = std::nullopt,
+                           const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
+// (output, mean, rstd) with mean/rstd shaped like input's leading dims, for the backward pass.
+LOOM_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm(
+    const Tensor& input, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
+    const std::optional<Tensor>& bias, double eps);
+// Zeroes elements with probability p and scales the rest by 1/(1-p) when train is true.
+LOOM_API Tensor dropout(const Tensor& input, double p, bool train,
+                        const std::optional<Generator>& gen = std::nullopt);
+// (output, keep mask as bool), for the backward pass.
+LOOM_API std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, bool train,
+                                                   const std::optional<Generator>& gen = std::nullopt);
+// input: (N, C) or (N, C, d1, ...) log-probabilities; target: class indices (N) or (N, d1, ...).
+LOOM_API Tensor nll_loss(const Tensor& input, const Tensor& target,
+                         const std::optional<Tensor>& weight = std::nullopt,
+                         Reduction reduction = Reduction::Mean, int64_t ignore_index = -100);
+// input: logits; target: class indices, or class probabilities with the same shape as input.
+LOOM_API Tensor cross_entropy(const Tensor& input, const Tensor& target,
+                              const std::optional<Tensor>& weight = std::nullopt,
+                              Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
+                              double label_smoothing = 0.0);
+
+// ---- operators as C++ operators ----
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+
+// True when all elements of a and b (same shape) are within atol + rtol * |b|; NaNs compare equal
+// only if equal_nan.
+LOOM_API bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
+                       bool equal_nan = false);
+LOOM_API bool equal(const Tensor& a, const Tensor& b);  // same shape and elements
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// Intra-op parallelism (base layer).
+//
+// One process-wide pool of worker threads runs parallel_for. Its width is LOOM_NUM_THREADS (default:
+// the number of cores) and is configured together with OpenBLAS's pool so that the two never
+// oversubscribe the machine: loom calls BLAS only from outside its own parallel regions, and BLAS gets
+// the same width. parallel_for nested inside a parallel region runs serially on the calling thread.
+// All functions are thread-safe; set_num_threads must not race with a running parallel_for.
+#pragma once
+
+#include <cstdint>
+
+#include "loom/export.h"
+
+namespace loom {
+
+LOOM_API int get_num_threads();
+// Sets loom's pool width and OpenBLAS's thread count together (n >= 1).
+LOOM_API void set_num_threads(int n);
+// True while the caller runs inside a parallel_for body.
+LOOM_API bool in_parallel_region();
+
+namespace detail {
+using RangeFn = void (*)(void* ctx, int64_t begin, int64_t end);
+LOOM_API void parallel_for_impl(int64_t begin, int64_t end, int64_t grain, RangeFn fn, void* ctx);
+}  // namespace detail
+
+// Splits [begin, end) into at most get_num_threads() contiguous chunks of at least `grain`
+// iterations and runs f(chunk_begin, chunk_end) on them; returns when all are done. An exception
+// thrown by any chunk is rethrown here (the first one wins).
+template <class F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  if (end <= begin) return;
+  if (end - begin <= grain || in_parallel_region()) {
+    f(begin, end);
+    return;
+  }
+  detail::parallel_for_impl(
+      begin, end, grain,
+      [](void* ctx, int64_t b, int64_t e) { (*static_cast<const F*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+}  // namespace loom

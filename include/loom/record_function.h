@@ -1,0 +1,97 @@
+// RecordFunction (dispatch layer): hook points at the dispatcher entry for the profiler.
+//
+// Callbacks registered here see every top-level operator call (not redispatches) and every user
+// scope: the operator name, the shapes and dtypes of its inputs and a per-thread sequence number.
+// No tensor is held. With no callback registered, a call pays one predictable branch on a global
+// flag. Registering and removing callbacks is thread-safe; callbacks run on the calling thread and
+// must be thread-safe themselves.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/array_ref.h"
+#include "loom/dtype.h"
+#include "loom/export.h"
+#include "loom/tensor.h"
+
+namespace loom {
+
+class FunctionSchema;
+
+struct OpEvent {
+  enum class Kind : uint8_t { Operator, UserScope };
+  Kind kind = Kind::Operator;
+  std::string_view name;  // "loom::add" (operators: full name with overload) or the scope name
+  const FunctionSchema* schema = nullptr;  // null for user scopes
+  uint64_t sequence_nr = 0;                // per-thread count of recorded events
+  int64_t start_ns = 0;                    // steady clock, set on entry
+  int64_t end_ns = 0;                      // set before on_exit
+  // One entry per tensor argument (tensor lists contribute one entry per element).
+  std::vector<DimVector> input_shapes;
+  std::vector<DType> input_dtypes;
+  std::vector<std::string> scalar_args;  // other arguments, printed
+};
+
+struct RecordFunctionCallbacks {
+  std::function<void(OpEvent&)> on_enter;  // may be empty
+  std::function<void(OpEvent&)> on_exit;   // may be empty
+  bool needs_inputs = true;                // fill input_shapes / input_dtypes
+};
+
+// Registers callbacks for all threads; returns a handle for remove_record_callbacks.
+LOOM_API uint64_t add_record_callbacks(RecordFunctionCallbacks cb);
+LOOM_API void remove_record_callbacks(uint64_t handle);
+
+namespace detail {
+extern LOOM_API std::atomic<int> g_record_callbacks;
+}
+inline bool record_function_active() {
+  return detail::g_record_callbacks.load(std::memory_order_relaxed) != 0;
+}
+
+// Used by the dispatcher's slow path: fills the event with `fill`, then calls on_enter; on_exit on
+// destruction.
+class LOOM_API RecordFunctionGuard {
+ public:
+  // `name` must outlive the guard (the dispatcher passes the operator entry's name).
+  template <class Fill>
+  RecordFunctionGuard(const std::string& name, const FunctionSchema& schema, const Fill& fill) {
+    begin_operator(name, schema);
+    if (needs_inputs_) fill(event_);
+    enter();
+  }
+  // A user scope: RecordFunctionGuard g("data_wait");
+  explicit RecordFunctionGuard(std::string_view scope_name);
+  ~RecordFunctionGuard();
+  RecordFunctionGuard(const RecordFunctionGuard&) = delete;
+  RecordFunctionGuard& operator=(const RecordFunctionGuard&) = delete;
+
+ private:
+  void begin_operator(const std::string& name, const FunctionSchema& schema);
+  void enter();
+  OpEvent event_;
+  std::string name_storage_;
+  bool active_ = false;
+  bool needs_inputs_ = false;
+};
+
+namespace detail {
+LOOM_API void record_input(OpEvent& ev, const Tensor& t);
+LOOM_API void record_input(OpEvent& ev, const std::optional<Tensor>& t);
+LOOM_API void record_input(OpEvent& ev, TensorList l);
+LOOM_API void record_input(OpEvent& ev, const Scalar& s);
+LOOM_API void record_input(OpEvent& ev, IntArrayRef v);
+LOOM_API void record_input(OpEvent& ev, int64_t v);
+LOOM_API void record_input(OpEvent& ev, double v);
+LOOM_API void record_input(OpEvent& ev, bool v);
+template <class T>
+void record_input(OpEvent&, const T&) {}
+}  // namespace detail
+
+}  // namespace loom

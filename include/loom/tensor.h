@@ -1,0 +1,354 @@
+// Tensors (core layer): Storage, TensorImpl and the Tensor handle.
+//
+// A Storage owns one allocation (a DataPtr) and the version counter shared by every view of it. A
+// TensorImpl describes how to read a storage: sizes, strides, offset, dtype, device and dispatch keys;
+// views are TensorImpls sharing one Storage. Tensor is a cheap value handle with an intrusive reference
+// count: copying a Tensor never copies data. Reference counting is thread-safe; mutating one tensor
+// from several threads at once is not (as in PyTorch).
+#pragma once
+
+#include <atomic>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/array_ref.h"
+#include "loom/device.h"
+#include "loom/dispatch_key.h"
+#include "loom/dtype.h"
+#include "loom/export.h"
+#include "loom/memory.h"
+#include "loom/scalar.h"
+
+namespace loom {
+
+// Base for intrusively reference-counted objects. The count starts at 0; IntrusivePtr takes it to 1.
+class LOOM_API RefCounted {
+ public:
+  RefCounted() = default;
+  RefCounted(const RefCounted&) = delete;
+  RefCounted& operator=(const RefCounted&) = delete;
+  virtual ~RefCounted() = default;
+  int use_count() const { return refcount_.load(std::memory_order_relaxed); }
+
+ private:
+  template <class T>
+  friend class IntrusivePtr;
+  mutable std::atomic<int> refcount_{0};
+};
+
+template <class T>
+class IntrusivePtr {
+ public:
+  IntrusivePtr() = default;
+  explicit IntrusivePtr(T* p) : p_(p) { retain(); }
+  IntrusivePtr(const IntrusivePtr& o) : p_(o.p_) { retain(); }
+  IntrusivePtr(IntrusivePtr&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  template <class U>
+  IntrusivePtr(IntrusivePtr<U>&& o) noexcept : p_(o.release()) {}  // NOLINT
+  IntrusivePtr& operator=(const IntrusivePtr& o) {
+    IntrusivePtr(o).swap(*this);
+    return *this;
+  }
+  IntrusivePtr& operator=(IntrusivePtr&& o) noexcept {
+    IntrusivePtr(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~IntrusivePtr() { reset(); }
+
+  T* get() const { return p_; }
+  T* operator->() const { return p_; }
+  T& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  void swap(IntrusivePtr& o) noexcept { std::swap(p_, o.p_); }
+  void reset() {
+    if (p_ && p_->refcount_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p_;
+    p_ = nullptr;
+  }
+  // Gives up ownership without decrementing.
+  T* release() {
+    T* p = p_;
+    p_ = nullptr;
+    return p;
+  }
+  bool operator==(const IntrusivePtr& o) const { return p_ == o.p_; }
+
+ private:
+  void retain() {
+    if (p_) p_->refcount_.fetch_add(1, std::memory_order_relaxed);
+  }
+  T* p_ = nullptr;
+};
+
+template <class T, class... Args>
+IntrusivePtr<T> make_intrusive(Args&&... args) {
+  return IntrusivePtr<T>(new T(std::forward<Args>(args)...));
+}
+
+class LOOM_API StorageImpl : public RefCounted {
+ public:
+  StorageImpl(DataPtr data, size_t nbytes, Allocator* allocator)
+      : data_(std::move(data)), nbytes_(nbytes), allocator_(allocator) {}
+
+  void* data() const { return data_.get(); }
+  size_t nbytes() const { return nbytes_; }
+  Device device() const { return data_.device(); }
+  Allocator* allocator() const { return allocator_; }
+  const DataPtr& data_ptr() const { return data_; }
+  // Replaces the allocation (used by resize_ and by IPC). The old memory is freed.
+  void set_data_ptr(DataPtr data, size_t nbytes) {
+    data_ = std::move(data);
+    nbytes_ = nbytes;
+  }
+
+  // Incremented by every in-place write through any view of this storage; autograd compares it with
+  // the value it saved to detect "a saved tensor was modified".
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  DataPtr data_;
+  size_t nbytes_;
+  Allocator* allocator_;
+  std::atomic<uint32_t> version_{0};
+};
+
+using Storage = IntrusivePtr<StorageImpl>;
+
+// Creates a storage of nbytes on the device's allocator.
+LOOM_API Storage make_storage(size_t nbytes, Device device);
+
+// Autograd keeps its per-tensor state behind this interface (defined by the autograd layer). A null
+// pointer means "does not require grad and has no grad_fn", the common and fast case.
+class LOOM_API AutogradMetaInterface {
+ public:
+  virtual ~AutogradMetaInterface() = default;
+  virtual bool requires_grad() const = 0;
+};
+
+class LOOM_API TensorImpl : public RefCounted {
+ public:
+  TensorImpl(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
+             int64_t storage_offset);
+  ~TensorImpl() override;
+
+  IntArrayRef sizes() const { return sizes_.ref(); }
+  IntArrayRef strides() const { return strides_.ref(); }
+  int64_t dim() const { return static_cast<int64_t>(sizes_.size()); }
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  int64_t storage_offset() const { return storage_offset_; }
+  bool is_contiguous() const { return is_contiguous_; }
+  const Storage& storage() const { return storage_; }
+  DispatchKeySet key_set() const { return key_set_; }
+
+  // Address of element 0 (storage data + offset). Null for Meta tensors.
+  void* data() const {
+    return static_cast<char*>(storage_->data()) + storage_offset_ * static_cast<int64_t>(element_size(dtype_));
+  }
+
+  // Changes the view (sizes, strides, offset) in place; storage bounds are the caller's business.
+  void set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides, int64_t storage_offset);
+  void set_storage(Storage s) { storage_ = std::move(s); }
+
+  void add_key(DispatchKey k) { key_set_ = key_set_.add(k); }
+  void remove_key(DispatchKey k) { key_set_ = key_set_.remove(k); }
+
+  // True for a 0-dim tensor made from a C++ number (`t + 2.0`): it takes part in type promotion
+  // with the lowest priority, like a Python number does in PyTorch.
+  bool is_wrapped_number() const { return wrapped_number_; }
+  void set_wrapped_number(bool v) { wrapped_number_ = v; }
+
+  AutogradMetaInterface* autograd_meta() const { return autograd_meta_.get(); }
+  void set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m);
+
+ private:
+  void refresh();  // recomputes numel_ and is_contiguous_
+
+  Storage storage_;
+  int64_t storage_offset_ = 0;
+  DimVector sizes_;
+  DimVector strides_;
+  int64_t numel_ = 0;
+  DType dtype_;
+  Device device_;
+  bool is_contiguous_ = true;
+  bool wrapped_number_ = false;
+  DispatchKeySet key_set_;
+  std::unique_ptr<AutogradMetaInterface> autograd_meta_;
+};
+
+class Tensor;
+using TensorList = ArrayRef<Tensor>;
+
+// dtype and device of a new tensor, as in PyTorch's TensorOptions: zeros({2, 3}, kFloat64).
+struct TensorOptions {
+  std::optional<DType> dtype;
+  std::optional<Device> device;
+  TensorOptions() = default;
+  TensorOptions(DType t) : dtype(t) {}      // NOLINT
+  TensorOptions(Device d) : device(d) {}    // NOLINT
+  TensorOptions(DeviceType d) : device(Device(d)) {}  // NOLINT
+  TensorOptions with_dtype(DType t) const {
+    TensorOptions o = *this;
+    o.dtype = t;
+    return o;
+  }
+  TensorOptions with_device(Device d) const {
+    TensorOptions o = *this;
+    o.device = d;
+    return o;
+  }
+};
+
+class LOOM_API Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(IntrusivePtr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const { return static_cast<bool>(impl_); }
+  TensorImpl* impl() const { return impl_.get(); }
+  const IntrusivePtr<TensorImpl>& impl_ptr() const { return impl_; }
+  int use_count() const { return impl_ ? impl_->use_count() : 0; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // Shape and type. size(d) and stride(d) accept negative dims and throw IndexError when out of range.
+  IntArrayRef sizes() const { return impl_->sizes(); }
+  IntArrayRef strides() const { return impl_->strides(); }
+  IntArrayRef shape() const { return impl_->sizes(); }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t dim() const { return impl_->dim(); }
+  int64_t ndim() const { return impl_->dim(); }
+  int64_t numel() const { return impl_->numel(); }
+  DType dtype() const { return impl_->dtype(); }
+  Device device() const { return impl_->device(); }
+  bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
+  bool is_meta() const { return device().is_meta(); }
+  bool is_contiguous() const { return impl_->is_contiguous(); }
+  bool is_floating_point() const { return is_floating(dtype()); }
+  int64_t storage_offset() const { return impl_->storage_offset(); }
+  size_t element_size() const { return loom::element_size(dtype()); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
+  const Storage& storage() const { return impl_->storage(); }
+  DispatchKeySet key_set() const { return impl_->key_set(); }
+  uint32_t version() const { return impl_->storage()->version(); }
+  // The options (dtype, device) that make a tensor like this one.
+  TensorOptions options() const { return TensorOptions(dtype()).with_device(device()); }
+
+  // Data access. data_ptr<T>() checks that T matches the dtype (TypeError otherwise).
+  void* data_ptr() const { return impl_->data(); }
+  template <class T>
+  T* data_ptr() const {
+    check_dtype_for_access(DTypeOf<T>::value);
+    return static_cast<T*>(impl_->data());
+  }
+  // The value of a one-element tensor (ValueError otherwise).
+  Scalar item() const;
+  template <class T>
+  T item() const {
+    return item().to<T>();
+  }
+
+  // PyTorch-style text: tensor([[1., 2.], [3., 4.]], dtype=int32).
+  std::string str() const;
+  std::string shape_str() const;  // "[2, 3]"
+
+  // Views (share storage). See ops.h for the full set of operators.
+  Tensor view(IntArrayRef size) const;
+  Tensor reshape(IntArrayRef size) const;
+  Tensor permute(IntArrayRef dims) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor slice(int64_t dim, std::optional<int64_t> start, std::optional<int64_t> end,
+               int64_t step = 1) const;
+  Tensor expand(IntArrayRef size) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor squeeze(std::optional<int64_t> dim = std::nullopt) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor contiguous() const;
+  Tensor operator[](int64_t index) const { return select(0, index); }
+
+  // Copies and conversions.
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(TensorOptions options) const;
+  const Tensor& copy_(const Tensor& src) const;
+  const Tensor& fill_(const Scalar& value) const;
+  const Tensor& zero_() const;
+
+  // A few common operators as methods (the free functions in ops.h are the full API).
+  Tensor add(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor sub(const Tensor& other, const Scalar& alpha = 1) const;
+  Tensor mul(const Tensor& other) const;
+  Tensor div(const Tensor& other) const;
+  const Tensor& add_(const Tensor& other, const Scalar& alpha = 1) const;
+  const Tensor& sub_(const Tensor& other, const Scalar& alpha = 1) const;
+  const Tensor& mul_(const Tensor& other) const;
+  const Tensor& div_(const Tensor& other) const;
+  const Tensor& mul_(const Scalar& other) const;
+  Tensor neg() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor relu() const;
+  Tensor sum() const;
+  Tensor sum(IntArrayRef dim, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(IntArrayRef dim, bool keepdim = false) const;
+  Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+
+  void check_dtype_for_access(DType expected) const;
+
+ private:
+  IntrusivePtr<TensorImpl> impl_;
+};
+
+LOOM_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Wraps an existing storage as a tensor (no copy).
+LOOM_API Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
+                            int64_t storage_offset = 0);
+// A new uninitialised contiguous tensor (no dispatch; used by kernels).
+LOOM_API Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device = kCPU);
+// Contiguous strides for sizes.
+LOOM_API DimVector contiguous_strides(IntArrayRef sizes);
+// A 0-dim tensor holding s, flagged as a wrapped number for type promotion.
+LOOM_API Tensor wrap_scalar(const Scalar& s, Device device = kCPU);
+// Normalises a possibly negative dim against a rank; IndexError naming op and rank otherwise.
+LOOM_API int64_t wrap_dim(int64_t dim, int64_t rank, const char* op);
+
+namespace detail {
+LOOM_API void check_from_vector(int64_t got, int64_t want);
+}
+
+// Copies a C++ array into a new CPU tensor of the matching dtype: from_vector({1.f, 2.f}, {2}).
+template <class T>
+Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes) {
+  Tensor t = empty_tensor(sizes, DTypeOf<T>::value);
+  detail::check_from_vector(static_cast<int64_t>(values.size()), t.numel());
+  T* out = static_cast<T*>(t.data_ptr());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = values[i];
+  return t;
+}
+template <class T>
+Tensor from_vector(const std::vector<T>& values) {
+  return from_vector(values, {static_cast<int64_t>(values.size())});
+}
+// Reads a CPU tensor's elements (any layout, any dtype) into a vector, converting to T. Instantiated
+// for bool, uint8_t, int32_t, int64_t, float and double.
+template <class T>
+LOOM_API std::vector<T> to_vector(const Tensor& t);
+
+}  // namespace loom

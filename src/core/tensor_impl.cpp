@@ -1,0 +1,214 @@
+#include <ostream>
+#include <sstream>
+
+#include "loom/error.h"
+#include "loom/tensor.h"
+
+namespace loom {
+
+std::ostream& operator<<(std::ostream& os, IntArrayRef a) {
+  os << "[";
+  for (size_t i = 0; i < a.size(); ++i) os << (i ? ", " : "") << a[i];
+  return os << "]";
+}
+
+void DimVector::resize(size_t n) {
+  if (n > capacity_) {
+    size_t cap = capacity_ * 2 > n ? capacity_ * 2 : n;
+    auto* p = new int64_t[cap];
+    std::memcpy(p, data(), size_ * sizeof(int64_t));
+    delete[] heap_;
+    heap_ = p;
+    capacity_ = cap;
+  }
+  size_ = n;
+}
+
+void DimVector::insert(size_t pos, int64_t v) {
+  resize(size_ + 1);
+  int64_t* d = data();
+  for (size_t i = size_ - 1; i > pos; --i) d[i] = d[i - 1];
+  d[pos] = v;
+}
+
+void DimVector::erase(size_t pos) {
+  int64_t* d = data();
+  for (size_t i = pos; i + 1 < size_; ++i) d[i] = d[i + 1];
+  --size_;
+}
+
+Storage make_storage(size_t nbytes, Device device) {
+  Allocator* a = get_allocator(device.type());
+  DataPtr p = a->allocate(nbytes);
+  return make_intrusive<StorageImpl>(std::move(p), nbytes, a);
+}
+
+TensorImpl::TensorImpl(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
+                       int64_t storage_offset)
+    : storage_(std::move(storage)),
+      storage_offset_(storage_offset),
+      sizes_(sizes),
+      strides_(strides),
+      dtype_(dtype),
+      device_(storage_->device()),
+      key_set_(backend_key(storage_->device().type())) {
+  refresh();
+}
+
+TensorImpl::~TensorImpl() = default;
+
+void TensorImpl::set_sizes_and_strides(IntArrayRef sizes, IntArrayRef strides,
+                                       int64_t storage_offset) {
+  sizes_.assign(sizes);
+  strides_.assign(strides);
+  storage_offset_ = storage_offset;
+  refresh();
+}
+
+void TensorImpl::set_autograd_meta(std::unique_ptr<AutogradMetaInterface> m) {
+  autograd_meta_ = std::move(m);
+}
+
+void TensorImpl::refresh() {
+  LOOM_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "sizes ", sizes_.ref(), " strides ",
+                       strides_.ref());
+  int64_t n = 1;
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(sizes_.size()) - 1; d >= 0; --d) {
+    int64_t s = sizes_[d];
+    n *= s;
+    if (s != 1) {
+      if (strides_[d] != expected) contiguous = false;
+      expected *= s;
+    }
+  }
+  numel_ = n;
+  is_contiguous_ = contiguous || n == 0;
+}
+
+DimVector contiguous_strides(IntArrayRef sizes) {
+  DimVector strides(sizes.size());
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= sizes[d] > 1 ? sizes[d] : 1;
+  }
+  return strides;
+}
+
+Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
+                   int64_t storage_offset) {
+  return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, sizes, strides,
+                                           storage_offset));
+}
+
+Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
+  int64_t n = 1;
+  for (int64_t s : sizes) {
+    LOOM_CHECK(s >= 0, "[empty] sizes must be non-negative but got ", sizes);
+    n *= s;
+  }
+  Storage st = make_storage(static_cast<size_t>(n) * element_size(dtype), device);
+  return Tensor(make_intrusive<TensorImpl>(std::move(st), dtype, sizes, contiguous_strides(sizes), 0));
+}
+
+Tensor wrap_scalar(const Scalar& s, Device device) {
+  DType dt = s.is_bool() ? kBool : (s.is_integral() ? kInt64 : kFloat64);
+  Tensor t = empty_tensor({}, dt, device);
+  if (device.is_cpu()) {
+    LOOM_DISPATCH_ALL_TYPES(dt, "wrap_scalar", [&] { *t.data_ptr<scalar_t>() = s.to<scalar_t>(); });
+  }
+  t.impl()->set_wrapped_number(true);
+  return t;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
+  int64_t r = rank <= 0 ? 1 : rank;  // a 0-dim tensor accepts dim 0 and -1
+  LOOM_CHECK_INDEX(dim >= -r && dim < r, "[", op, "] dimension ", dim,
+                   " is out of range for a tensor of rank ", rank, " (expected in [", -r, ", ",
+                   r - 1, "])");
+  return dim < 0 ? dim + r : dim;
+}
+
+int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+
+void Tensor::check_dtype_for_access(DType expected) const {
+  LOOM_CHECK(defined(), "[data_ptr] the tensor is undefined");
+  LOOM_CHECK_TYPE(dtype() == expected, "[data_ptr] the tensor has dtype ", dtype(),
+                  " but the element type asked for is ", expected);
+}
+
+Scalar Tensor::item() const {
+  LOOM_CHECK(defined(), "[item] the tensor is undefined");
+  LOOM_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", sizes(),
+             ") cannot be converted to a scalar");
+  LOOM_CHECK(is_cpu(), "[item] expected a CPU tensor but it is on ", device(),
+             " (copy it with .to(kCPU) first)");
+  Scalar out;
+  LOOM_DISPATCH_ALL_TYPES(dtype(), "item", [&] {
+    scalar_t v = *static_cast<const scalar_t*>(data_ptr());
+    if constexpr (std::is_same_v<scalar_t, bool>) {
+      out = Scalar(v);
+    } else if constexpr (std::is_integral_v<scalar_t>) {
+      out = Scalar(static_cast<int64_t>(v));
+    } else {
+      out = Scalar(static_cast<double>(static_cast<float>(v)));
+      if constexpr (std::is_same_v<scalar_t, double>) out = Scalar(v);
+    }
+  });
+  return out;
+}
+
+std::string Tensor::shape_str() const {
+  std::ostringstream os;
+  os << sizes();
+  return os.str();
+}
+
+namespace detail {
+void check_from_vector(int64_t got, int64_t want) {
+  LOOM_CHECK(got == want, "[from_vector] got ", got, " values for a tensor of ", want,
+             " elements");
+}
+}  // namespace detail
+
+template <class T>
+std::vector<T> to_vector(const Tensor& t) {
+  LOOM_CHECK(t.is_cpu(), "[to_vector] expected a CPU tensor but got one on ", t.device());
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(t.numel()));
+  const int64_t nd = t.dim();
+  DimVector idx(static_cast<size_t>(nd), 0);
+  IntArrayRef sizes = t.sizes(), strides = t.strides();
+  LOOM_DISPATCH_ALL_TYPES(t.dtype(), "to_vector", [&] {
+    const scalar_t* base = static_cast<const scalar_t*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      int64_t off = 0;
+      for (int64_t d = 0; d < nd; ++d) off += idx[d] * strides[d];
+      scalar_t v = base[off];
+      if constexpr (std::is_same_v<T, bool>) {
+        out.push_back(static_cast<float>(v) != 0.0f);
+      } else if constexpr (std::is_same_v<scalar_t, double> || std::is_same_v<scalar_t, int64_t>) {
+        out.push_back(static_cast<T>(v));
+      } else {
+        out.push_back(static_cast<T>(static_cast<float>(v)));
+      }
+      for (int64_t d = nd - 1; d >= 0; --d) {
+        if (++idx[d] < sizes[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+  return out;
+}
+
+template LOOM_API std::vector<bool> to_vector<bool>(const Tensor&);
+template LOOM_API std::vector<uint8_t> to_vector<uint8_t>(const Tensor&);
+template LOOM_API std::vector<int32_t> to_vector<int32_t>(const Tensor&);
+template LOOM_API std::vector<int64_t> to_vector<int64_t>(const Tensor&);
+template LOOM_API std::vector<float> to_vector<float>(const Tensor&);
+template LOOM_API std::vector<double> to_vector<double>(const Tensor&);
+
+}  // namespace loom

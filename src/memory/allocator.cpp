@@ -1,0 +1,68 @@
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "loom/error.h"
+#include "loom/memory.h"
+
+namespace loom {
+namespace {
+
+void cpu_free(void* ctx) { std::free(ctx); }
+
+class CpuAllocator final : public Allocator {
+ public:
+  DataPtr allocate(size_t nbytes) override {
+    if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, kCPU);
+    // Small buffers come from malloc (16-byte aligned, fast tcache path); large ones are cache-line
+    // aligned for vector loads.
+    void* p = nullptr;
+    if (nbytes < 512) {
+      p = std::malloc(nbytes);
+    } else {
+      size_t rounded = (nbytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+      p = std::aligned_alloc(kCpuAlignment, rounded);
+    }
+    if (!p) {
+      LOOM_THROW(OutOfMemoryError, "[cpu allocator] could not allocate ", nbytes,
+                 " bytes of host memory");
+    }
+    return DataPtr(p, p, &cpu_free, kCPU);
+  }
+  DeleterFn raw_deleter() const override { return &cpu_free; }
+};
+
+// Meta tensors carry shapes and dtypes only; their storage has no bytes behind it.
+class MetaAllocator final : public Allocator {
+ public:
+  DataPtr allocate(size_t) override { return DataPtr(nullptr, nullptr, nullptr, kMeta); }
+};
+
+class MissingCudaAllocator final : public Allocator {
+ public:
+  DataPtr allocate(size_t) override {
+    LOOM_THROW(NotImplementedError,
+               "[cuda allocator] CUDA is not available in this build (configure with "
+               "-DLOOM_CUDA=ON on a machine with the CUDA toolkit)");
+  }
+};
+
+CpuAllocator g_cpu;
+MetaAllocator g_meta;
+MissingCudaAllocator g_missing_cuda;
+
+std::atomic<Allocator*> g_allocators[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+
+}  // namespace
+
+Allocator* get_allocator(DeviceType type) {
+  return g_allocators[static_cast<int>(type)].load(std::memory_order_acquire);
+}
+
+void set_allocator(DeviceType type, Allocator* allocator) {
+  LOOM_CHECK(allocator != nullptr, "[allocator] set_allocator(", device_type_name(type),
+             ") needs a non-null allocator");
+  g_allocators[static_cast<int>(type)].store(allocator, std::memory_order_release);
+}
+
+}  // namespace loom

@@ -1,0 +1,155 @@
+// copy_, fill_, casts and clones.
+#include <cstring>
+
+#include "loops.h"
+#include "op_call.h"
+#include "tensor_iterator.h"
+
+namespace loom {
+namespace {
+
+Tensor copy_kernel(const Tensor& self, const Tensor& src) {
+  check_defined(self, "copy_", "self");
+  check_defined(src, "copy_", "src");
+  if (self.is_same(src)) return self;
+  // Fast path: same dtype, same shape, both contiguous.
+  if (self.dtype() == src.dtype() && self.is_contiguous() && src.is_contiguous() &&
+      self.sizes() == src.sizes() && self.is_cpu() && src.is_cpu()) {
+    if (self.numel() > 0) std::memmove(self.data_ptr(), src.data_ptr(), self.nbytes());
+    self.storage()->bump_version();
+    return self;
+  }
+  LOOM_CHECK(multiply_sizes(src.sizes()) <= self.numel() || src.dim() <= self.dim(),
+             "[copy_] cannot copy a tensor of shape ", src.sizes(), " into shape ", self.sizes());
+  TensorIteratorConfig cfg;
+  cfg.op = "copy_";
+  cfg.outputs = {self};
+  cfg.inputs = {src};
+  cfg.promote_inputs = false;
+  cfg.compute_dtype = self.dtype();
+  cfg.output_dtype = self.dtype();
+  cfg.is_inplace = true;
+  TensorIterator it(std::move(cfg));
+  if (!it.is_meta()) {
+    LOOM_DISPATCH_ALL_TYPES(self.dtype(), "copy_", [&] {
+      using out_t = scalar_t;
+      LOOM_DISPATCH_ALL_TYPES(src.dtype(), "copy_", [&] {
+        using in_t = scalar_t;
+        it.for_each([](char** d, const int64_t* s, int64_t n) {
+          unary_loop<out_t, in_t>(d, s, n, [](in_t v) { return convert<out_t>(v); });
+        });
+      });
+    });
+  }
+  self.storage()->bump_version();
+  return self;
+}
+
+Tensor fill_kernel(const Tensor& self, const Scalar& value) {
+  check_defined(self, "fill_", "self");
+  if (self.is_meta() || self.numel() == 0) return self;
+  LOOM_DISPATCH_ALL_TYPES(self.dtype(), "fill_", [&] {
+    const scalar_t v = value.to<scalar_t>();
+    if (self.is_contiguous()) {
+      scalar_t* p = self.data_ptr<scalar_t>();
+      const int64_t n = self.numel();
+      if (value.to_double() == 0.0 && !value.is_bool()) {
+        std::memset(static_cast<void*>(p), 0, static_cast<size_t>(n) * sizeof(scalar_t));
+      } else {
+        for (int64_t i = 0; i < n; ++i) p[i] = v;
+      }
+    } else {
+      TensorIteratorConfig cfg;
+      cfg.op = "fill_";
+      cfg.outputs = {self};
+      cfg.inputs = {};
+      cfg.is_inplace = true;
+      cfg.compute_dtype = self.dtype();
+      // With no inputs, the iterator's shape is empty: iterate self through a broadcast instead.
+      cfg.inputs = {wrap_scalar(value).to(self.dtype()).expand(self.sizes())};
+      cfg.promote_inputs = false;
+      TensorIterator it(std::move(cfg));
+      it.for_each([](char** d, const int64_t* s, int64_t n) {
+        unary_loop<scalar_t, scalar_t>(d, s, n, [](scalar_t x) { return x; });
+      });
+    }
+  });
+  self.storage()->bump_version();
+  return self;
+}
+
+Tensor zero_kernel(const Tensor& self) {
+  fill_(self, 0);
+  return self;
+}
+
+Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype, std::optional<Device> device) {
+  check_defined(self, "_to_copy", "self");
+  DType dt = dtype.value_or(self.dtype());
+  Device dev = device.value_or(self.device());
+  LOOM_CHECK(dev == self.device() || dev.is_meta(), "[_to_copy] copies from ", self.device(), " to ",
+             dev, " need the CUDA backend, which is not in this build yet");
+  Tensor out = empty_tensor(self.sizes(), dt, dev);
+  if (!dev.is_meta()) copy_(out, self);
+  return out;
+}
+
+Tensor clone_kernel(const Tensor& self) {
+  check_defined(self, "clone", "self");
+  Tensor out = empty_tensor(self.sizes(), self.dtype(), self.device());
+  if (!self.is_meta()) copy_(out, self);
+  return out;
+}
+
+Tensor contiguous_kernel(const Tensor& self) {
+  check_defined(self, "contiguous", "self");
+  if (self.is_contiguous()) return self;
+  return clone(self);
+}
+
+}  // namespace
+
+LOOM_LIBRARY_FRAGMENT(loom, m) {
+  m.def("copy_(Tensor(a!) self, Tensor src) -> Tensor(a!)");
+  m.def("fill_(Tensor(a!) self, Scalar value) -> Tensor(a!)");
+  m.def("zero_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("clone(Tensor self) -> Tensor");
+  m.def("contiguous(Tensor(a) self) -> Tensor(a)");
+  m.impl("copy_", DispatchKey::CPU, copy_kernel);
+  m.impl("copy_", DispatchKey::Meta, copy_kernel);
+  m.impl("fill_", DispatchKey::CPU, fill_kernel);
+  m.impl("fill_", DispatchKey::Meta, fill_kernel);
+  m.impl("zero_", DispatchKey::CompositeImplicit, zero_kernel);
+  m.impl("_to_copy", DispatchKey::CPU, to_copy_kernel);
+  m.impl("_to_copy", DispatchKey::Meta, to_copy_kernel);
+  m.impl("clone", DispatchKey::CPU, clone_kernel);
+  m.impl("clone", DispatchKey::Meta, clone_kernel);
+  m.impl("contiguous", DispatchKey::CompositeImplicit, contiguous_kernel);
+}
+
+const Tensor& copy_(const Tensor& self, const Tensor& src) {
+  LOOM_CALL_INPLACE("loom::copy_", Tensor(const Tensor&, const Tensor&), self, src);
+}
+const Tensor& fill_(const Tensor& self, const Scalar& value) {
+  LOOM_CALL_INPLACE("loom::fill_", Tensor(const Tensor&, const Scalar&), self, value);
+}
+const Tensor& zero_(const Tensor& self) {
+  LOOM_CALL_INPLACE("loom::zero_", Tensor(const Tensor&), self);
+}
+Tensor clone(const Tensor& self) { LOOM_CALL_OP("loom::clone", Tensor(const Tensor&), self); }
+Tensor contiguous(const Tensor& self) {
+  LOOM_CALL_OP("loom::contiguous", Tensor(const Tensor&), self);
+}
+
+Tensor to(const Tensor& self, TensorOptions options, bool copy) {
+  DType dt = options.dtype.value_or(self.dtype());
+  Device dev = options.device.value_or(self.device());
+  if (!copy && dt == self.dtype() && dev == self.device()) return self;
+  static const auto op =
+      Dispatcher::singleton().find_typed<Tensor(const Tensor&, std::optional<DType>, std::optional<Device>)>(
+          "loom::_to_copy");
+  return op.call(self, dt, dev);
+}
+
+}  // namespace loom

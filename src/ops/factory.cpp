@@ -1,0 +1,323 @@
+// Factories: empty, zeros, ones, full, arange, linspace, eye and the random ones. They have no tensor
+// arguments; the dispatcher picks the backend from the `device` argument.
+#include <cmath>
+
+#include "op_call.h"
+
+namespace loom {
+namespace {
+
+DType dtype_or_default(std::optional<DType> d) { return d.value_or(default_dtype()); }
+Device device_or_cpu(std::optional<Device> d) { return d.value_or(kCPU); }
+
+void check_sizes(const char* op, IntArrayRef size) {
+  for (int64_t s : size) {
+    LOOM_CHECK(s >= 0, "[", op, "] sizes must be non-negative but got ", size);
+  }
+}
+
+Tensor empty_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
+  check_sizes("empty", size);
+  return empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
+}
+
+Tensor empty_strided_kernel(IntArrayRef size, IntArrayRef stride, std::optional<DType> dtype,
+                            std::optional<Device> device) {
+  check_sizes("empty_strided", size);
+  LOOM_CHECK(size.size() == stride.size(), "[empty_strided] got ", size.size(), " sizes but ",
+             stride.size(), " strides");
+  int64_t extent = 1;  // 1 + the largest offset reachable
+  bool any_zero = false;
+  for (size_t i = 0; i < size.size(); ++i) {
+    LOOM_CHECK(stride[i] >= 0, "[empty_strided] strides must be non-negative but got ", stride);
+    if (size[i] == 0) any_zero = true;
+    extent += (size[i] - 1) * stride[i];
+  }
+  DType dt = dtype_or_default(dtype);
+  Storage st = make_storage(any_zero ? 0 : static_cast<size_t>(extent) * element_size(dt),
+                            device_or_cpu(device));
+  return make_tensor(std::move(st), dt, size, stride, 0);
+}
+
+Tensor full_kernel(IntArrayRef size, const Scalar& value, std::optional<DType> dtype,
+                   std::optional<Device> device) {
+  check_sizes("full", size);
+  // torch.full infers the dtype from the fill value (bool, int64 or the default float).
+  Tensor t = empty_tensor(size, dtype.value_or(value.dtype()), device_or_cpu(device));
+  fill_(t, value);
+  return t;
+}
+
+Tensor zeros_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
+  check_sizes("zeros", size);
+  Tensor t = empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
+  fill_(t, 0);
+  return t;
+}
+
+Tensor ones_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
+  check_sizes("ones", size);
+  Tensor t = empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
+  fill_(t, 1);
+  return t;
+}
+
+Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
+                     std::optional<DType> dtype, std::optional<Device> device) {
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  LOOM_CHECK(st != 0, "[arange] step must be nonzero");
+  LOOM_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start and end must be finite but got ",
+             start, " and ", end);
+  LOOM_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "[arange] upper bound and step sign are "
+             "inconsistent: start=", start, " end=", end, " step=", step);
+  bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  DType dt = dtype.value_or(all_int ? kInt64 : default_dtype());
+  int64_t n = all_int ? (end.to_int() - start.to_int() + step.to_int() + (st > 0 ? -1 : 1)) /
+                            step.to_int()
+                      : static_cast<int64_t>(std::ceil((e - s) / st));
+  if (n < 0) n = 0;
+  Tensor t = empty_tensor({n}, dt, device_or_cpu(device));
+  if (t.is_meta()) return t;
+  LOOM_DISPATCH_ALL_TYPES(dt, "arange", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    if (all_int) {
+      int64_t a = start.to_int(), b = step.to_int();
+      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(a + i * b);
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + static_cast<double>(i) * st);
+    }
+  });
+  return t;
+}
+
+Tensor linspace_kernel(const Scalar& start, const Scalar& end, int64_t steps,
+                       std::optional<DType> dtype, std::optional<Device> device) {
+  LOOM_CHECK(steps >= 0, "[linspace] number of steps must be non-negative but got ", steps);
+  DType dt = dtype_or_default(dtype);
+  Tensor t = empty_tensor({steps}, dt, device_or_cpu(device));
+  if (t.is_meta() || steps == 0) return t;
+  double a = start.to_double(), b = end.to_double();
+  double step = steps > 1 ? (b - a) / static_cast<double>(steps - 1) : 0.0;
+  LOOM_DISPATCH_ALL_TYPES(dt, "linspace", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    // Like PyTorch: the first half counts up from start, the second half down from end, so both
+    // ends are exact.
+    const int64_t half = steps / 2;
+    for (int64_t i = 0; i < steps; ++i) {
+      double v = i < half ? a + step * static_cast<double>(i)
+                          : b - step * static_cast<double>(steps - 1 - i);
+      p[i] = convert<scalar_t>(v);
+    }
+  });
+  return t;
+}
+
+Tensor eye_kernel(int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
+                  std::optional<Device> device) {
+  int64_t cols = m.value_or(n);
+  LOOM_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative but got n=", n, " m=", cols);
+  Tensor t = zeros_kernel({n, cols}, dtype, device);
+  if (t.is_meta()) return t;
+  LOOM_DISPATCH_ALL_TYPES(t.dtype(), "eye", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = convert<scalar_t>(1);
+  });
+  return t;
+}
+
+Generator gen_or_default(const std::optional<Generator>& g) {
+  return g ? *g : default_generator();
+}
+
+Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::optional<DType> dtype,
+                   std::optional<Device> device) {
+  check_sizes("rand", size);
+  DType dt = dtype_or_default(dtype);
+  LOOM_CHECK_TYPE(is_floating(dt), "[rand] expected a floating dtype but got ", dt);
+  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
+  if (t.is_meta()) return t;
+  const int64_t n = t.numel();
+  const bool wide = dt == kFloat64;
+  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * (wide ? 2 : 1));
+  LOOM_DISPATCH_FLOAT_TYPES(dt, "rand", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (wide) {
+        uint64_t hi = philox_draw(st, 2 * static_cast<uint64_t>(i));
+        uint64_t lo = philox_draw(st, 2 * static_cast<uint64_t>(i) + 1);
+        p[i] = convert<scalar_t>(uint64_to_unit_double((hi << 32) | lo));
+      } else {
+        p[i] = convert<scalar_t>(uint32_to_unit_float(philox_draw(st, static_cast<uint64_t>(i))));
+      }
+    }
+  });
+  return t;
+}
+
+Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
+                    std::optional<DType> dtype, std::optional<Device> device) {
+  check_sizes("randn", size);
+  DType dt = dtype_or_default(dtype);
+  LOOM_CHECK_TYPE(is_floating(dt), "[randn] expected a floating dtype but got ", dt);
+  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
+  if (t.is_meta()) return t;
+  const int64_t n = t.numel();
+  // Box-Muller: element pair (2k, 2k+1) uses draws 4k..4k+3 (one Philox block, 2x32 bits each).
+  const int64_t pairs = (n + 1) / 2;
+  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(pairs) * 4);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, "randn", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t k = 0; k < pairs; ++k) {
+      auto block = philox4x32(st.offset + static_cast<uint64_t>(k), 0, st.seed);
+      double u1 = uint64_to_unit_double((static_cast<uint64_t>(block[0]) << 32) | block[1]);
+      double u2 = uint64_to_unit_double((static_cast<uint64_t>(block[2]) << 32) | block[3]);
+      double r = std::sqrt(-2.0 * std::log(1.0 - u1));  // 1 - u1 is in (0, 1]
+      double theta = 2.0 * M_PI * u2;
+      p[2 * k] = convert<scalar_t>(r * std::cos(theta));
+      if (2 * k + 1 < n) p[2 * k + 1] = convert<scalar_t>(r * std::sin(theta));
+    }
+  });
+  return t;
+}
+
+Tensor randint_kernel(int64_t low, int64_t high, IntArrayRef size,
+                      const std::optional<Generator>& gen, std::optional<DType> dtype,
+                      std::optional<Device> device) {
+  check_sizes("randint", size);
+  LOOM_CHECK(high > low, "[randint] expected low < high but got low=", low, " high=", high);
+  DType dt = dtype.value_or(kInt64);
+  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
+  if (t.is_meta()) return t;
+  const int64_t n = t.numel();
+  const uint64_t range = static_cast<uint64_t>(high - low);
+  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * 2);
+  LOOM_DISPATCH_ALL_TYPES(dt, "randint", [&] {
+    scalar_t* p = t.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t hi = philox_draw(st, 2 * static_cast<uint64_t>(i));
+      uint64_t lo = philox_draw(st, 2 * static_cast<uint64_t>(i) + 1);
+      // 64 random bits modulo a range below 2^32 has a bias under 2^-32: negligible.
+      p[i] = convert<scalar_t>(low + static_cast<int64_t>(((hi << 32) | lo) % range));
+    }
+  });
+  return t;
+}
+
+Tensor scalar_tensor_kernel(const Scalar& value, std::optional<DType> dtype,
+                            std::optional<Device> device) {
+  return full_kernel({}, value, dtype, device);
+}
+
+}  // namespace
+
+LOOM_LIBRARY_FRAGMENT(loom, m) {
+  m.def("empty(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("empty_strided(int[] size, int[] stride, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("zeros(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("ones(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("arange(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("eye(int n, int? m=None, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("rand(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("randn(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("randint(int low, int high, int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def("scalar_tensor(Scalar s, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  // One kernel serves every backend: it only allocates through the device's allocator and fills
+  // through dispatched ops (Meta tensors have no data to fill).
+  m.impl("empty", DispatchKey::CompositeExplicit, empty_kernel);
+  m.impl("empty_strided", DispatchKey::CompositeExplicit, empty_strided_kernel);
+  m.impl("zeros", DispatchKey::CompositeExplicit, zeros_kernel);
+  m.impl("ones", DispatchKey::CompositeExplicit, ones_kernel);
+  m.impl("full", DispatchKey::CompositeExplicit, full_kernel);
+  m.impl("scalar_tensor", DispatchKey::CompositeExplicit, scalar_tensor_kernel);
+  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
+    m.impl("arange", k, arange_kernel);
+    m.impl("linspace", k, linspace_kernel);
+    m.impl("eye", k, eye_kernel);
+    m.impl("rand", k, rand_kernel);
+    m.impl("randn", k, randn_kernel);
+    m.impl("randint", k, randint_kernel);
+  }
+}
+
+using FactorySig = Tensor(IntArrayRef, std::optional<DType>, std::optional<Device>);
+
+Tensor empty(IntArrayRef size, TensorOptions o) {
+  LOOM_CALL_OP("loom::empty", FactorySig, size, o.dtype, o.device);
+}
+Tensor empty_strided(IntArrayRef size, IntArrayRef stride, TensorOptions o) {
+  LOOM_CALL_OP("loom::empty_strided",
+               Tensor(IntArrayRef, IntArrayRef, std::optional<DType>, std::optional<Device>), size,
+               stride, o.dtype, o.device);
+}
+Tensor zeros(IntArrayRef size, TensorOptions o) {
+  LOOM_CALL_OP("loom::zeros", FactorySig, size, o.dtype, o.device);
+}
+Tensor ones(IntArrayRef size, TensorOptions o) {
+  LOOM_CALL_OP("loom::ones", FactorySig, size, o.dtype, o.device);
+}
+Tensor full(IntArrayRef size, const Scalar& value, TensorOptions o) {
+  LOOM_CALL_OP("loom::full",
+               Tensor(IntArrayRef, const Scalar&, std::optional<DType>, std::optional<Device>), size,
+               value, o.dtype, o.device);
+}
+Tensor arange(const Scalar& end, TensorOptions o) { return arange(0, end, 1, o); }
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions o) {
+  LOOM_CALL_OP("loom::arange",
+               Tensor(const Scalar&, const Scalar&, const Scalar&, std::optional<DType>,
+                      std::optional<Device>),
+               start, end, step, o.dtype, o.device);
+}
+Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOptions o) {
+  LOOM_CALL_OP("loom::linspace",
+               Tensor(const Scalar&, const Scalar&, int64_t, std::optional<DType>,
+                      std::optional<Device>),
+               start, end, steps, o.dtype, o.device);
+}
+Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
+  LOOM_CALL_OP("loom::eye",
+               Tensor(int64_t, std::optional<int64_t>, std::optional<DType>, std::optional<Device>),
+               n, m, o.dtype, o.device);
+}
+using RandSig = Tensor(IntArrayRef, const std::optional<Generator>&, std::optional<DType>,
+                       std::optional<Device>);
+Tensor rand(IntArrayRef size, TensorOptions o, const std::optional<Generator>& gen) {
+  LOOM_CALL_OP("loom::rand", RandSig, size, gen, o.dtype, o.device);
+}
+Tensor randn(IntArrayRef size, TensorOptions o, const std::optional<Generator>& gen) {
+  LOOM_CALL_OP("loom::randn", RandSig, size, gen, o.dtype, o.device);
+}
+Tensor randint(int64_t low, int64_t high, IntArrayRef size, TensorOptions o,
+               const std::optional<Generator>& gen) {
+  LOOM_CALL_OP("loom::randint",
+               Tensor(int64_t, int64_t, IntArrayRef, const std::optional<Generator>&,
+                      std::optional<DType>, std::optional<Device>),
+               low, high, size, gen, o.dtype, o.device);
+}
+Tensor scalar_tensor(const Scalar& value, TensorOptions o) {
+  LOOM_CALL_OP("loom::scalar_tensor",
+               Tensor(const Scalar&, std::optional<DType>, std::optional<Device>), value, o.dtype,
+               o.device);
+}
+
+namespace {
+TensorOptions like(const Tensor& t, TensorOptions o) {
+  return TensorOptions(o.dtype.value_or(t.dtype())).with_device(o.device.value_or(t.device()));
+}
+}  // namespace
+
+Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.sizes(), like(t, o)); }
+Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.sizes(), like(t, o)); }
+Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.sizes(), like(t, o)); }
+Tensor full_like(const Tensor& t, const Scalar& v, TensorOptions o) {
+  return full(t.sizes(), v, like(t, o));
+}
+Tensor rand_like(const Tensor& t, const std::optional<Generator>& gen) {
+  return rand(t.sizes(), t.options(), gen);
+}
+Tensor randn_like(const Tensor& t, const std::optional<Generator>& gen) {
+  return randn(t.sizes(), t.options(), gen);
+}
+
+}  // namespace loom
