@@ -89,6 +89,10 @@ class LOOM_API OperatorHandle {
   bool has_kernel(DispatchKey k) const;
   // Keys that have a kernel (directly, through an alias key or a fallback), highest first.
   std::vector<DispatchKey> kernel_keys() const;
+  // How the kernel for key k was chosen and where it was registered, e.g.
+  // "direct (src/ops/binary.cpp:210)", "CompositeExplicit (...)", "fallback (...)", "fallthrough";
+  // empty when there is none.
+  std::string kernel_source(DispatchKey k) const;
   // The key a call with these keys would run, after thread-local sets and fallthroughs.
   DispatchKey dispatch_key_for(DispatchKeySet keys) const;
 
@@ -360,11 +364,10 @@ Ret KernelFunction::call(const OperatorHandle& op, DispatchKeySet keys, Args... 
 
 namespace detail {
 inline DispatchKeySet finalize_keys(DispatchKeySet ks) {
-  const LocalDispatchKeySet& tls = tls_dispatch_keys;
-  ks = (ks | tls.included) - tls.excluded;
   // No tensor and no device argument (or only undefined tensors): the CPU backend.
   if (LOOM_UNLIKELY((ks & DispatchKeySet::backends()).empty())) ks = ks.add(DispatchKey::CPU);
-  return ks;
+  const LocalDispatchKeySet& tls = tls_dispatch_keys;
+  return (ks | tls.included) - tls.excluded;
 }
 
 template <class Ret, class... Args>

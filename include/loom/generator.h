@@ -29,14 +29,15 @@ class LOOM_API Generator {
  public:
   explicit Generator(uint64_t seed = 67280421310721ull);
 
-  void manual_seed(uint64_t seed);
+  // A Generator is a handle: copies share one state, and const methods may advance it.
+  void manual_seed(uint64_t seed) const;
   uint64_t seed() const;
   GeneratorState state() const;
-  void set_state(const GeneratorState& s);
+  void set_state(const GeneratorState& s) const;
 
   // Reserves `n` 32-bit values: returns the state to draw them from (offset before the request) and
   // advances this generator past them.
-  GeneratorState reserve(uint64_t n);
+  GeneratorState reserve(uint64_t n) const;
 
  private:
   struct Impl {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "loom/export.h"
 
@@ -16,6 +17,8 @@ namespace loom {
 LOOM_API int get_num_threads();
 // Sets loom's pool width and OpenBLAS's thread count together (n >= 1).
 LOOM_API void set_num_threads(int n);
+// The BLAS library loom calls and its build configuration (e.g. "OpenBLAS 0.3.21 ... MAX_THREADS=64").
+LOOM_API std::string blas_config();
 // True while the caller runs inside a parallel_for body.
 LOOM_API bool in_parallel_region();
 

@@ -17,6 +17,7 @@
 #include "loom/error.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" char* openblas_get_config(void);
 
 namespace loom {
 namespace {
@@ -180,6 +181,8 @@ void set_num_threads(int n) {
 }
 
 bool in_parallel_region() { return t_in_parallel; }
+
+std::string blas_config() { return openblas_get_config(); }
 
 namespace detail {
 

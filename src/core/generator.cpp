@@ -28,7 +28,7 @@ std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uin
 
 Generator::Generator(uint64_t seed) : impl_(std::make_shared<Impl>()) { impl_->st.seed = seed; }
 
-void Generator::manual_seed(uint64_t seed) {
+void Generator::manual_seed(uint64_t seed) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->st = GeneratorState{seed, 0};
 }
@@ -43,12 +43,12 @@ GeneratorState Generator::state() const {
   return impl_->st;
 }
 
-void Generator::set_state(const GeneratorState& s) {
+void Generator::set_state(const GeneratorState& s) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->st = s;
 }
 
-GeneratorState Generator::reserve(uint64_t n) {
+GeneratorState Generator::reserve(uint64_t n) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   GeneratorState before = impl_->st;
   impl_->st.offset += (n + 3) / 4;

@@ -86,6 +86,25 @@ std::vector<DispatchKey> OperatorHandle::kernel_keys() const {
   return out;
 }
 
+std::string OperatorHandle::kernel_source(DispatchKey k) const {
+  const int i = static_cast<int>(k);
+  const KernelFunction& f = entry_->table[i];
+  if (!f.is_valid()) return "";
+  if (f.is_fallthrough()) return "fallthrough";
+  std::string how;
+  if (entry_->registered[i]) {
+    how = "direct";
+  } else if (DispatchKeySet::backends().has(k) &&
+             entry_->registered[OperatorEntry::kCompositeExplicitSlot]) {
+    how = "CompositeExplicit";
+  } else if (entry_->registered[OperatorEntry::kCompositeImplicitSlot]) {
+    how = "CompositeImplicit";
+  } else {
+    how = "backend fallback";
+  }
+  return how + (f.debug.empty() ? "" : " (" + f.debug + ")");
+}
+
 DispatchKey OperatorHandle::dispatch_key_for(DispatchKeySet keys) const {
   return (detail::finalize_keys(keys) & entry_->non_fallthrough).highest();
 }

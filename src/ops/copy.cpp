@@ -19,12 +19,18 @@ Tensor copy_kernel(const Tensor& self, const Tensor& src) {
     self.storage()->bump_version();
     return self;
   }
-  LOOM_CHECK(multiply_sizes(src.sizes()) <= self.numel() || src.dim() <= self.dim(),
-             "[copy_] cannot copy a tensor of shape ", src.sizes(), " into shape ", self.sizes());
+  // src broadcasts to self's shape (never the other way).
+  bool ok = src.dim() <= self.dim();
+  for (int64_t i = 1; ok && i <= src.dim(); ++i) {
+    int64_t s = src.sizes()[static_cast<size_t>(src.dim() - i)];
+    ok = s == 1 || s == self.sizes()[static_cast<size_t>(self.dim() - i)];
+  }
+  LOOM_CHECK(ok, "[copy_] cannot copy a tensor of shape ", src.sizes(), " into shape ",
+             self.sizes(), " (src must broadcast to self)");
   TensorIteratorConfig cfg;
   cfg.op = "copy_";
   cfg.outputs = {self};
-  cfg.inputs = {src};
+  cfg.inputs = {src.sizes() == self.sizes() ? src : src.expand(self.sizes())};
   cfg.promote_inputs = false;
   cfg.compute_dtype = self.dtype();
   cfg.output_dtype = self.dtype();

@@ -1,0 +1,449 @@
+// Neural-network operators: layer norm, dropout and the classification losses (nll_loss,
+// cross_entropy). Kernels compute 16-bit floats in float and accumulate sums in double.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "loom/parallel.h"
+#include "op_call.h"
+
+namespace loom {
+namespace {
+
+bool has(const std::optional<Tensor>& t) {
+  return t.has_value() && t->defined();
+}
+
+// ---- layer norm ----
+
+std::string star_shape(IntArrayRef shape) {
+  std::ostringstream os;
+  os << "[*";
+  for (int64_t s : shape) os << ", " << s;
+  os << "]";
+  return os.str();
+}
+
+void check_affine(const char* arg, const std::optional<Tensor>& t, const Tensor& input,
+                  IntArrayRef normalized_shape) {
+  if (!has(t)) return;
+  LOOM_CHECK(t->sizes() == normalized_shape, "[native_layer_norm] expected ", arg, " of shape ",
+             normalized_shape, " (normalized_shape) but got ", t->sizes());
+  LOOM_CHECK(t->device() == input.device(), "[native_layer_norm] expected ", arg, " on ",
+             input.device(), " (like input) but it is on ", t->device());
+}
+
+// Sum of x (or of (x - center)^2 when squared) in double. Eight independent accumulators let the
+// compiler vectorise: with one, strict floating-point order makes the loop a serial chain of adds.
+template <class M, class T>
+double lane_sum(const T* x, int64_t n, double center, bool squared) {
+  constexpr int kLanes = 8;
+  double acc[kLanes] = {};
+  int64_t j = 0;
+  if (squared) {
+    for (; j + kLanes <= n; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const double d = static_cast<double>(static_cast<M>(x[j + l])) - center;
+        acc[l] += d * d;
+      }
+    }
+  } else {
+    for (; j + kLanes <= n; j += kLanes) {
+      for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(static_cast<M>(x[j + l]));
+    }
+  }
+  double total = 0;
+  for (int l = 0; l < kLanes; ++l) total += acc[l];
+  for (; j < n; ++j) {
+    const double d = static_cast<double>(static_cast<M>(x[j])) - center;
+    total += squared ? d * d : d;
+  }
+  return total;
+}
+
+// (output, mean, rstd). mean and rstd keep the normalized dims as size 1, as PyTorch's CPU kernel:
+// input [2, 3, 4] with normalized_shape [4] gives mean of shape [2, 3, 1].
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
+                                                            IntArrayRef normalized_shape,
+                                                            const std::optional<Tensor>& weight,
+                                                            const std::optional<Tensor>& bias,
+                                                            double eps) {
+  check_defined(input, "native_layer_norm", "input");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  LOOM_CHECK(k >= 1, "[native_layer_norm] normalized_shape must have at least one dimension");
+  const int64_t axis = input.dim() - k;
+  LOOM_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)) == normalized_shape,
+             "[native_layer_norm] given normalized_shape=", normalized_shape,
+             ", expected input with shape ", star_shape(normalized_shape),
+             " but got input of shape ", input.sizes());
+  check_affine("weight", weight, input, normalized_shape);
+  check_affine("bias", bias, input, normalized_shape);
+  const DType dt = input.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt), "[native_layer_norm] expected a floating input but got ", dt);
+  int64_t rows = 1;
+  DimVector stat_shape;
+  for (int64_t d = 0; d < axis; ++d) {
+    rows *= input.size(d);
+    stat_shape.push_back(input.size(d));
+  }
+  for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
+  const int64_t cols = multiply_sizes(normalized_shape);
+  Tensor out = empty_tensor(input.sizes(), dt, input.device());
+  Tensor mean = empty_tensor(stat_shape, dt, input.device());
+  Tensor rstd = empty_tensor(stat_shape, dt, input.device());
+  if (input.is_meta() || rows == 0) return {out, mean, rstd};
+
+  Tensor x = contiguous(input);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, "native_layer_norm", [&] {
+    using M = opmath_t<scalar_t>;
+    // The affine parameters in the compute type, contiguous.
+    Tensor w = has(weight) ? contiguous(weight->to(DTypeOf<M>::value)) : Tensor();
+    Tensor b = has(bias) ? contiguous(bias->to(DTypeOf<M>::value)) : Tensor();
+    const M* wp = w.defined() ? w.data_ptr<M>() : nullptr;
+    const M* bp = b.defined() ? b.data_ptr<M>() : nullptr;
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    scalar_t* mp = mean.data_ptr<scalar_t>();
+    scalar_t* rp = rstd.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* xr = xp + r * cols;
+        scalar_t* orow = op + r * cols;
+        // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
+        const double mu =
+            cols > 0 ? lane_sum<M>(xr, cols, 0.0, false) / static_cast<double>(cols) : 0.0;
+        const double var =
+            cols > 0 ? lane_sum<M>(xr, cols, mu, true) / static_cast<double>(cols) : 0.0;
+        const M m = static_cast<M>(mu);
+        const M rs = static_cast<M>(1.0 / std::sqrt(var + eps));
+        for (int64_t j = 0; j < cols; ++j) {
+          M y = (static_cast<M>(xr[j]) - m) * rs;
+          if (wp) y *= wp[j];
+          if (bp) y += bp[j];
+          orow[j] = convert<scalar_t>(y);
+        }
+        mp[r] = convert<scalar_t>(m);
+        rp[r] = convert<scalar_t>(rs);
+      }
+    });
+  });
+  return {out, mean, rstd};
+}
+
+Tensor layer_norm_kernel(const Tensor& input, IntArrayRef normalized_shape,
+                         const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                         double eps) {
+  return std::get<0>(native_layer_norm(input, normalized_shape, weight, bias, eps));
+}
+
+// ---- dropout ----
+
+void check_dropout_p(const char* op, double p) {
+  LOOM_CHECK(p >= 0.0 && p <= 1.0, "[", op,
+             "] dropout probability has to be between 0 and 1, "
+             "but got ",
+             p);
+}
+
+// Note [Dropout draws]
+// A training call with p > 0 reserves numel 32-bit draws from the generator; element i is kept when
+// draw i, as a uniform float in [0, 1), is below 1 - p. So the mask depends only on (seed, offset,
+// numel), not on the number of threads, and the call advances the generator by ceil(numel / 4).
+std::tuple<Tensor, Tensor> native_dropout_kernel(const Tensor& input, double p, bool train,
+                                                 const std::optional<Generator>& gen) {
+  check_defined(input, "native_dropout", "input");
+  check_dropout_p("native_dropout", p);
+  const DType dt = input.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt), "[native_dropout] expected a floating input but got ", dt);
+  Tensor out = empty_tensor(input.sizes(), dt, input.device());
+  Tensor mask = empty_tensor(input.sizes(), kBool, input.device());
+  const int64_t n = input.numel();
+  if (input.is_meta() || n == 0) return {out, mask};
+  bool* mp = mask.data_ptr<bool>();
+  if (!train || p == 0.0) {
+    copy_(out, input);
+    std::memset(mp, 1, static_cast<size_t>(n));
+    return {out, mask};
+  }
+  const GeneratorState st = (gen ? *gen : default_generator()).reserve(static_cast<uint64_t>(n));
+  if (p == 1.0) {
+    fill_(out, 0);
+    std::memset(mp, 0, static_cast<size_t>(n));
+    return {out, mask};
+  }
+  Tensor x = contiguous(input);
+  const float keep = static_cast<float>(1.0 - p);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, "native_dropout", [&] {
+    using M = opmath_t<scalar_t>;
+    const M scale = static_cast<M>(1.0 / (1.0 - p));
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    const int64_t blocks = (n + 3) / 4;  // one Philox block gives the draws of 4 elements
+    parallel_for(0, blocks, 4096, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) {
+        const auto draws = philox4x32(st.offset + static_cast<uint64_t>(blk), 0, st.seed);
+        const int64_t i0 = blk * 4, i1 = std::min(n, i0 + 4);
+        for (int64_t i = i0; i < i1; ++i) {
+          const bool k = uint32_to_unit_float(draws[static_cast<size_t>(i - i0)]) < keep;
+          mp[i] = k;
+          op[i] = k ? convert<scalar_t>(static_cast<M>(xp[i]) * scale) : scalar_t(0);
+        }
+      }
+    });
+  });
+  return {out, mask};
+}
+
+Tensor dropout_kernel(const Tensor& input, double p, bool train,
+                      const std::optional<Generator>& gen) {
+  check_defined(input, "dropout", "input");
+  check_dropout_p("dropout", p);
+  if (!train || p == 0.0) return input;
+  return std::get<0>(native_dropout(input, p, train, gen));
+}
+
+// ---- losses ----
+
+void check_reduction(const char* op, int64_t reduction) {
+  LOOM_CHECK(reduction >= 0 && reduction <= 2, "[", op,
+             "] reduction must be 0 (none), 1 (mean) "
+             "or 2 (sum) but got ",
+             reduction);
+}
+
+void check_class_weight(const char* op, const std::optional<Tensor>& weight, const Tensor& input,
+                        int64_t classes) {
+  if (!has(weight)) return;
+  LOOM_CHECK(weight->dim() == 1 && weight->numel() == classes, "[", op,
+             "] expected weight to be "
+             "a 1-D tensor with one element per class (",
+             classes, ") but got shape ", weight->sizes());
+  LOOM_CHECK(weight->device() == input.device(), "[", op, "] expected weight on ", input.device(),
+             " (like input) but it is on ", weight->device());
+}
+
+// input (C), (N, C) or (N, C, d1, ...): log-probabilities; target the class of each sample.
+// Mean divides by the summed weights of the targets that are not ignored (PyTorch's weighted mean).
+Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
+                       const std::optional<Tensor>& weight, int64_t reduction,
+                       int64_t ignore_index) {
+  check_defined(input, "nll_loss", "input");
+  check_defined(target, "nll_loss", "target");
+  check_reduction("nll_loss", reduction);
+  const DType dt = input.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt),
+                  "[nll_loss] expected floating input (log-probabilities) but "
+                  "got ",
+                  dt);
+  LOOM_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kUInt8,
+                  "[nll_loss] expected "
+                  "target to hold class indices of dtype int64 but got ",
+                  target.dtype());
+  LOOM_CHECK(input.dim() >= 1,
+             "[nll_loss] expected input of shape (C), (N, C) or "
+             "(N, C, d1, ...) but got a 0-dim tensor");
+  LOOM_CHECK(target.device() == input.device(), "[nll_loss] expected target on ", input.device(),
+             " (like input) but it is on ", target.device());
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(class_dim);
+  DimVector tshape(input.sizes());
+  tshape.erase(static_cast<size_t>(class_dim));
+  LOOM_CHECK(target.sizes() == tshape.ref(), "[nll_loss] expected target of shape ", tshape.ref(),
+             " for input of shape ", input.sizes(), " but got ", target.sizes());
+  check_class_weight("nll_loss", weight, input, classes);
+  Tensor out = empty_tensor(reduction == 0 ? tshape.ref() : IntArrayRef(), dt, input.device());
+  if (input.is_meta()) return out;
+
+  Tensor t = contiguous(target.to(kInt64));
+  const int64_t* tp = t.data_ptr<int64_t>();
+  const int64_t count = t.numel();
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t c = tp[i];
+    if (c == ignore_index) continue;
+    LOOM_CHECK_INDEX(c >= 0 && c < classes, "[nll_loss] target ", c, " is out of bounds for ",
+                     classes, " classes (valid targets are 0..", classes - 1,
+                     " or ignore_index=", ignore_index, ")");
+  }
+  std::vector<double> w(static_cast<size_t>(classes), 1.0);
+  if (has(weight)) w = to_vector<double>(*weight);
+  // Sample i = n * S + s reads input[n, target[i], s] at (n * C + target[i]) * S + s.
+  int64_t spatial = 1;
+  for (int64_t d = 2; d < input.dim(); ++d) spatial *= input.size(d);
+  Tensor x = contiguous(input);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, "nll_loss", [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    auto loss_at = [&](int64_t i, double& wsum) -> double {
+      const int64_t c = tp[i];
+      if (c == ignore_index) return 0.0;
+      const int64_t n = i / spatial, s = i % spatial;
+      const double wc = w[static_cast<size_t>(c)];
+      wsum += wc;
+      return -wc * static_cast<double>(static_cast<M>(xp[(n * classes + c) * spatial + s]));
+    };
+    scalar_t* op = out.data_ptr<scalar_t>();
+    if (reduction == 0) {
+      parallel_for(0, count, 16384, [&](int64_t begin, int64_t end) {
+        double unused = 0;
+        for (int64_t i = begin; i < end; ++i) op[i] = convert<scalar_t>(loss_at(i, unused));
+      });
+      return;
+    }
+    double total = 0, wsum = 0;
+    for (int64_t i = 0; i < count; ++i) total += loss_at(i, wsum);
+    // Mean over zero total weight (empty batch, or every target ignored) is 0/0 = NaN, as PyTorch.
+    op[0] = convert<scalar_t>(reduction == 2 ? total : total / wsum);
+  });
+  return out;
+}
+
+// input: logits (C), (N, C) or (N, C, d1, ...). target: class indices (the shape of input without
+// the class dim) or class probabilities (the shape of input). Decomposes into log_softmax, nll_loss
+// and pointwise ops/sums, following PyTorch's cross_entropy_loss (LossNLL.cpp) term by term.
+Tensor cross_entropy_kernel(const Tensor& input, const Tensor& target,
+                            const std::optional<Tensor>& weight, int64_t reduction,
+                            int64_t ignore_index, double label_smoothing) {
+  check_defined(input, "cross_entropy", "input");
+  check_defined(target, "cross_entropy", "target");
+  check_reduction("cross_entropy", reduction);
+  LOOM_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0,
+             "[cross_entropy] label_smoothing "
+             "must be between 0.0 and 1.0 but got ",
+             label_smoothing);
+  LOOM_CHECK(input.dim() >= 1,
+             "[cross_entropy] expected input of shape (C), (N, C) or "
+             "(N, C, d1, ...) but got a 0-dim tensor");
+  const int64_t class_dim = input.dim() == 1 ? 0 : 1;
+  const int64_t classes = input.size(class_dim);
+  check_class_weight("cross_entropy", weight, input, classes);
+  // The weight shaped to broadcast along the class dim.
+  Tensor w;
+  if (has(weight)) {
+    DimVector ws(static_cast<size_t>(input.dim()), 1);
+    ws[static_cast<size_t>(class_dim)] = classes;
+    w = reshape(*weight, ws);
+  }
+  const Tensor logp = log_softmax(input, class_dim, input.dtype());
+
+  if (target.sizes() == input.sizes()) {  // class probabilities
+    LOOM_CHECK_TYPE(is_floating(target.dtype()),
+                    "[cross_entropy] a target of the input's shape "
+                    "holds class probabilities and must be floating, but got ",
+                    target.dtype());
+    LOOM_CHECK(ignore_index < 0,
+               "[cross_entropy] ignore_index is not supported for class-"
+               "probability targets (got ",
+               ignore_index, ")");
+    Tensor p = target;
+    if (label_smoothing > 0.0) {
+      p = add(mul(target, 1.0 - label_smoothing), label_smoothing / static_cast<double>(classes));
+    }
+    Tensor terms = mul(logp, p);
+    if (w.defined()) terms = mul(terms, w);
+    if (reduction == 0) return mul(sum(terms, IntArrayRef{class_dim}), -1.0);
+    Tensor total = mul(sum(terms), -1.0);
+    if (reduction == 2) return total;
+    // Mean over samples (numel / C); an empty input gives 0/0 = NaN, as PyTorch.
+    const int64_t samples = classes > 0 ? input.numel() / classes : 0;
+    return div(total, static_cast<double>(samples));
+  }
+
+  Tensor nll = nll_loss(logp, target, weight, static_cast<Reduction>(reduction), ignore_index);
+  if (label_smoothing == 0.0) return nll;
+  // Smoothing spreads label_smoothing of the target mass uniformly over the classes: its term is
+  // the (weighted) sum of -log p over classes, zero where the target is ignored.
+  const Tensor ignored = eq(target, ignore_index);
+  Tensor smooth = mul(sum(w.defined() ? mul(logp, w) : logp, IntArrayRef{class_dim}), -1.0);
+  smooth = masked_fill(smooth, ignored, 0.0);
+  Tensor ret;
+  if (reduction == 0) {
+    ret = smooth;
+  } else if (reduction == 2) {
+    ret = sum(smooth);
+  } else if (w.defined()) {
+    // Normalised by the summed weights of the non-ignored targets, like nll_loss's mean.
+    Tensor safe_target = masked_fill(target, ignored, 0);
+    Tensor tw = reshape(index_select(*weight, 0, reshape(safe_target, {-1})), target.sizes());
+    ret = div(sum(smooth), sum(masked_fill(tw, ignored, 0.0)));
+  } else {
+    ret = div(sum(smooth), sum(ne(target, ignore_index)));
+  }
+  return add(mul(nll, 1.0 - label_smoothing),
+             mul(ret, label_smoothing / static_cast<double>(classes)));
+}
+
+}  // namespace
+
+LOOM_LIBRARY_FRAGMENT(loom, m) {
+  m.def(
+      "native_layer_norm(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, "
+      "float eps) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05) -> Tensor");
+  m.def(
+      "native_dropout(Tensor input, float p, bool train, *, Generator? generator=None) -> "
+      "(Tensor, Tensor)");
+  m.def("dropout(Tensor input, float p, bool train, *, Generator? generator=None) -> Tensor");
+  m.def(
+      "nll_loss(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, "
+      "int ignore_index=-100) -> Tensor");
+  m.def(
+      "cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, "
+      "int ignore_index=-100, float label_smoothing=0.0) -> Tensor");
+  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
+    m.impl("native_layer_norm", k, native_layer_norm_kernel);
+    m.impl("native_dropout", k, native_dropout_kernel);
+    m.impl("nll_loss", k, nll_loss_kernel);
+  }
+  m.impl("layer_norm", DispatchKey::CompositeImplicit, layer_norm_kernel);
+  m.impl("dropout", DispatchKey::CompositeImplicit, dropout_kernel);
+  m.impl("cross_entropy", DispatchKey::CompositeImplicit, cross_entropy_kernel);
+}
+
+Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape,
+                  const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                  double eps) {
+  LOOM_CALL_OP("loom::layer_norm",
+               Tensor(const Tensor&, IntArrayRef, const std::optional<Tensor>&,
+                      const std::optional<Tensor>&, double),
+               input, normalized_shape, weight, bias, eps);
+}
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
+                                                     IntArrayRef normalized_shape,
+                                                     const std::optional<Tensor>& weight,
+                                                     const std::optional<Tensor>& bias,
+                                                     double eps) {
+  using Sig =
+      std::tuple<Tensor, Tensor, Tensor>(const Tensor&, IntArrayRef, const std::optional<Tensor>&,
+                                         const std::optional<Tensor>&, double);
+  LOOM_CALL_OP("loom::native_layer_norm", Sig, input, normalized_shape, weight, bias, eps);
+}
+Tensor dropout(const Tensor& input, double p, bool train, const std::optional<Generator>& gen) {
+  LOOM_CALL_OP("loom::dropout",
+               Tensor(const Tensor&, double, bool, const std::optional<Generator>&), input, p,
+               train, gen);
+}
+std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, bool train,
+                                          const std::optional<Generator>& gen) {
+  using Sig =
+      std::tuple<Tensor, Tensor>(const Tensor&, double, bool, const std::optional<Generator>&);
+  LOOM_CALL_OP("loom::native_dropout", Sig, input, p, train, gen);
+}
+Tensor nll_loss(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight,
+                Reduction reduction, int64_t ignore_index) {
+  LOOM_CALL_OP("loom::nll_loss",
+               Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t, int64_t),
+               input, target, weight, static_cast<int64_t>(reduction), ignore_index);
+}
+Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::optional<Tensor>& weight,
+                     Reduction reduction, int64_t ignore_index, double label_smoothing) {
+  LOOM_CALL_OP(
+      "loom::cross_entropy",
+      Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t, int64_t, double),
+      input, target, weight, static_cast<int64_t>(reduction), ignore_index, label_smoothing);
+}
+
+}  // namespace loom

@@ -1,0 +1,195 @@
+// softmax and log_softmax along one dim, numerically stable: the max along the dim is subtracted
+// before exp, so large logits never overflow. Any dim and any layout (non-contiguous inputs are
+// made contiguous first); float16/bfloat16 compute in float32.
+#include <cmath>
+#include <limits>
+
+#include "op_call.h"
+#include "reduce_engine.h"
+
+namespace loom {
+namespace {
+
+using reduce::load;
+
+template <class T>
+using compute_t = decltype(load(T{}));
+
+template <class V>
+inline V exp_of(V v) {
+  if constexpr (std::is_same_v<V, float>) {
+    return reduce::exp_f32(v);
+  } else {
+    return std::exp(v);
+  }
+}
+
+template <class V>
+inline V nan_max(V a, V x) {
+  return (x > a || x != x) ? x : a;
+}
+
+// Max of a contiguous row, NaN if the row holds one.
+template <class T>
+compute_t<T> row_max(const T* x, int64_t n) {
+  using V = compute_t<T>;
+  constexpr int kLanes = 16;
+  V lanes[kLanes];
+  for (auto& l : lanes) l = -std::numeric_limits<V>::infinity();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    LOOM_LANE_LOOP for (int j = 0; j < kLanes; ++j) lanes[j] = nan_max(lanes[j], load(x[i + j]));
+  }
+  for (int j = 0; i + j < n; ++j) lanes[j] = nan_max(lanes[j], load(x[i + j]));
+  V m = lanes[0];
+  for (int j = 1; j < kLanes; ++j) m = nan_max(m, lanes[j]);
+  return m;
+}
+
+// Sum of exp(x - m) over a contiguous row; if `e` is given the exps are also written there. Each
+// block of 256 is exponentiated into a buffer (an element-wise loop, which vectorises) and summed
+// in float lanes; blocks are added in double.
+template <class T, class E>
+double row_sum_exp(const T* x, int64_t n, compute_t<T> m, E* e) {
+  using V = compute_t<T>;
+  constexpr int64_t kBlock = 256;
+  constexpr int kLanes = 16;
+  V buf[kBlock];
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - b0);
+    V* __restrict dst = buf;
+    if constexpr (!std::is_same_v<E, void>) dst = e + b0;
+    const T* __restrict src = x + b0;
+    for (int64_t i = 0; i < len; ++i) dst[i] = exp_of<V>(load(src[i]) - m);
+    V lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= len; i += kLanes) {
+      LOOM_LANE_LOOP for (int j = 0; j < kLanes; ++j) lanes[j] += dst[i + j];
+    }
+    for (int j = 0; i + j < len; ++j) lanes[j] += dst[i + j];
+    for (int j = 0; j < kLanes; ++j) total += static_cast<double>(lanes[j]);
+  }
+  return total;
+}
+
+template <class T, bool kLog>
+void softmax_row(const T* x, T* y, int64_t n) {
+  using V = compute_t<T>;
+  const V m = row_max(x, n);
+  if constexpr (kLog) {
+    // (x - m) - log(s), not x - (m + log(s)): the latter rounds at the scale of m.
+    const V log_sum = static_cast<V>(std::log(row_sum_exp<T, void>(x, n, m, nullptr)));
+    for (int64_t i = 0; i < n; ++i) y[i] = convert<T>((load(x[i]) - m) - log_sum);
+  } else if constexpr (std::is_same_v<T, V>) {
+    // The exps go straight into the output, which is then scaled.
+    const V inv = static_cast<V>(1.0 / row_sum_exp<T, V>(x, n, m, y));
+    for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+  } else {
+    const V inv = static_cast<V>(1.0 / row_sum_exp<T, void>(x, n, m, nullptr));
+    for (int64_t i = 0; i < n; ++i) y[i] = convert<T>(exp_of<V>(load(x[i]) - m) * inv);
+  }
+}
+
+// Softmax over dim 1 of a contiguous [D, inner] block, for the columns [b0, b0 + w): the max, the
+// sum and the result are accumulated across rows, vectorised over the columns.
+template <class T, bool kLog>
+void softmax_columns(const T* x, T* y, int64_t d, int64_t inner, int64_t b0, int64_t w) {
+  using V = compute_t<T>;
+  constexpr int64_t kMaxW = 256;
+  V m[kMaxW], s[kMaxW];
+  for (int64_t b = 0; b < w; ++b) {
+    m[b] = -std::numeric_limits<V>::infinity();
+    s[b] = 0;
+  }
+  for (int64_t k = 0; k < d; ++k) {
+    const T* row = x + k * inner + b0;
+    for (int64_t b = 0; b < w; ++b) m[b] = nan_max(m[b], load(row[b]));
+  }
+  for (int64_t k = 0; k < d; ++k) {
+    const T* row = x + k * inner + b0;
+    for (int64_t b = 0; b < w; ++b) s[b] += exp_of<V>(load(row[b]) - m[b]);
+  }
+  for (int64_t b = 0; b < w; ++b) {
+    if constexpr (kLog) {
+      s[b] = std::log(s[b]);
+    } else {
+      s[b] = V(1) / s[b];
+    }
+  }
+  for (int64_t k = 0; k < d; ++k) {
+    const T* row = x + k * inner + b0;
+    T* out = y + k * inner + b0;
+    for (int64_t b = 0; b < w; ++b) {
+      if constexpr (kLog) {
+        out[b] = convert<T>((load(row[b]) - m[b]) - s[b]);
+      } else {
+        out[b] = convert<T>(exp_of<V>(load(row[b]) - m[b]) * s[b]);
+      }
+    }
+  }
+}
+
+template <class T, bool kLog>
+void softmax_cpu(const Tensor& in, const Tensor& out, int64_t dim) {
+  const IntArrayRef sizes = in.sizes();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i) outer *= sizes[static_cast<size_t>(i)];
+  for (int64_t i = dim + 1; i < in.dim(); ++i) inner *= sizes[static_cast<size_t>(i)];
+  const int64_t d = in.dim() == 0 ? 1 : sizes[static_cast<size_t>(dim)];
+  const T* x = static_cast<const T*>(in.data_ptr());
+  T* y = static_cast<T*>(out.data_ptr());
+  if (inner == 1) {
+    parallel_for(0, outer, std::max<int64_t>(1, 16384 / d), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) softmax_row<T, kLog>(x + o * d, y + o * d, d);
+    });
+    return;
+  }
+  constexpr int64_t kTile = 256;
+  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, 16384 / (d * std::min(inner, kTile)));
+  parallel_for(0, outer * tiles, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / tiles, b0 = (t % tiles) * kTile;
+      softmax_columns<T, kLog>(x + o * d * inner, y + o * d * inner, d, inner, b0,
+                               std::min(kTile, inner - b0));
+    }
+  });
+}
+
+template <bool kLog>
+Tensor softmax_kernel(const Tensor& self, int64_t dim, std::optional<DType> dtype) {
+  const char* op = kLog ? "log_softmax" : "softmax";
+  check_defined(self, op, "self");
+  const int64_t d = wrap_dim(dim, self.dim(), op);
+  Tensor in = dtype && *dtype != self.dtype() ? self.to(*dtype) : self;
+  LOOM_CHECK_TYPE(is_floating(in.dtype()), "[", op, "] expected a floating point input but got ",
+                  in.dtype(), " (pass dtype= to compute in a floating type)");
+  Tensor out = empty_tensor(in.sizes(), in.dtype(), in.device());
+  if (in.is_meta() || in.numel() == 0) return out;
+  Tensor x = in.contiguous();
+  LOOM_DISPATCH_FLOAT_TYPES(x.dtype(), op, [&] { softmax_cpu<scalar_t, kLog>(x, out, d); });
+  return out;
+}
+
+}  // namespace
+
+LOOM_LIBRARY_FRAGMENT(loom, m) {
+  m.def("softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
+  m.def("log_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
+  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
+    m.impl("softmax", k, softmax_kernel<false>);
+    m.impl("log_softmax", k, softmax_kernel<true>);
+  }
+}
+
+using SoftmaxSig = Tensor(const Tensor&, int64_t, std::optional<DType>);
+
+Tensor softmax(const Tensor& self, int64_t dim, std::optional<DType> dtype) {
+  LOOM_CALL_OP("loom::softmax", SoftmaxSig, self, dim, dtype);
+}
+Tensor log_softmax(const Tensor& self, int64_t dim, std::optional<DType> dtype) {
+  LOOM_CALL_OP("loom::log_softmax", SoftmaxSig, self, dim, dtype);
+}
+
+}  // namespace loom
