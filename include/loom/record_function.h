@@ -30,6 +30,7 @@ struct OpEvent {
   std::string_view name;  // "loom::add" (operators: full name with overload) or the scope name
   const FunctionSchema* schema = nullptr;  // null for user scopes
   uint64_t sequence_nr = 0;                // per-thread count of recorded events
+  int depth = 0;                           // nesting: 0 for a call made by user code
   int64_t start_ns = 0;                    // steady clock, set on entry
   int64_t end_ns = 0;                      // set before on_exit
   // One entry per tensor argument (tensor lists contribute one entry per element).

@@ -36,6 +36,7 @@ std::shared_ptr<const std::vector<Registered>> snapshot() {
 }
 
 thread_local uint64_t t_sequence_nr = 0;
+thread_local int t_depth = 0;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -84,6 +85,7 @@ RecordFunctionGuard::RecordFunctionGuard(std::string_view scope_name) {
 void RecordFunctionGuard::enter() {
   active_ = true;
   event_.sequence_nr = t_sequence_nr++;
+  event_.depth = t_depth++;
   event_.start_ns = now_ns();
   auto cbs = snapshot();
   for (const auto& r : *cbs) {
@@ -93,6 +95,7 @@ void RecordFunctionGuard::enter() {
 
 RecordFunctionGuard::~RecordFunctionGuard() {
   if (!active_) return;
+  --t_depth;
   event_.end_ns = now_ns();
   auto cbs = snapshot();
   for (const auto& r : *cbs) {

@@ -15,24 +15,26 @@ namespace loom {
 namespace {
 
 // Note [conv2d as im2col + gemm]
-// For one image, out[Cout, Ho*Wo] = weight[Cout, Cin*kh*kw] @ columns[Cin*kh*kw, Ho*Wo]: each row of
-// `columns` is one input channel shifted by one kernel tap (zeros where the tap falls in the padding).
-// Groups split the rows of both the weight and the columns, one gemm per group. Small images give
-// thin gemms that BLAS runs poorly, so `nb` images share one gemm: their columns sit side by side
+// For one image, out[Cout, Ho*Wo] = weight[Cout, Cin*kh*kw] @ columns[Cin*kh*kw, Ho*Wo]: each row
+// of `columns` is one input channel shifted by one kernel tap (zeros where the tap falls in the
+// padding). Groups split the rows of both the weight and the columns, one gemm per group. Small
+// images give thin gemms that BLAS runs poorly, so `nb` images share one gemm: their columns sit
+// side by side
 // ([K, nb*Ho*Wo]), the product lands in a scratch [Cout, nb*Ho*Wo] and is scattered back to NCHW
 // with the bias added. With nb == 1 the gemm writes straight into the output, and a 1x1 kernel with
 // stride 1 and no padding needs no columns at all (the image already is [Cin, H*W]). im2col and the
 // scatter run on loom's pool; the gemms run outside it (Note [Thread pool and BLAS], parallel.cpp).
 
-// Column-buffer budget (elements, 4 MiB of float32) that bounds how many images share one gemm:
-// small enough to stay in cache for the gemm, large enough that thin convolutions (few channels,
-// small kernels) make few, wide gemms; OpenBLAS threads many tiny gemms badly.
-constexpr int64_t kColumnBudget = int64_t{1} << 20;
+// Budget (elements; 16 MiB of float32) for each of the two scratch buffers, the columns
+// [K, nb*Ho*Wo] and the gemm result [Cout, nb*Ho*Wo], which bounds how many images share one gemm.
+// Few wide gemms beat many thin ones: OpenBLAS threads small gemms poorly (measured on 2 and 16
+// threads, a 3x3 conv on 64 images of 14x14 and of 28x28: this budget was best or within noise).
+constexpr int64_t kScratchBudget = int64_t{1} << 22;
 
 struct ConvGeometry {
-  int64_t N, C, H, W;       // input (N = 1 for an unbatched input)
-  int64_t Cout, kh, kw;     // weight
-  int64_t Ho, Wo;           // output
+  int64_t N, C, H, W;    // input (N = 1 for an unbatched input)
+  int64_t Cout, kh, kw;  // weight
+  int64_t Ho, Wo;        // output
   int64_t sh, sw, ph, pw, dh, dw, groups;
   bool batched;
 };
@@ -48,11 +50,12 @@ ConvGeometry check_conv2d(const Tensor& input, const Tensor& weight, const Tenso
                           int64_t groups) {
   check_defined(input, "conv2d", "input");
   check_defined(weight, "conv2d", "weight");
-  LOOM_CHECK(weight.dim() == 4, "[conv2d] expected weight to have 4 dimensions, got ",
-             weight.dim(), " (shape ", weight.sizes(),
-             "; expected [out_channels, in_channels/groups, kH, kW])");
-  LOOM_CHECK(input.dim() == 3 || input.dim() == 4, "[conv2d] expected a 3-D (unbatched) or 4-D "
-             "(batched) input, but got input of shape ", input.sizes());
+  LOOM_CHECK(weight.dim() == 4, "[conv2d] expected weight to have 4 dimensions, got ", weight.dim(),
+             " (shape ", weight.sizes(), "; expected [out_channels, in_channels/groups, kH, kW])");
+  LOOM_CHECK(input.dim() == 3 || input.dim() == 4,
+             "[conv2d] expected a 3-D (unbatched) or 4-D "
+             "(batched) input, but got input of shape ",
+             input.sizes());
   const auto [sh, sw] = pair_arg("stride", stride);
   const auto [ph, pw] = pair_arg("padding", padding);
   const auto [dh, dw] = pair_arg("dilation", dilation);
@@ -73,20 +76,26 @@ ConvGeometry check_conv2d(const Tensor& input, const Tensor& weight, const Tenso
   g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw, g.dh = dh, g.dw = dw, g.groups = groups;
   LOOM_CHECK(g.Cout % groups == 0, "[conv2d] weight of shape ", weight.sizes(),
              " has out_channels = ", g.Cout, ", which is not divisible by groups = ", groups);
-  LOOM_CHECK(g.C == weight.size(1) * groups, "[conv2d] given groups=", groups, " and weight of shape ",
-             weight.sizes(), " (in_channels/groups = ", weight.size(1), "), expected input of shape ",
-             input.sizes(), " to have ", weight.size(1) * groups, " channels, but got ", g.C,
-             " channels");
-  LOOM_CHECK_TYPE(input.dtype() == weight.dtype(), "[conv2d] expected input and weight to have the "
-                  "same dtype, but got input ", input.dtype(), " and weight ", weight.dtype());
-  LOOM_CHECK(input.device() == weight.device(), "[conv2d] expected input and weight on the same "
-             "device, but got input on ", input.device(), " and weight on ", weight.device());
+  LOOM_CHECK(g.C == weight.size(1) * groups, "[conv2d] given groups=", groups,
+             " and weight of shape ", weight.sizes(), " (in_channels/groups = ", weight.size(1),
+             "), expected input of shape ", input.sizes(), " to have ", weight.size(1) * groups,
+             " channels, but got ", g.C, " channels");
+  LOOM_CHECK_TYPE(input.dtype() == weight.dtype(),
+                  "[conv2d] expected input and weight to have the "
+                  "same dtype, but got input ",
+                  input.dtype(), " and weight ", weight.dtype());
+  LOOM_CHECK(input.device() == weight.device(),
+             "[conv2d] expected input and weight on the same "
+             "device, but got input on ",
+             input.device(), " and weight on ", weight.device());
   if (bias.defined()) {
     LOOM_CHECK(bias.dim() == 1 && bias.size(0) == g.Cout, "[conv2d] expected bias to be 1-D with ",
                g.Cout, " elements (out_channels of weight ", weight.sizes(), "), but got shape ",
                bias.sizes());
-    LOOM_CHECK_TYPE(bias.dtype() == input.dtype(), "[conv2d] expected bias to have the dtype of "
-                    "input (", input.dtype(), ") but got ", bias.dtype());
+    LOOM_CHECK_TYPE(bias.dtype() == input.dtype(),
+                    "[conv2d] expected bias to have the dtype of "
+                    "input (",
+                    input.dtype(), ") but got ", bias.dtype());
     LOOM_CHECK(bias.device() == input.device(), "[conv2d] expected bias on ", input.device(),
                " but it is on ", bias.device());
   }
@@ -95,8 +104,8 @@ ConvGeometry check_conv2d(const Tensor& input, const Tensor& weight, const Tenso
   const int64_t eff_kh = dh * (g.kh - 1) + 1, eff_kw = dw * (g.kw - 1) + 1;
   LOOM_CHECK(g.H + 2 * ph >= eff_kh && g.W + 2 * pw >= eff_kw,
              "[conv2d] calculated padded input size per channel: (", g.H + 2 * ph, " x ",
-             g.W + 2 * pw, ") for input of shape ", input.sizes(), ". Kernel size: (", eff_kh, " x ",
-             eff_kw, ") for weight of shape ", weight.sizes(), " and dilation ", dilation,
+             g.W + 2 * pw, ") for input of shape ", input.sizes(), ". Kernel size: (", eff_kh,
+             " x ", eff_kw, ") for weight of shape ", weight.sizes(), " and dilation ", dilation,
              ". Kernel size can't be greater than actual input size");
   g.Ho = (g.H + 2 * ph - eff_kh) / sh + 1;
   g.Wo = (g.W + 2 * pw - eff_kw) / sw + 1;
@@ -166,12 +175,14 @@ void conv2d_cpu(const T* in, const T* w, const T* bias, T* out, const ConvGeomet
   if (g.N == 0 || g.Cout == 0 || HW == 0) return;
   if (Kg == 0) {  // no input channels: the output is the bias
     parallel_for(0, g.N * g.Cout, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) std::fill(out + p * HW, out + (p + 1) * HW, bias ? bias[p % g.Cout] : T(0));
+      for (int64_t p = p0; p < p1; ++p)
+        std::fill(out + p * HW, out + (p + 1) * HW, bias ? bias[p % g.Cout] : T(0));
     });
     return;
   }
   const bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
-  const int64_t nb = std::clamp<int64_t>(kColumnBudget / (K * HW), 1, g.N);
+  const int64_t per_image = std::max(K, g.Cout) * HW;
+  const int64_t nb = std::clamp<int64_t>(kScratchBudget / per_image, 1, g.N);
   // Uninitialised scratch: im2col and gemm write every element.
   std::unique_ptr<T[]> col(direct && nb == 1 ? nullptr : new T[static_cast<size_t>(K * nb * HW)]);
   std::unique_ptr<T[]> scratch(nb > 1 ? new T[static_cast<size_t>(g.Cout * nb * HW)] : nullptr);
@@ -203,8 +214,9 @@ void conv2d_cpu(const T* in, const T* w, const T* bias, T* out, const ConvGeomet
   }
 }
 
-Tensor conv2d_kernel(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias_opt,
-                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
+Tensor conv2d_kernel(const Tensor& input, const Tensor& weight,
+                     const std::optional<Tensor>& bias_opt, IntArrayRef stride, IntArrayRef padding,
+                     IntArrayRef dilation, int64_t groups) {
   const Tensor bias = bias_opt.has_value() ? *bias_opt : Tensor();
   const ConvGeometry g = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const DType dt = input.dtype();
@@ -214,8 +226,8 @@ Tensor conv2d_kernel(const Tensor& input, const Tensor& weight, const std::optio
   if (is_reduced_float(dt)) {
     std::optional<Tensor> bias_f;
     if (bias.defined()) bias_f = bias.to(kFloat32);
-    return conv2d_kernel(input.to(kFloat32), weight.to(kFloat32), bias_f, stride, padding,
-                         dilation, groups)
+    return conv2d_kernel(input.to(kFloat32), weight.to(kFloat32), bias_f, stride, padding, dilation,
+                         groups)
         .to(dt);
   }
   Tensor out = empty_tensor(out_shape, dt, input.device());
@@ -226,16 +238,19 @@ Tensor conv2d_kernel(const Tensor& input, const Tensor& weight, const std::optio
     conv2d_cpu<T>(x.data_ptr<T>(), w.data_ptr<T>(), b.defined() ? b.data_ptr<T>() : nullptr,
                   out.data_ptr<T>(), g);
   };
-  if (dt == kFloat32) run(float{});
-  else run(double{});
+  if (dt == kFloat32)
+    run(float{});
+  else
+    run(double{});
   return out;
 }
 
 }  // namespace
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
-  m.def("conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
-        "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor");
+  m.def(
+      "conv2d(Tensor input, Tensor weight, Tensor? bias=None, int[2] stride=1, "
+      "int[2] padding=0, int[2] dilation=1, int groups=1) -> Tensor");
   m.impl("conv2d", DispatchKey::CPU, conv2d_kernel);
   m.impl("conv2d", DispatchKey::Meta, conv2d_kernel);
 }

@@ -1,7 +1,7 @@
 // Linear algebra: mm, bmm, addmm and dot are CPU and Meta kernels; matmul and linear are
-// CompositeImplicit (they decompose into those and views, which is what autograd and the compiler see).
-// float32/float64 go to OpenBLAS; float16/bfloat16 are computed in float32; integer dtypes use a plain
-// loop (bool is rejected, as in PyTorch).
+// CompositeImplicit (they decompose into those and views, which is what autograd and the compiler
+// see). float32/float64 go to OpenBLAS; float16/bfloat16 are computed in float32; integer dtypes
+// use a plain loop (bool is rejected, as in PyTorch).
 #include <cblas.h>
 
 #include <climits>
@@ -19,9 +19,9 @@ namespace {
 // unit-stride run. Transposed views (`w.t()` in linear), column slices of a wider matrix and
 // contiguous matrices all qualify and go to gemm without a copy; anything else (both strides > 1,
 // expanded rows) is made contiguous first. The stride of a size-1 dimension is meaningless, so it
-// never disqualifies a matrix. BLAS must never run inside loom's parallel_for (Note [Thread pool and
-// BLAS] in parallel.cpp): every gemm here is issued from the calling thread, and batches are looped
-// serially so that OpenBLAS threads each product itself.
+// never disqualifies a matrix. BLAS must never run inside loom's parallel_for (Note [Thread pool
+// and BLAS] in parallel.cpp): every gemm here is issued from the calling thread, and batches are
+// looped serially so that OpenBLAS threads each product itself.
 struct BlasLayout {
   bool ok = false;
   bool trans = false;
@@ -90,7 +90,9 @@ void loop_gemm(int64_t i0, int64_t i1, int64_t m, int64_t k, T alpha, const T* a
   }
 }
 
-bool scalar_is_zero(const Scalar& s) { return s.to_double() == 0.0; }
+bool scalar_is_zero(const Scalar& s) {
+  return s.to_double() == 0.0;
+}
 
 // out[b] = alpha * a[b] @ b[b] + beta * out[b] for every batch b. a: [B, n, k], b: [B, k, m], out a
 // fresh contiguous [B, n, m] of the same dtype, prefilled when beta != 0. All on the CPU.
@@ -102,10 +104,13 @@ void batched_product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha,
   LOOM_CHECK_TYPE(dt != kBool, "[", op, "] is not implemented for bool tensors");
   LOOM_CHECK_TYPE(is_floating(dt) || (!alpha.is_floating() && !beta.is_floating()), "[", op,
                   "] for integral input tensors, arguments alpha and beta must not be floating "
-                  "point numbers (got ", alpha, " and ", beta, ")");
+                  "point numbers (got ",
+                  alpha, " and ", beta, ")");
   if (k == 0) {  // an empty sum: the product part is zero
-    if (scalar_is_zero(beta)) out.zero_();
-    else if (!(beta == Scalar(1))) mul_(out, beta);
+    if (scalar_is_zero(beta))
+      out.zero_();
+    else if (!(beta == Scalar(1)))
+      mul_(out, beta);
     return;
   }
   if (is_reduced_float(dt)) {
@@ -128,8 +133,10 @@ void batched_product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha,
                      pc + i * n * m, m);
       }
     };
-    if (dt == kFloat32) run(float{});
-    else run(double{});
+    if (dt == kFloat32)
+      run(float{});
+    else
+      run(double{});
     return;
   }
   auto run = [&](auto tag) {
@@ -185,12 +192,15 @@ Tensor mm_kernel(const Tensor& self, const Tensor& mat2) {
 Tensor bmm_kernel(const Tensor& self, const Tensor& mat2) {
   check_matrix("bmm", self, "self", 3);
   check_matrix("bmm", mat2, "mat2", 3);
-  LOOM_CHECK(self.size(0) == mat2.size(0), "[bmm] expected batch1 and batch2 to have the same "
-             "batch size, but got shapes ", self.sizes(), " and ", mat2.sizes());
+  LOOM_CHECK(self.size(0) == mat2.size(0),
+             "[bmm] expected batch1 and batch2 to have the same "
+             "batch size, but got shapes ",
+             self.sizes(), " and ", mat2.sizes());
   LOOM_CHECK(self.size(2) == mat2.size(1), "[bmm] batch1 and batch2 shapes cannot be multiplied (",
              self.sizes(), " and ", mat2.sizes(), ")");
   check_same_dtype("bmm", self, "batch1", mat2, "batch2");
-  Tensor out = empty_tensor({self.size(0), self.size(1), mat2.size(2)}, self.dtype(), self.device());
+  Tensor out =
+      empty_tensor({self.size(0), self.size(1), mat2.size(2)}, self.dtype(), self.device());
   if (out.is_meta()) return out;
   batched_product(out, self, mat2, 1, 0, "bmm");
   return out;
@@ -233,8 +243,10 @@ Tensor dot_kernel(const Tensor& self, const Tensor& other) {
   check_defined(other, "dot", "other");
   LOOM_CHECK(self.dim() == 1 && other.dim() == 1, "[dot] 1-D tensors expected, but got shapes ",
              self.sizes(), " and ", other.sizes());
-  LOOM_CHECK(self.numel() == other.numel(), "[dot] expected both vectors to have the same number "
-             "of elements, but got shapes ", self.sizes(), " and ", other.sizes());
+  LOOM_CHECK(self.numel() == other.numel(),
+             "[dot] expected both vectors to have the same number "
+             "of elements, but got shapes ",
+             self.sizes(), " and ", other.sizes());
   check_same_dtype("dot", self, "self", other, "other");
   const DType dt = self.dtype();
   LOOM_CHECK_TYPE(dt != kBool, "[dot] is not implemented for bool tensors");
@@ -246,13 +258,13 @@ Tensor dot_kernel(const Tensor& self, const Tensor& other) {
   if (dt == kFloat32 || dt == kFloat64) {
     check_blas_int("dot", {n, x.stride(0), y.stride(0)});
     if (dt == kFloat32) {
-      *out.data_ptr<float>() = cblas_sdot(static_cast<int>(n), x.data_ptr<float>(),
-                                          static_cast<int>(x.stride(0)), y.data_ptr<float>(),
-                                          static_cast<int>(y.stride(0)));
+      *out.data_ptr<float>() =
+          cblas_sdot(static_cast<int>(n), x.data_ptr<float>(), static_cast<int>(x.stride(0)),
+                     y.data_ptr<float>(), static_cast<int>(y.stride(0)));
     } else {
-      *out.data_ptr<double>() = cblas_ddot(static_cast<int>(n), x.data_ptr<double>(),
-                                           static_cast<int>(x.stride(0)), y.data_ptr<double>(),
-                                           static_cast<int>(y.stride(0)));
+      *out.data_ptr<double>() =
+          cblas_ddot(static_cast<int>(n), x.data_ptr<double>(), static_cast<int>(x.stride(0)),
+                     y.data_ptr<double>(), static_cast<int>(y.stride(0)));
     }
     return out;
   }
@@ -328,10 +340,13 @@ Tensor linear_composite(const Tensor& input, const Tensor& weight,
   check_defined(input, "linear", "input");
   check_defined(weight, "linear", "weight");
   const bool has_bias = bias_opt.has_value() && bias_opt->defined();
-  LOOM_CHECK(input.dim() >= 1, "[linear] expected input to have at least 1 dimension but got a "
+  LOOM_CHECK(input.dim() >= 1,
+             "[linear] expected input to have at least 1 dimension but got a "
              "0-D tensor");
-  LOOM_CHECK(weight.dim() == 1 || weight.dim() == 2, "[linear] expected weight to be 1-D or 2-D "
-             "([out_features, in_features]) but got shape ", weight.sizes());
+  LOOM_CHECK(weight.dim() == 1 || weight.dim() == 2,
+             "[linear] expected weight to be 1-D or 2-D "
+             "([out_features, in_features]) but got shape ",
+             weight.sizes());
   LOOM_CHECK(input.size(-1) == weight.size(-1), "[linear] input of shape ", input.sizes(),
              " and weight of shape ", weight.sizes(), " are incompatible: in_features is ",
              weight.size(-1), " but the input's last dimension is ", input.size(-1));
@@ -371,8 +386,12 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
 
 using MatSig = Tensor(const Tensor&, const Tensor&);
 
-Tensor mm(const Tensor& self, const Tensor& mat2) { LOOM_CALL_OP("loom::mm", MatSig, self, mat2); }
-Tensor bmm(const Tensor& self, const Tensor& mat2) { LOOM_CALL_OP("loom::bmm", MatSig, self, mat2); }
+Tensor mm(const Tensor& self, const Tensor& mat2) {
+  LOOM_CALL_OP("loom::mm", MatSig, self, mat2);
+}
+Tensor bmm(const Tensor& self, const Tensor& mat2) {
+  LOOM_CALL_OP("loom::bmm", MatSig, self, mat2);
+}
 Tensor matmul(const Tensor& self, const Tensor& other) {
   LOOM_CALL_OP("loom::matmul", MatSig, self, other);
 }
@@ -383,9 +402,8 @@ Tensor addmm(const Tensor& self, const Tensor& mat1, const Tensor& mat2, const S
                self, mat1, mat2, beta, alpha);
 }
 Tensor linear(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
-  LOOM_CALL_OP("loom::linear",
-               Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&), input, weight,
-               bias);
+  LOOM_CALL_OP("loom::linear", Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&),
+               input, weight, bias);
 }
 Tensor dot(const Tensor& self, const Tensor& other) {
   LOOM_CALL_OP("loom::dot", MatSig, self, other);

@@ -1,7 +1,8 @@
 // 2-D pooling: max_pool2d_with_indices and avg_pool2d are CPU and Meta kernels (direct loops, one
 // (n, c) plane per task on loom's pool); max_pool2d is CompositeImplicit over
-// max_pool2d_with_indices, so autograd needs one formula. Output sizes, padding limits and ceil_mode
-// follow PyTorch exactly (a last window that would start in the right padding is dropped).
+// max_pool2d_with_indices, so autograd needs one formula. Output sizes, padding limits and
+// ceil_mode follow PyTorch exactly (a last window that would start in the right padding is
+// dropped).
 #include <array>
 #include <cmath>
 #include <limits>
@@ -34,7 +35,8 @@ int64_t floor_div(int64_t a, int64_t b) {
 // PyTorch's pooling_output_shape.
 int64_t pool_output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil,
                          bool ceil_mode) {
-  int64_t out = floor_div(in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0), stride) + 1;
+  int64_t out =
+      floor_div(in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0), stride) + 1;
   if (ceil_mode && (out - 1) * stride >= in + pad) --out;
   return out;
 }
@@ -45,7 +47,8 @@ PoolGeometry check_pool2d(const char* op, const Tensor& self, IntArrayRef kernel
   check_defined(self, op, "self");
   PoolGeometry g{};
   const auto [kh, kw] = pair_arg(op, "kernel_size", kernel_size);
-  const auto [sh, sw] = stride.empty() ? std::array<int64_t, 2>{kh, kw} : pair_arg(op, "stride", stride);
+  const auto [sh, sw] =
+      stride.empty() ? std::array<int64_t, 2>{kh, kw} : pair_arg(op, "stride", stride);
   const auto [ph, pw] = pair_arg(op, "padding", padding);
   const auto [dh, dw] = pair_arg(op, "dilation", dilation);
   LOOM_CHECK(kh > 0 && kw > 0, "[", op, "] kernel_size must be greater than zero, but got ",
@@ -54,13 +57,15 @@ PoolGeometry check_pool2d(const char* op, const Tensor& self, IntArrayRef kernel
   LOOM_CHECK(dh > 0 && dw > 0, "[", op, "] dilation must be greater than zero, but got ", dilation);
   LOOM_CHECK(ph >= 0 && pw >= 0, "[", op, "] padding must be non-negative, but got ", padding);
   LOOM_CHECK(ph <= (dh * (kh - 1) + 1) / 2 && pw <= (dw * (kw - 1) + 1) / 2, "[", op,
-             "] pad should be at most half of the effective kernel size, but got padding ",
-             padding, " for kernel_size ", kernel_size, " and dilation ", dilation);
+             "] pad should be at most half of the effective kernel size, but got padding ", padding,
+             " for kernel_size ", kernel_size, " and dilation ", dilation);
   const int64_t nd = self.dim();
   bool ok = nd == 3 || nd == 4;
   for (int64_t d = nd == 4 ? 1 : 0; ok && d < nd; ++d) ok = self.size(d) > 0;
-  LOOM_CHECK(ok, "[", op, "] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input with non-zero C, H "
-             "and W (N may be 0), but got shape ", self.sizes());
+  LOOM_CHECK(ok, "[", op,
+             "] expected a 3-D (C, H, W) or 4-D (N, C, H, W) input with non-zero C, H "
+             "and W (N may be 0), but got shape ",
+             self.sizes());
   LOOM_CHECK_TYPE(self.dtype() != kBool, "[", op, "] is not implemented for bool tensors");
   g.batched = nd == 4;
   g.N = g.batched ? self.size(0) : 1;
@@ -153,7 +158,8 @@ void max_pool_cpu(const T* in, T* out, int64_t* ind, const PoolGeometry& geom) {
   });
 }
 
-std::tuple<Tensor, Tensor> max_pool2d_with_indices_kernel(const Tensor& self, IntArrayRef kernel_size,
+std::tuple<Tensor, Tensor> max_pool2d_with_indices_kernel(const Tensor& self,
+                                                          IntArrayRef kernel_size,
                                                           IntArrayRef stride, IntArrayRef padding,
                                                           IntArrayRef dilation, bool ceil_mode) {
   const PoolGeometry g =
@@ -175,7 +181,8 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices_kernel(const Tensor& self, In
 
 Tensor max_pool2d_composite(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
-  return std::get<0>(max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode));
+  return std::get<0>(
+      max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode));
 }
 
 // Tap by tap as max_pool_cpu (Note [Pooling loops, tap by tap]); the divisor follows PyTorch: the
@@ -215,7 +222,7 @@ void avg_pool_cpu(const T* in, T* out, const PoolGeometry& geom, bool count_incl
         T* o = out + (p * Ho + oh) * Wo;
         for (int64_t ow = 0; ow < Wo; ++ow) {
           const int64_t valid = rows_valid * col_valid[static_cast<size_t>(ow)];
-          const int64_t divisor = divisor_override ? *divisor_override
+          const int64_t divisor = divisor_override    ? *divisor_override
                                   : count_include_pad ? rows_all * col_all[static_cast<size_t>(ow)]
                                                       : valid;
           o[ow] = valid <= 0 ? T(0) : static_cast<T>(a[ow] / static_cast<M>(divisor));
@@ -249,17 +256,20 @@ Tensor avg_pool2d_kernel(const Tensor& self, IntArrayRef kernel_size, IntArrayRe
 }  // namespace
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
-  m.def("max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], "
-        "int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)");
-  m.def("avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
-        "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor");
+  m.def(
+      "max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[], "
+      "int[2] padding=0, int[2] dilation=1, bool ceil_mode=False) -> (Tensor, Tensor)");
+  m.def(
+      "avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
+      "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor");
   for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
     m.impl("max_pool2d_with_indices", k, max_pool2d_with_indices_kernel);
     m.impl("avg_pool2d", k, avg_pool2d_kernel);
   }
-  m.def("max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
-        "int[2] dilation=1, bool ceil_mode=False) -> Tensor",
-        max_pool2d_composite);
+  m.def(
+      "max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
+      "int[2] dilation=1, bool ceil_mode=False) -> Tensor",
+      max_pool2d_composite);
 }
 
 using PoolSig = std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
@@ -274,8 +284,8 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices(const Tensor& self, IntArrayR
 Tensor max_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
                   IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
   LOOM_CALL_OP("loom::max_pool2d",
-               Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool), self,
-               kernel_size, stride, padding, dilation, ceil_mode);
+               Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, IntArrayRef, bool),
+               self, kernel_size, stride, padding, dilation, ceil_mode);
 }
 Tensor avg_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
                   IntArrayRef padding, bool ceil_mode, bool count_include_pad) {

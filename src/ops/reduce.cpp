@@ -119,6 +119,11 @@ struct ExtremeR {
     }
   }
   static acc_t combine(acc_t a, acc_t b) { return step(a, b); }
+  static acc_t reduce_contig(const T* x, int64_t n, int64_t)
+    requires std::is_same_v<T, float>
+  {
+    return kMax ? reduce::max_contig_f32(x, n) : reduce::min_contig_f32(x, n);
+  }
   static void store(void* const* outs, int64_t off, acc_t a, int64_t) { put<T>(outs, off, a); }
 };
 
@@ -301,6 +306,8 @@ struct LogSumExpR {
         block = {m, m != m ? m : v_t(0)};
       } else if (m == kInf) {
         block = {m, 1};
+      } else if constexpr (std::is_same_v<T, float>) {
+        block = {m, static_cast<float>(reduce::sum_exp_f32(x + i, len, m, nullptr))};
       } else {
         block = {m, lane_sum<v_t>(x + i, len, [m](v_t v) { return exp_of(v - m); })};
       }

@@ -6,7 +6,13 @@
 #include "loom/ops.h"
 
 #if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics trip false "may be used uninitialized" warnings (GCC PR105593); the
+// warnings are reported at lines of the intrinsics header, so silence them there only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #endif
 
 namespace loom::reduce {
@@ -213,6 +219,96 @@ double sum_contig_impl(const float* x, int64_t n) {
 double sum_contig_f32(const float* x, int64_t n) { return sum_contig_impl<false>(x, n); }
 double sum_squares_contig_f32(const float* x, int64_t n) { return sum_contig_impl<true>(x, n); }
 
+namespace {
+
+template <bool kMax>
+float extreme_contig_impl(const float* x, int64_t n) {
+  const __m512 init = _mm512_set1_ps(kMax ? -INFINITY : INFINITY);
+  __m512 m0 = init, m1 = init, m2 = init, m3 = init;
+  __mmask16 nan = 0;
+  auto fold = [&](__m512& m, __m512 v) {
+    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    m = kMax ? _mm512_max_ps(m, v) : _mm512_min_ps(m, v);
+  };
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    fold(m0, _mm512_loadu_ps(x + i));
+    fold(m1, _mm512_loadu_ps(x + i + 16));
+    fold(m2, _mm512_loadu_ps(x + i + 32));
+    fold(m3, _mm512_loadu_ps(x + i + 48));
+  }
+  for (; i + 16 <= n; i += 16) fold(m0, _mm512_loadu_ps(x + i));
+  if (i < n) {
+    fold(m0, _mm512_mask_loadu_ps(init, static_cast<__mmask16>((1u << (n - i)) - 1u), x + i));
+  }
+  if (nan) return NAN;
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, kMax ? _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3))
+                              : _mm512_min_ps(_mm512_min_ps(m0, m1), _mm512_min_ps(m2, m3)));
+  float r = lanes[0];
+  for (int j = 1; j < 16; ++j) r = kMax ? std::max(r, lanes[j]) : std::min(r, lanes[j]);
+  return r;
+}
+
+// 16 exps: Cephes' polynomial as exp_f32, with vscalefps doing the 2^n (it handles overflow to inf
+// and underflow to 0 itself).
+inline __m512 exp16(__m512 x) {
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(89.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512 result = _mm512_scalef_ps(y, n);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), result, x);
+}
+
+}  // namespace
+
+float max_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<true>(x, n); }
+float min_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<false>(x, n); }
+
+double sum_exp_f32(const float* x, int64_t n, float m, float* out) {
+  constexpr int64_t kBlock = 256;
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512d d0 = _mm512_setzero_pd(), d1 = _mm512_setzero_pd();
+  auto term = [&](int64_t j) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), mv));
+    if (out) _mm512_storeu_ps(out + j, e);
+    return e;
+  };
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = i; j < i + kBlock; j += 64) {
+      a0 = _mm512_add_ps(a0, term(j));
+      a1 = _mm512_add_ps(a1, term(j + 16));
+      a2 = _mm512_add_ps(a2, term(j + 32));
+      a3 = _mm512_add_ps(a3, term(j + 48));
+    }
+    add_to_double(d0, d1, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  }
+  __m512 a = _mm512_setzero_ps();
+  for (; i + 16 <= n; i += 16) a = _mm512_add_ps(a, term(i));
+  if (i < n) {
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, x + i);
+    const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(v, mv)));
+    if (out) _mm512_mask_storeu_ps(out + i, k, e);
+    a = _mm512_add_ps(a, e);
+  }
+  add_to_double(d0, d1, a);
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, _mm512_add_pd(d0, d1));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
 #else  // portable version of the same blocking
 
 namespace {
@@ -240,6 +336,60 @@ double sum_contig_impl(const float* x, int64_t n) {
 
 double sum_contig_f32(const float* x, int64_t n) { return sum_contig_impl<false>(x, n); }
 double sum_squares_contig_f32(const float* x, int64_t n) { return sum_contig_impl<true>(x, n); }
+
+namespace {
+
+template <bool kMax>
+float extreme_contig_impl(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes];
+  bool nan[kLanes] = {};
+  for (auto& l : lanes) l = kMax ? -INFINITY : INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    LOOM_LANE_LOOP for (int j = 0; j < kLanes; ++j) {
+      const float v = x[i + j];
+      nan[j] |= v != v;
+      lanes[j] = (kMax ? v > lanes[j] : v < lanes[j]) ? v : lanes[j];
+    }
+  }
+  for (int j = 0; i + j < n; ++j) {
+    const float v = x[i + j];
+    nan[j] |= v != v;
+    lanes[j] = (kMax ? v > lanes[j] : v < lanes[j]) ? v : lanes[j];
+  }
+  float r = lanes[0];
+  for (int j = 0; j < kLanes; ++j) {
+    if (nan[j]) return NAN;
+    r = kMax ? std::max(r, lanes[j]) : std::min(r, lanes[j]);
+  }
+  return r;
+}
+
+}  // namespace
+
+float max_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<true>(x, n); }
+float min_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<false>(x, n); }
+
+double sum_exp_f32(const float* x, int64_t n, float m, float* out) {
+  constexpr int64_t kBlock = 256;
+  float buf[kBlock];
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - b0);
+    float* __restrict dst = out ? out + b0 : buf;
+    const float* __restrict src = x + b0;
+    for (int64_t i = 0; i < len; ++i) dst[i] = exp_f32(src[i] - m);
+    float lanes[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+      LOOM_LANE_LOOP for (int j = 0; j < 16; ++j) lanes[j] += dst[i + j];
+    }
+    for (int j = 0; i + j < len; ++j) lanes[j] += dst[i + j];
+    for (float l : lanes) total += static_cast<double>(l);
+  }
+  return total;
+}
 
 #endif
 

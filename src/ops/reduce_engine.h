@@ -372,5 +372,11 @@ double sum_contig_f32(const float* x, int64_t n);
 double sum_squares_contig_f32(const float* x, int64_t n);
 // acc[b] += sum over r < rows of x[r * row_stride + b], for b < width.
 void sum_rows_f32(double* acc, const float* x, int64_t rows, int64_t row_stride, int64_t width);
+// Max / min of n contiguous floats (n >= 1), NaN if any element is NaN.
+float max_contig_f32(const float* x, int64_t n);
+float min_contig_f32(const float* x, int64_t n);
+// Sum of exp(x[i] - m) (float blocks flushed into double); also writes the exps to `out` unless it
+// is null.
+double sum_exp_f32(const float* x, int64_t n, float m, float* out);
 
 }  // namespace loom::reduce

@@ -76,6 +76,18 @@ double row_sum_exp(const T* x, int64_t n, compute_t<T> m, E* e) {
 template <class T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
   using V = compute_t<T>;
+  if constexpr (std::is_same_v<T, float>) {
+    // The hand-vectorised kernels of the reduction engine.
+    const float m = reduce::max_contig_f32(x, n);
+    if constexpr (kLog) {
+      const float log_sum = static_cast<float>(std::log(reduce::sum_exp_f32(x, n, m, nullptr)));
+      for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - m) - log_sum;
+    } else {
+      const float inv = static_cast<float>(1.0 / reduce::sum_exp_f32(x, n, m, y));
+      for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+    }
+    return;
+  }
   const V m = row_max(x, n);
   if constexpr (kLog) {
     // (x - m) - log(s), not x - (m + log(s)): the latter rounds at the scale of m.

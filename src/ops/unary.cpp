@@ -180,7 +180,7 @@ using compute_t = opmath_t<T>;
 // y[i] = op(x[i]) over contiguous arrays (x may equal y: each element is read before it is written).
 // 16-bit floats are widened to float in blocks so the float loop in the middle still vectorises.
 template <class T, class Out, class Op>
-void map_contiguous(const Op& op, const T* x, Out* y, int64_t n) {
+LOOM_WIDE_VECTOR_LOOP void map_contiguous(const Op& op, const T* x, Out* y, int64_t n) {
   if constexpr (is_reduced_float_v<T>) {
     using R = decltype(op(0.0f));
     constexpr int64_t kBlock = 256;

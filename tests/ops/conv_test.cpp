@@ -111,7 +111,8 @@ std::vector<Ref> ref_pool(const Ref& input, const PoolArgs& a, bool is_max) {
             out.at({n, c, y, xo}) = best;
             ind.at({n, c, y, xo}) = static_cast<double>(best_i);
           } else {
-            out.at({n, c, y, xo}) = sum / static_cast<double>(a.count_include_pad ? in_padded : valid);
+            out.at({n, c, y, xo}) =
+                sum / static_cast<double>(a.count_include_pad ? in_padded : valid);
           }
         }
   if (!batched) {
@@ -131,8 +132,8 @@ OpCase max_pool_case(const std::string& name, std::vector<int64_t> shape, PoolAr
     if (!with_indices) {
       return {max_pool2d(in[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode)};
     }
-    auto [v, i] = max_pool2d_with_indices(in[0], a.kernel, a.stride, a.padding, a.dilation,
-                                          a.ceil_mode);
+    auto [v, i] =
+        max_pool2d_with_indices(in[0], a.kernel, a.stride, a.padding, a.dilation, a.ceil_mode);
     return {v, i};
   };
   c.ref = [a, with_indices](const std::vector<Ref>& in) {
@@ -170,10 +171,10 @@ const RegisterOpCases kConvCases({
     // One image with a 1x1 kernel reads the input directly (no im2col).
     conv_case("conv2d/pointwise_single_image", {{1, 5, 4, 6}, {3, 5, 1, 1}, {3}}, {}),
     conv_case("conv2d/pointwise_batch", {{3, 5, 4, 6}, {3, 5, 1, 1}}, {}),
-    conv_case("conv2d/single_image", {{1, 3, 6, 6}, {2, 3, 3, 3}, {2}}, {{1, 1}, {1, 1}, {1, 1}, 1}),
+    conv_case("conv2d/single_image", {{1, 3, 6, 6}, {2, 3, 3, 3}, {2}},
+              {{1, 1}, {1, 1}, {1, 1}, 1}),
     conv_case("conv2d/unbatched", {{3, 6, 5}, {4, 3, 2, 2}, {4}}, {}),
-    // Columns of one image exceed the buffer budget: each image gets its own gemm, written in place.
-    conv_case("conv2d/large_image", {{2, 4, 110, 110}, {3, 4, 5, 5}, {3}},
+    conv_case("conv2d/wide_kernel", {{2, 4, 30, 30}, {3, 4, 5, 5}, {3}},
               {{1, 1}, {2, 2}, {1, 1}, 1}),
     conv_case("conv2d/kernel_equals_input", {{2, 2, 3, 3}, {4, 2, 3, 3}}, {}),
     conv_case("conv2d/zero_batch", {{0, 3, 5, 5}, {4, 3, 3, 3}, {4}}, {}),
@@ -226,15 +227,17 @@ TEST(Conv2d, WeightMustBe4D) {
 }
 
 TEST(Conv2d, ChannelMismatchNamesGroupsAndShapes) {
-  std::string m = error_of<ValueError>(
-      [] { conv2d(zeros({2, 3, 6, 6}), zeros({6, 2, 3, 3}), std::nullopt, 1, 0, 1, 2); });
+  std::string m = error_of<ValueError>([] {
+    conv2d(zeros({2, 3, 6, 6}), zeros({6, 2, 3, 3}), std::nullopt, 1, 0, 1, 2);
+  });
   EXPECT_CONTAINS(m, "[conv2d]");
   EXPECT_CONTAINS(m, "groups=2");
   EXPECT_CONTAINS(m, "[6, 2, 3, 3]");
   EXPECT_CONTAINS(m, "[2, 3, 6, 6]");
   EXPECT_CONTAINS(m, "4 channels");
-  m = error_of<ValueError>(
-      [] { conv2d(zeros({2, 4, 6, 6}), zeros({5, 2, 3, 3}), std::nullopt, 1, 0, 1, 2); });
+  m = error_of<ValueError>([] {
+    conv2d(zeros({2, 4, 6, 6}), zeros({5, 2, 3, 3}), std::nullopt, 1, 0, 1, 2);
+  });
   EXPECT_CONTAINS(m, "divisible by groups");
 }
 
@@ -253,24 +256,34 @@ TEST(Conv2d, OtherArgumentErrors) {
   EXPECT_THROW(conv2d(zeros({3, 5}), zeros({4, 3, 3, 3})), ValueError);
   EXPECT_THROW(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), std::nullopt, 0), ValueError);
   EXPECT_THROW(conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}), std::nullopt, 1, -1), ValueError);
-  std::string m = error_of<TypeError>(
-      [] { conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}, kFloat64)); });
+  std::string m = error_of<TypeError>([] {
+    conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3, 3}, kFloat64));
+  });
   EXPECT_CONTAINS(m, "float32");
   EXPECT_CONTAINS(m, "float64");
   EXPECT_THROW(conv2d(zeros({1, 3, 5, 5}, kInt64), zeros({4, 3, 3, 3}, kInt64)), TypeError);
 }
 
-TEST(Conv2d, MatchesReferenceOnBiggerBatch) {
-  // Many small images share gemms; compare against the direct loops in float64.
-  Tensor x = randn({37, 3, 9, 8}, kFloat64), w = randn({5, 3, 3, 3}, kFloat64);
-  Tensor b = randn({5}, kFloat64);
-  Conv2dArgs a{{2, 1}, {1, 1}, {1, 1}, 1};
+void expect_conv_matches_reference(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                                   const Conv2dArgs& a) {
+  Tensor x = randn(xs, kFloat64), w = randn(ws, kFloat64), b = randn({ws[0]}, kFloat64);
   Tensor got = conv2d(x, w, b, a.stride, a.padding, a.dilation, a.groups);
   Ref bias = Ref::of(b);
   Ref want = ref_conv2d(Ref::of(x), Ref::of(w), &bias, a);
   ASSERT_EQ(got.sizes().vec(), want.shape);
   std::vector<double> g = to_vector<double>(got);
   for (size_t i = 0; i < g.size(); ++i) ASSERT_NEAR(g[i], want.v[i], 1e-10) << i;
+}
+
+// The images of a batch share gemms in chunks bounded by the scratch budget; 37 images of this
+// size make a full chunk and a shorter last one.
+TEST(Conv2d, BatchSplitIntoChunks) {
+  expect_conv_matches_reference({37, 4, 60, 60}, {2, 4, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1});
+}
+
+// Images whose columns alone exceed the budget get one gemm each, written straight into the output.
+TEST(Conv2d, LargeImagesGetOneGemmEach) {
+  expect_conv_matches_reference({2, 1, 700, 700}, {2, 1, 3, 3}, {{1, 1}, {1, 1}, {1, 1}, 1});
 }
 
 TEST(Pool2d, Errors) {

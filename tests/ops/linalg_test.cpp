@@ -42,7 +42,8 @@ Ref ref_matmul(const Ref& a0, const Ref& b0) {
   if (a.dim() == 1) a.shape = {1, a.shape[0]};
   if (b.dim() == 1) b.shape = {b.shape[0], 1};
   const int64_t n = a.shape[a.shape.size() - 2], k = a.shape.back(), m = b.shape.back();
-  std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2), bb(b.shape.begin(), b.shape.end() - 2);
+  std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2),
+      bb(b.shape.begin(), b.shape.end() - 2);
   std::vector<int64_t> batch = ref_broadcast_shape(ba, bb);
   std::vector<int64_t> full = batch;
   full.push_back(n);
@@ -98,52 +99,68 @@ OpCase with_atol(OpCase c, double atol) {
   return c;
 }
 
-Tensor mm2(const std::vector<Tensor>& in) { return mm(in[0], in[1]); }
-Ref ref_mm2(const std::vector<Ref>& in) { return ref_mm(in[0], in[1]); }
-Tensor matmul2(const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }
-Ref ref_matmul2(const std::vector<Ref>& in) { return ref_matmul(in[0], in[1]); }
+Tensor mm2(const std::vector<Tensor>& in) {
+  return mm(in[0], in[1]);
+}
+Ref ref_mm2(const std::vector<Ref>& in) {
+  return ref_mm(in[0], in[1]);
+}
+Tensor matmul2(const std::vector<Tensor>& in) {
+  return matmul(in[0], in[1]);
+}
+Ref ref_matmul2(const std::vector<Ref>& in) {
+  return ref_matmul(in[0], in[1]);
+}
 
 const RegisterOpCases kLinalgCases({
     mat_case("mm/basic", {{3, 4}, {4, 5}}, mm2, ref_mm2),
     // Transposed operands go to gemm as Trans without a copy.
-    mat_case("mm/transposed", {{4, 3}, {5, 4}},
-             [](const auto& in) { return mm(in[0].t(), in[1].t()); },
-             [](const auto& in) { return ref_mm(ref_t(in[0]), ref_t(in[1])); }),
+    mat_case(
+        "mm/transposed", {{4, 3}, {5, 4}}, [](const auto& in) { return mm(in[0].t(), in[1].t()); },
+        [](const auto& in) { return ref_mm(ref_t(in[0]), ref_t(in[1])); }),
     // A column slice of a wider matrix: leading dimension > number of columns.
-    mat_case("mm/column_slice", {{3, 8}, {4, 5}},
-             [](const auto& in) { return mm(in[0].narrow(1, 2, 4), in[1]); },
-             [](const auto& in) { return ref_mm(ref_cols(in[0], 2, 4), in[1]); }),
+    mat_case(
+        "mm/column_slice", {{3, 8}, {4, 5}},
+        [](const auto& in) { return mm(in[0].narrow(1, 2, 4), in[1]); },
+        [](const auto& in) { return ref_mm(ref_cols(in[0], 2, 4), in[1]); }),
     // Rows with stride 0 cannot be handed to BLAS and are made contiguous.
-    mat_case("mm/expanded_rows", {{1, 4}, {4, 5}},
-             [](const auto& in) { return mm(in[0].expand({3, 4}), in[1]); },
-             [](const auto& in) {
-               Ref a = Ref::filled({3, 4}, 0);
-               for (int64_t i = 0; i < 3; ++i)
-                 for (int64_t j = 0; j < 4; ++j) a.at({i, j}) = in[0].at({0, j});
-               return ref_mm(a, in[1]);
-             }),
+    mat_case(
+        "mm/expanded_rows", {{1, 4}, {4, 5}},
+        [](const auto& in) {
+          return mm(in[0].expand({3, 4}), in[1]);
+        },
+        [](const auto& in) {
+          Ref a = Ref::filled({3, 4}, 0);
+          for (int64_t i = 0; i < 3; ++i)
+            for (int64_t j = 0; j < 4; ++j) a.at({i, j}) = in[0].at({0, j});
+          return ref_mm(a, in[1]);
+        }),
     with_atol(mat_case("mm/large", {{65, 130}, {130, 67}}, mm2, ref_mm2), 1e-4),
     with_dtypes(mat_case("mm/int", {{5, 7}, {7, 3}}, mm2, ref_mm2), {kInt32, kInt64, kInt16}, true),
-    with_dtypes(mat_case("mm/reduced_float", {{4, 6}, {6, 5}}, mm2, ref_mm2), {kFloat16, kBFloat16}),
+    with_dtypes(mat_case("mm/reduced_float", {{4, 6}, {6, 5}}, mm2, ref_mm2),
+                {kFloat16, kBFloat16}),
     mat_case("mm/zero_inner", {{3, 0}, {0, 4}}, mm2, ref_mm2),
     mat_case("mm/zero_rows", {{0, 3}, {3, 4}}, mm2, ref_mm2),
-    mat_case("bmm/basic", {{2, 3, 4}, {2, 4, 5}},
-             [](const auto& in) { return bmm(in[0], in[1]); },
-             [](const auto& in) { return ref_matmul(in[0], in[1]); }),
-    mat_case("bmm/transposed", {{3, 4, 2}, {3, 5, 4}},
-             [](const auto& in) { return bmm(in[0].transpose(1, 2), in[1].transpose(1, 2)); },
-             [](const auto& in) { return ref_matmul(ref_mT(in[0]), ref_mT(in[1])); }),
-    with_dtypes(mat_case("bmm/int", {{3, 4, 2}, {3, 2, 5}},
-                         [](const auto& in) { return bmm(in[0], in[1]); },
-                         [](const auto& in) { return ref_matmul(in[0], in[1]); }),
+    mat_case(
+        "bmm/basic", {{2, 3, 4}, {2, 4, 5}}, [](const auto& in) { return bmm(in[0], in[1]); },
+        [](const auto& in) { return ref_matmul(in[0], in[1]); }),
+    mat_case(
+        "bmm/transposed", {{3, 4, 2}, {3, 5, 4}},
+        [](const auto& in) { return bmm(in[0].transpose(1, 2), in[1].transpose(1, 2)); },
+        [](const auto& in) { return ref_matmul(ref_mT(in[0]), ref_mT(in[1])); }),
+    with_dtypes(mat_case(
+                    "bmm/int", {{3, 4, 2}, {3, 2, 5}},
+                    [](const auto& in) { return bmm(in[0], in[1]); },
+                    [](const auto& in) { return ref_matmul(in[0], in[1]); }),
                 {kInt64, kInt8}, true),
-    with_dtypes(mat_case("bmm/reduced_float", {{2, 3, 4}, {2, 4, 5}},
-                         [](const auto& in) { return bmm(in[0], in[1]); },
-                         [](const auto& in) { return ref_matmul(in[0], in[1]); }),
+    with_dtypes(mat_case(
+                    "bmm/reduced_float", {{2, 3, 4}, {2, 4, 5}},
+                    [](const auto& in) { return bmm(in[0], in[1]); },
+                    [](const auto& in) { return ref_matmul(in[0], in[1]); }),
                 {kBFloat16}),
-    mat_case("bmm/zero_batch", {{0, 3, 4}, {0, 4, 5}},
-             [](const auto& in) { return bmm(in[0], in[1]); },
-             [](const auto& in) { return ref_matmul(in[0], in[1]); }),
+    mat_case(
+        "bmm/zero_batch", {{0, 3, 4}, {0, 4, 5}}, [](const auto& in) { return bmm(in[0], in[1]); },
+        [](const auto& in) { return ref_matmul(in[0], in[1]); }),
     mat_case("matmul/dot", {{5}, {5}}, matmul2, ref_matmul2),
     mat_case("matmul/matrix_vector", {{3, 5}, {5}}, matmul2, ref_matmul2),
     mat_case("matmul/vector_matrix", {{5}, {5, 4}}, matmul2, ref_matmul2),
@@ -155,54 +172,65 @@ const RegisterOpCases kLinalgCases({
     mat_case("matmul/broadcast_batch", {{2, 1, 3, 4}, {3, 4, 5}}, matmul2, ref_matmul2),
     mat_case("matmul/broadcast_both", {{2, 1, 3, 4}, {1, 3, 4, 2}}, matmul2, ref_matmul2),
     mat_case("matmul/zero_batch", {{0, 3, 4}, {4, 2}}, matmul2, ref_matmul2),
-    mat_case("addmm/broadcast_row", {{5}, {3, 4}, {4, 5}},
-             [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
-             [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
-    mat_case("addmm/broadcast_column", {{3, 1}, {3, 4}, {4, 5}},
-             [](const auto& in) { return addmm(in[0], in[1], in[2]); },
-             [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 1.0, 1.0); }),
-    mat_case("addmm/full_transposed", {{3, 5}, {4, 3}, {4, 5}},
-             [](const auto& in) { return addmm(in[0], in[1].t(), in[2], -1.5, 0.25); },
-             [](const auto& in) { return ref_addmm(in[0], ref_t(in[1]), in[2], -1.5, 0.25); }),
-    with_dtypes(mat_case("addmm/int", {{5}, {3, 4}, {4, 5}},
-                         [](const auto& in) { return addmm(in[0], in[1], in[2], 2, 3); },
-                         [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 2, 3); }),
+    mat_case(
+        "addmm/broadcast_row", {{5}, {3, 4}, {4, 5}},
+        [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
+        [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
+    mat_case(
+        "addmm/broadcast_column", {{3, 1}, {3, 4}, {4, 5}},
+        [](const auto& in) { return addmm(in[0], in[1], in[2]); },
+        [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 1.0, 1.0); }),
+    mat_case(
+        "addmm/full_transposed", {{3, 5}, {4, 3}, {4, 5}},
+        [](const auto& in) { return addmm(in[0], in[1].t(), in[2], -1.5, 0.25); },
+        [](const auto& in) { return ref_addmm(in[0], ref_t(in[1]), in[2], -1.5, 0.25); }),
+    with_dtypes(mat_case(
+                    "addmm/int", {{5}, {3, 4}, {4, 5}},
+                    [](const auto& in) { return addmm(in[0], in[1], in[2], 2, 3); },
+                    [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 2, 3); }),
                 {kInt64}, true),
-    with_dtypes(mat_case("addmm/reduced_float", {{5}, {3, 4}, {4, 5}},
-                         [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
-                         [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
+    with_dtypes(mat_case(
+                    "addmm/reduced_float", {{5}, {3, 4}, {4, 5}},
+                    [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
+                    [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
                 {kFloat16, kBFloat16}),
-    mat_case("addmm/zero_inner", {{3, 4}, {3, 0}, {0, 4}},
-             [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
-             [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
-    mat_case("linear/batched_bias", {{2, 3, 4}, {5, 4}, {5}},
-             [](const auto& in) { return linear(in[0], in[1], in[2]); },
-             [](const auto& in) {
-               Ref r = ref_matmul(in[0], ref_t(in[1]));
-               return ref_map2(r, in[2], [](double x, double b) { return x + b; });
-             }),
-    mat_case("linear/matrix_bias", {{3, 4}, {5, 4}, {5}},
-             [](const auto& in) { return linear(in[0], in[1], in[2]); },
-             [](const auto& in) {
-               return ref_map2(ref_mm(in[0], ref_t(in[1])), in[2],
-                               [](double x, double b) { return x + b; });
-             }),
-    mat_case("linear/no_bias", {{2, 3, 4}, {5, 4}},
-             [](const auto& in) { return linear(in[0], in[1]); },
-             [](const auto& in) { return ref_matmul(in[0], ref_t(in[1])); }),
-    mat_case("linear/vector_input", {{4}, {5, 4}, {5}},
-             [](const auto& in) { return linear(in[0], in[1], in[2]); },
-             [](const auto& in) {
-               return ref_map2(ref_matmul(in[0], ref_t(in[1])), in[2],
-                               [](double x, double b) { return x + b; });
-             }),
-    mat_case("dot/basic", {{7}, {7}}, [](const auto& in) { return dot(in[0], in[1]); },
-             ref_matmul2),
-    with_dtypes(mat_case("dot/int", {{6}, {6}}, [](const auto& in) { return dot(in[0], in[1]); },
-                         ref_matmul2),
+    mat_case(
+        "addmm/zero_inner", {{3, 4}, {3, 0}, {0, 4}},
+        [](const auto& in) { return addmm(in[0], in[1], in[2], 0.5, 2.0); },
+        [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 0.5, 2.0); }),
+    mat_case(
+        "linear/batched_bias", {{2, 3, 4}, {5, 4}, {5}},
+        [](const auto& in) { return linear(in[0], in[1], in[2]); },
+        [](const auto& in) {
+          Ref r = ref_matmul(in[0], ref_t(in[1]));
+          return ref_map2(r, in[2], [](double x, double b) { return x + b; });
+        }),
+    mat_case(
+        "linear/matrix_bias", {{3, 4}, {5, 4}, {5}},
+        [](const auto& in) { return linear(in[0], in[1], in[2]); },
+        [](const auto& in) {
+          return ref_map2(ref_mm(in[0], ref_t(in[1])), in[2],
+                          [](double x, double b) { return x + b; });
+        }),
+    mat_case(
+        "linear/no_bias", {{2, 3, 4}, {5, 4}}, [](const auto& in) { return linear(in[0], in[1]); },
+        [](const auto& in) { return ref_matmul(in[0], ref_t(in[1])); }),
+    mat_case(
+        "linear/vector_input", {{4}, {5, 4}, {5}},
+        [](const auto& in) { return linear(in[0], in[1], in[2]); },
+        [](const auto& in) {
+          return ref_map2(ref_matmul(in[0], ref_t(in[1])), in[2],
+                          [](double x, double b) { return x + b; });
+        }),
+    mat_case(
+        "dot/basic", {{7}, {7}}, [](const auto& in) { return dot(in[0], in[1]); }, ref_matmul2),
+    with_dtypes(mat_case(
+                    "dot/int", {{6}, {6}}, [](const auto& in) { return dot(in[0], in[1]); },
+                    ref_matmul2),
                 {kInt32, kInt64}, true),
-    with_dtypes(mat_case("dot/reduced_float", {{6}, {6}},
-                         [](const auto& in) { return dot(in[0], in[1]); }, ref_matmul2),
+    with_dtypes(mat_case(
+                    "dot/reduced_float", {{6}, {6}},
+                    [](const auto& in) { return dot(in[0], in[1]); }, ref_matmul2),
                 {kFloat16, kBFloat16}),
 });
 

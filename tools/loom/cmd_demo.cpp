@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <mutex>
 
 #include "cli.h"
@@ -52,40 +53,44 @@ int run_demo(const std::vector<std::string>& argv) {
   Tensor x = randn({batch, 784});
   Tensor w1 = randn({256, 784}).mul_(0.05), b1 = zeros({256});
   Tensor w2 = randn({10, 256}).mul_(0.05), b2 = zeros({10});
-  struct Stat {
-    int calls = 0;
+  // The profiler hook sees every operator call, nested ones too (linear decomposes into t and
+  // addmm): print the call tree of one forward pass.
+  struct Call {
+    int depth;
+    std::string name, shapes;
     int64_t ns = 0;
-    std::string shapes;
   };
   std::mutex mu;
-  std::map<std::string, Stat> stats;
-  std::vector<std::string> order;
+  std::vector<Call> calls;
+  std::vector<size_t> open;
   uint64_t h = add_record_callbacks(RecordFunctionCallbacks{
-      nullptr,
       [&](OpEvent& ev) {
         std::lock_guard<std::mutex> lock(mu);
-        std::string name(ev.name);
-        Stat& s = stats[name];
-        if (s.calls == 0) {
-          order.push_back(name);
-          for (const auto& sh : ev.input_shapes) {
-            std::ostringstream os;
-            os << sh.ref();
-            s.shapes += (s.shapes.empty() ? "" : " ") + os.str();
-          }
+        std::string shapes;
+        for (const auto& sh : ev.input_shapes) {
+          std::ostringstream os;
+          os << sh.ref();
+          shapes += (shapes.empty() ? "" : " ") + os.str();
         }
-        s.calls++;
-        s.ns += ev.end_ns - ev.start_ns;
+        open.push_back(calls.size());
+        calls.push_back(Call{ev.depth, std::string(ev.name), shapes});
+      },
+      [&](OpEvent& ev) {
+        std::lock_guard<std::mutex> lock(mu);
+        calls[open.back()].ns = ev.end_ns - ev.start_ns;
+        open.pop_back();
       },
       true});
+  mlp_forward(x, w1, b1, w2, b2);  // warm-up (first-touch of BLAS buffers), not recorded
+  calls.clear();
   auto t0 = std::chrono::steady_clock::now();
   Tensor logp = mlp_forward(x, w1, b1, w2, b2);
   auto t1 = std::chrono::steady_clock::now();
   remove_record_callbacks(h);
-  std::printf("%-22s %5s %10s  %s\n", "operator", "calls", "time(us)", "input shapes (first call)");
-  for (const auto& n : order) {
-    std::printf("%-22s %5d %10.1f  %s\n", n.c_str(), stats[n].calls, stats[n].ns / 1e3,
-                stats[n].shapes.c_str());
+  std::printf("%-28s %10s  %s\n", "operator (nested calls indented)", "time(us)", "input shapes");
+  for (const Call& c : calls) {
+    std::string n = std::string(static_cast<size_t>(2 * c.depth), ' ') + c.name;
+    std::printf("%-28s %10.1f  %s\n", n.c_str(), c.ns / 1e3, c.shapes.c_str());
   }
   std::printf("forward: %.2f ms on %d thread(s); output %s, rows sum to exp(logp): %.4f\n\n",
               std::chrono::duration<double, std::milli>(t1 - t0).count(), get_num_threads(),
