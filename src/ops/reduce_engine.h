@@ -209,6 +209,7 @@ struct Buffer {
 
 constexpr int64_t kChunk = 1 << 16;  // elements per task when one reduction is split
 constexpr int64_t kTile = 512;       // outputs per task in the Outer loop
+constexpr int64_t kShortRow = 16;    // Inner rows up to this long take a plain loop
 
 // Reduces the flat range [f0, f1) of the reduced dims for the output whose input starts at p.
 template <class R>
@@ -258,6 +259,25 @@ void run_inner(const R& r, const Geometry& g, const typename R::in_t* base, void
     return;
   }
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1));
+  if (g.red_sizes.size() == 1 && n <= kShortRow && nkept == 1) {
+    // Many short rows (e.g. the 10 classes of [N, 10]): a plain loop, no per-row setup.
+    const int64_t in_stride = g.kept_in_strides[0], out_stride = g.kept_out_strides[0];
+    parallel_for(0, m_total, grain, [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m) {
+        const typename R::in_t* p = base + m * in_stride;
+        acc_of<R> acc = r.init();
+        for (int64_t k = 0; k < n; ++k) {
+          if constexpr (R::kIndexed) {
+            acc = r.step(acc, load(p[k]), k);
+          } else {
+            acc = r.step(acc, load(p[k]));
+          }
+        }
+        r.store(outs, m * out_stride, acc, n);
+      }
+    });
+    return;
+  }
   parallel_for(0, m_total, grain, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       r.store(outs, out_off(m), inner_range(r, g, base + in_off(m), 0, n), n);

@@ -157,7 +157,9 @@ void softmax_cpu(const Tensor& in, const Tensor& out, int64_t dim) {
     });
     return;
   }
-  constexpr int64_t kTile = 256;
+  // Column tiles small enough that a [d, tile] block stays in L2 between the three passes, and
+  // at least 64 wide so that each row contributes whole cache lines.
+  const int64_t kTile = std::clamp<int64_t>(262144 / d / 16 * 16, 64, 256);
   const int64_t tiles = (inner + kTile - 1) / kTile;
   const int64_t grain = std::max<int64_t>(1, 16384 / (d * std::min(inner, kTile)));
   parallel_for(0, outer * tiles, grain, [&](int64_t t0, int64_t t1) {
