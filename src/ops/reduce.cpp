@@ -95,6 +95,10 @@ struct ProdR {
     put<sum_out_t<T>>(outs, off, a);
   }
 };
+template <class T>
+struct ProdFor {
+  using type = ProdR<T>;
+};
 
 // max/min of values; NaN wins (it propagates).
 template <class T, bool kMax>
@@ -370,7 +374,7 @@ struct NormL2F32 : NormR<float, NormKind::L2> {
   }
 };
 
-template <class T, bool kAll, class Out>
+template <class T, bool kAll>
 struct AllAnyR {
   using in_t = T;
   using acc_t = bool;
@@ -378,7 +382,7 @@ struct AllAnyR {
   static acc_t init() { return kAll; }
   static acc_t step(acc_t a, compute_t<T> x) { return kAll ? (a && x != 0) : (a || x != 0); }
   static acc_t combine(acc_t a, acc_t b) { return kAll ? (a && b) : (a || b); }
-  static void store(void* const* outs, int64_t off, acc_t a, int64_t) { put<Out>(outs, off, a); }
+  static void store(void* const* outs, int64_t off, acc_t a, int64_t) { put<bool>(outs, off, a); }
 };
 
 // ---- kernels ----
@@ -423,11 +427,6 @@ Tensor sum_like(const char* op, const Tensor& self, std::optional<IntArrayRef> d
   }
   return dtype && *dtype != acc_dt ? out.to(*dtype) : out;
 }
-
-template <class T>
-struct ProdFor {
-  using type = ProdR<T>;
-};
 
 Tensor sum_kernel(const Tensor& self, std::optional<IntArrayRef> dim, bool keepdim,
                   std::optional<DType> dtype) {
@@ -602,19 +601,14 @@ Tensor all_any(const Tensor& self, std::optional<IntArrayRef> dim, bool keepdim)
   const char* op = kAll ? "all" : "any";
   check_defined(self, op, "self");
   auto mask = reduce::make_mask(op, self, dim);
-  // As in PyTorch, uint8 inputs give uint8 results; everything else gives bool.
-  const DType out_dt = self.dtype() == kUInt8 ? kUInt8 : kBool;
-  Tensor out = make_out(self, mask, keepdim, out_dt);
+  Tensor out = make_out(self, mask, keepdim, kBool);
   if (!self.is_meta()) {
     LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-      if (out_dt == kUInt8) {
-        reduce::run(AllAnyR<scalar_t, kAll, uint8_t>{}, self, mask, out);
-      } else {
-        reduce::run(AllAnyR<scalar_t, kAll, bool>{}, self, mask, out);
-      }
+      reduce::run(AllAnyR<scalar_t, kAll>{}, self, mask, out);
     });
   }
-  return out;
+  // As in PyTorch, uint8 inputs give uint8 results; everything else gives bool.
+  return self.dtype() == kUInt8 ? out.to(kUInt8) : out;
 }
 
 }  // namespace

@@ -10,8 +10,9 @@
 // stride (not for reducers that return indices, whose flat index must follow the logical order) and
 // coalesce dims that are contiguous in memory. Then one of two loops runs:
 //  * Inner: the innermost reduced dim has stride 1. Each output reduces rows of contiguous elements
-//    with the reducer's vectorised `reduce_contig` (several accumulators, cascade for float sums).
-//    This is sum over the last dim of [N, C], and sum of everything.
+//    with the reducer's vectorised `reduce_contig` (several accumulators, cascade for float sums);
+//    rows of up to kShortRow elements take a plain loop instead. This is sum over the last dim of
+//    [N, C], and sum of everything.
 //  * Outer: the innermost kept dim has stride 1. Rows of B contiguous outputs are accumulated
 //    element-wise into a buffer, vectorised over B (`accumulate_rows`). This is sum over dim 0 of
 //    [N, C] (column sums, e.g. bias gradients).

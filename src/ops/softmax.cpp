@@ -3,6 +3,7 @@
 // made contiguous first); float16/bfloat16 compute in float32.
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "op_call.h"
 #include "reduce_engine.h"
@@ -103,24 +104,36 @@ void softmax_row(const T* x, T* y, int64_t n) {
   }
 }
 
-// Softmax over dim 1 of a contiguous [D, inner] block, for the columns [b0, b0 + w): the max, the
-// sum and the result are accumulated across rows, vectorised over the columns.
+// Softmax over dim 0 of a contiguous [d, inner] block, for the columns [b0, b0 + w): the max, the
+// sum and the result each take one pass down the rows, vectorised across the columns. Rows are read
+// as long contiguous segments (narrow column tiles would defeat the hardware prefetcher).
 template <class T, bool kLog>
 void softmax_columns(const T* x, T* y, int64_t d, int64_t inner, int64_t b0, int64_t w) {
   using V = compute_t<T>;
-  constexpr int64_t kMaxW = 256;
-  V m[kMaxW], s[kMaxW];
+  std::unique_ptr<V[]> buf(new V[static_cast<size_t>(2 * w)]);
+  V* __restrict m = buf.get();
+  V* __restrict s = m + w;
   for (int64_t b = 0; b < w; ++b) {
     m[b] = -std::numeric_limits<V>::infinity();
     s[b] = 0;
   }
   for (int64_t k = 0; k < d; ++k) {
-    const T* row = x + k * inner + b0;
+    const T* __restrict row = x + k * inner + b0;
     for (int64_t b = 0; b < w; ++b) m[b] = nan_max(m[b], load(row[b]));
   }
+  // softmax keeps the exps in the output (when it has the compute type) and rescales them below.
+  constexpr bool kKeepExps = !kLog && std::is_same_v<T, V>;
   for (int64_t k = 0; k < d; ++k) {
-    const T* row = x + k * inner + b0;
-    for (int64_t b = 0; b < w; ++b) s[b] += exp_of<V>(load(row[b]) - m[b]);
+    const T* __restrict row = x + k * inner + b0;
+    if constexpr (kKeepExps) {
+      T* __restrict out = y + k * inner + b0;
+      for (int64_t b = 0; b < w; ++b) {
+        out[b] = exp_of<V>(row[b] - m[b]);
+        s[b] += out[b];
+      }
+    } else {
+      for (int64_t b = 0; b < w; ++b) s[b] += exp_of<V>(load(row[b]) - m[b]);
+    }
   }
   for (int64_t b = 0; b < w; ++b) {
     if constexpr (kLog) {
@@ -130,11 +143,13 @@ void softmax_columns(const T* x, T* y, int64_t d, int64_t inner, int64_t b0, int
     }
   }
   for (int64_t k = 0; k < d; ++k) {
-    const T* row = x + k * inner + b0;
-    T* out = y + k * inner + b0;
+    const T* __restrict row = x + k * inner + b0;
+    T* __restrict out = y + k * inner + b0;
     for (int64_t b = 0; b < w; ++b) {
       if constexpr (kLog) {
         out[b] = convert<T>((load(row[b]) - m[b]) - s[b]);
+      } else if constexpr (kKeepExps) {
+        out[b] *= s[b];
       } else {
         out[b] = convert<T>(exp_of<V>(load(row[b]) - m[b]) * s[b]);
       }
@@ -157,9 +172,10 @@ void softmax_cpu(const Tensor& in, const Tensor& out, int64_t dim) {
     });
     return;
   }
-  // Column tiles small enough that a [d, tile] block stays in L2 between the three passes, and
-  // at least 64 wide so that each row contributes whole cache lines.
-  const int64_t kTile = std::clamp<int64_t>(262144 / d / 16 * 16, 64, 256);
+  // Column tiles: wide (see softmax_columns), but enough of them to share out. Each column's result
+  // does not depend on the tiling, so it may follow the thread count.
+  const int64_t per_thread = (inner + 2 * get_num_threads() - 1) / (2 * get_num_threads());
+  const int64_t kTile = std::clamp<int64_t>((per_thread + 15) / 16 * 16, 64, 4096);
   const int64_t tiles = (inner + kTile - 1) / kTile;
   const int64_t grain = std::max<int64_t>(1, 16384 / (d * std::min(inner, kTile)));
   parallel_for(0, outer * tiles, grain, [&](int64_t t0, int64_t t1) {

@@ -283,6 +283,7 @@ const RegisterOpCases kReduceCases({
                -0.3, 0.3, true),
     softmax_case("softmax/last", {4, 7}, -1, false),
     softmax_case("softmax/dim0", {4, 7}, 0, false),
+    softmax_case("softmax/dim0_wide", {3, 700}, 0, false),  // several column tiles
     softmax_case("softmax/middle", {3, 5, 4}, 1, false),
     softmax_case("softmax/long_rows", {2, 3000}, 1, false),
     softmax_case("softmax/half", {3, 40}, 1, false, kHalfs),
