@@ -1,28 +1,28 @@
-// Benchmark suites for `loom bench <suite>`. A suite measures loom and its anchor (another system
-// run side by side, usually in a separate process so that thread pools never mix) and returns one
-// row per figure. The driver repeats rounds, takes medians and prints ratios.
+// Benchmark suites for `loom bench <suite>`. A suite is a list of measurements; each has a loom side
+// (a function run in this process) and the same measurement by name in an anchor process (e.g.
+// loom-anchor-torch, linked with libtorch). The driver keeps the anchor running as a co-process and
+// alternates loom and anchor measurement by measurement, round after round, so both see the same
+// machine conditions (this machine is shared and noisy); then it prints medians and ratios.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
 namespace loom::bench {
 
-struct Row {
-  std::string name;
+struct Measure {
+  std::string name;  // also the name the anchor knows it by
   std::string unit;
-  double loom = 0;
-  double anchor = -1;       // < 0: no anchor figure
-  std::string anchor_name;  // e.g. "libtorch 1.13"
   bool lower_is_better = true;
-  double target = 0;        // target ratio loom/anchor (0: none); <= for lower, >= for higher
+  double target = 0;  // target ratio loom/anchor (0: none); <= for lower, >= for higher is better
+  int threads = 1;    // intra-op (and BLAS) threads for both sides
+  std::function<double()> loom;  // runs once and returns the figure in `unit`
 };
 
 struct SuiteOptions {
-  int rounds = 3;
+  int rounds = 5;
   bool quick = false;  // fewer repetitions, for smoke tests
   std::vector<int> threads = {1, 2};
 };
@@ -30,8 +30,9 @@ struct SuiteOptions {
 struct Suite {
   std::string name;
   std::string description;
-  // Runs one round: loom's figures and the anchor's, keyed by row name.
-  std::function<std::vector<Row>(const SuiteOptions&)> run;
+  std::string anchor_binary;  // built beside `loom`; empty: no anchor
+  std::string anchor_name;    // e.g. "libtorch 1.13 (OpenBLAS)"
+  std::function<std::vector<Measure>(const SuiteOptions&)> setup;
 };
 
 std::vector<Suite>& suites();
@@ -43,12 +44,6 @@ struct RegisterSuite {
 double median_seconds(const std::function<void()>& fn, int reps);
 double median(std::vector<double> v);
 
-// Runs a helper binary built beside `loom` with args and parses "name value" lines from its output.
-// Returns an empty map (and prints why) when the binary is missing or fails.
-std::map<std::string, double> run_anchor(const std::string& binary, const std::string& args);
-
-// "OpenBLAS 0.3.21 ..." for loom's BLAS; the anchor reports its own.
-std::string loom_blas_info();
 std::string cpu_model();
 
 }  // namespace loom::bench

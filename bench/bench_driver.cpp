@@ -6,8 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "cli.h"
@@ -41,32 +45,68 @@ double median_seconds(const std::function<void()>& fn, int reps) {
   return median(t);
 }
 
-std::map<std::string, double> run_anchor(const std::string& binary, const std::string& args) {
-  std::map<std::string, double> out;
-  std::string path = cli::self_dir() + "/" + binary;
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) {
-    std::fprintf(stderr, "bench: anchor %s not built (needs libtorch; run scripts/setup.sh)\n",
-                 binary.c_str());
-    return out;
-  }
-  std::fclose(f);
-  std::string cmd = "'" + path + "' " + args;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char line[1024];
-  while (std::fgets(line, sizeof(line), p)) {
-    std::istringstream is(line);
-    std::string name;
-    double v;
-    if (is >> name >> v) out[name] = v;
-  }
-  int rc = pclose(p);
-  if (rc != 0) std::fprintf(stderr, "bench: anchor %s exited with status %d\n", binary.c_str(), rc);
-  return out;
-}
+namespace {
 
-std::string loom_blas_info() { return loom::blas_config(); }
+// The anchor as a co-process: we write "NAME THREADS QUICK" lines, it answers "NAME VALUE" (or
+// "NAME nan" for a name it does not know). Dies with us.
+class AnchorProcess {
+ public:
+  bool start(const std::string& binary, const std::string& suite) {
+    std::string path = cli::self_dir() + "/" + binary;
+    if (access(path.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "bench: anchor %s not built (needs libtorch; run scripts/setup.sh)\n",
+                   binary.c_str());
+      return false;
+    }
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return false;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      execl(path.c_str(), path.c_str(), "serve", suite.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    return pid_ > 0 && in_ && out_;
+  }
+  double query(const std::string& name, int threads, bool quick) {
+    if (!in_) return NAN;
+    std::fprintf(in_, "%s %d %d\n", name.c_str(), threads, quick ? 1 : 0);
+    std::fflush(in_);
+    char line[512];
+    if (!std::fgets(line, sizeof(line), out_)) {
+      std::fprintf(stderr, "bench: the anchor process stopped answering\n");
+      stop();
+      return NAN;
+    }
+    std::istringstream is(line);
+    std::string got;
+    std::string value;
+    is >> got >> value;
+    return got == name ? std::strtod(value.c_str(), nullptr) : NAN;
+  }
+  void stop() {
+    if (in_) std::fclose(in_);
+    if (out_) std::fclose(out_);
+    in_ = out_ = nullptr;
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  ~AnchorProcess() { stop(); }
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* in_ = nullptr;
+  std::FILE* out_ = nullptr;
+};
+
+}  // namespace
 
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
@@ -105,7 +145,7 @@ int run_bench(const std::vector<std::string>& argv) {
   LOOM_CHECK(suite != nullptr, "[bench] unknown suite '", name, "' (see loom bench --list)");
   SuiteOptions opt;
   opt.quick = args.flag("quick");
-  opt.rounds = static_cast<int>(args.get_int("rounds", opt.quick ? 1 : 3));
+  opt.rounds = static_cast<int>(args.get_int("rounds", opt.quick ? 1 : 5));
   if (auto t = args.get("threads")) {
     opt.threads.clear();
     std::stringstream ss(*t);
@@ -113,33 +153,37 @@ int run_bench(const std::vector<std::string>& argv) {
     while (std::getline(ss, item, ',')) opt.threads.push_back(std::stoi(item));
   }
   const int saved_threads = get_num_threads();
-  std::printf("loom bench %s: %d round(s); cpu: %s, %u cores\nloom BLAS: %s\n", name.c_str(),
-              opt.rounds, cpu_model().c_str(), std::thread::hardware_concurrency(),
-              loom_blas_info().c_str());
+  std::printf("loom bench %s: %d round(s), loom and %s alternating per measurement\n"
+              "cpu: %s, %u cores\nloom BLAS: %s\n",
+              name.c_str(), opt.rounds, suite->anchor_name.c_str(), cpu_model().c_str(),
+              std::thread::hardware_concurrency(), blas_config().c_str());
   std::fflush(stdout);
-  // Collect each row's values over rounds.
-  std::vector<std::string> order;
-  std::map<std::string, Row> proto;
+  std::vector<Measure> measures = suite->setup(opt);
+  AnchorProcess anchor;
+  bool have_anchor = !suite->anchor_binary.empty() && anchor.start(suite->anchor_binary, name);
   std::map<std::string, std::vector<double>> loom_vals, anchor_vals;
   for (int r = 0; r < opt.rounds; ++r) {
-    for (const Row& row : suite->run(opt)) {
-      if (!proto.count(row.name)) order.push_back(row.name);
-      proto[row.name] = row;
-      loom_vals[row.name].push_back(row.loom);
-      if (row.anchor >= 0) anchor_vals[row.name].push_back(row.anchor);
+    for (const Measure& m : measures) {
+      set_num_threads(m.threads);
+      loom_vals[m.name].push_back(m.loom());
+      if (have_anchor) {
+        double a = anchor.query(m.name, m.threads, opt.quick);
+        if (!std::isnan(a)) anchor_vals[m.name].push_back(a);
+      }
     }
     std::fprintf(stderr, "bench: round %d/%d done\n", r + 1, opt.rounds);
   }
+  anchor.stop();
   set_num_threads(saved_threads);
   std::printf("\n%-26s %-9s %12s %12s %8s %8s  %s\n", "benchmark", "unit", "loom", "anchor",
               "ratio", "target", "");
   std::ostringstream js;
   js << "{\"suite\": \"" << name << "\", \"machine\": {\"cpu\": \"" << json_escape(cpu_model())
      << "\", \"cores\": " << std::thread::hardware_concurrency() << ", \"blas\": \""
-     << json_escape(loom_blas_info()) << "\"}, \"results\": [";
+     << json_escape(blas_config()) << "\"}, \"results\": [";
   bool first = true;
-  for (const std::string& n : order) {
-    const Row& p = proto[n];
+  for (const Measure& p : measures) {
+    const std::string& n = p.name;
     double l = median(loom_vals[n]);
     double a = anchor_vals[n].empty() ? NAN : median(anchor_vals[n]);
     double ratio = std::isnan(a) ? NAN : l / a;
@@ -153,7 +197,7 @@ int run_bench(const std::vector<std::string>& argv) {
     std::printf("%-26s %-9s %12.4g %12.4g %8.3f %8s  %s\n", n.c_str(), p.unit.c_str(), l, a, ratio,
                 target, verdict.c_str());
     js << (first ? "" : ", ") << "{\"name\": \"" << n << "\", \"unit\": \"" << p.unit
-       << "\", \"loom\": " << l << ", \"anchor\": \"" << json_escape(p.anchor_name)
+       << "\", \"loom\": " << l << ", \"anchor\": \"" << json_escape(suite->anchor_name)
        << "\", \"anchor_value\": " << (std::isnan(a) ? std::string("null") : std::to_string(a))
        << ", \"ratio\": " << (std::isnan(ratio) ? std::string("null") : std::to_string(ratio))
        << ", \"better\": \"" << (p.lower_is_better ? "lower" : "higher") << "\"}";

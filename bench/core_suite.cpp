@@ -1,67 +1,60 @@
-// `loom bench core`: eager overhead and kernel throughput against libtorch (anchor process
-// loom-anchor-torch, same figures, same sizes). Rows measured at several thread counts get a
-// "_tN" suffix.
-#include <cmath>
+// `loom bench core`: eager overhead and kernel throughput against libtorch (the anchor process
+// loom-anchor-torch measures the same names with the same sizes). Rows measured at several thread
+// counts get a "_tN" suffix.
+#include <memory>
 
 #include "bench.h"
 #include "loom/ops.h"
-#include "loom/parallel.h"
 
 namespace loom::bench {
 namespace {
 
 constexpr int64_t kBig = 16 * 1024 * 1024;  // 16M float32 = 64 MiB per tensor
 
-std::vector<Row> run_core(const SuiteOptions& opt) {
-  std::vector<Row> rows;
-  const int reps = opt.quick ? 2 : 7;
-  const std::string anchor = "libtorch 1.13 (OpenBLAS)";
-
+std::vector<Measure> setup_core(const SuiteOptions& opt) {
+  struct State {
+    Tensor a8, b8, x, y, out, m1, m2;
+  };
+  auto s = std::make_shared<State>();
+  s->a8 = rand({8});
+  s->b8 = rand({8});
+  s->x = rand({kBig});
+  s->y = rand({kBig});
+  s->out = empty({kBig});
+  s->m1 = rand({1024, 1024});
+  s->m2 = rand({1024, 1024});
+  const int reps = opt.quick ? 2 : 5;
+  std::vector<Measure> m;
   // Eager overhead: a fresh output each call, as `c = a + b` does.
-  set_num_threads(1);
-  {
-    Tensor a = rand({8}), b = rand({8});
-    const int iters = opt.quick ? 20000 : 200000;
-    double t = median_seconds(
-        [&] {
-          for (int i = 0; i < iters; ++i) {
-            Tensor c = add(a, b);
-          }
-        },
-        reps);
-    rows.push_back({"eager_add_8", "ns/op", t / iters * 1e9, -1, anchor, true, 0.5});
-  }
-
-  Tensor x = rand({kBig}), y = rand({kBig}), out = empty({kBig});
-  Tensor m1 = rand({1024, 1024}), m2 = rand({1024, 1024});
+  const int iters = opt.quick ? 20000 : 100000;
+  m.push_back({"eager_add_8", "ns/op", true, 0.5, 1, [s, iters, reps] {
+                 double t = median_seconds(
+                     [&] {
+                       for (int i = 0; i < iters; ++i) Tensor c = add(s->a8, s->b8);
+                     },
+                     reps);
+                 return t / iters * 1e9;
+               }});
   for (int th : opt.threads) {
-    set_num_threads(th);
     const std::string sfx = "_t" + std::to_string(th);
-    double t = median_seconds([&] { mm(m1, m2); }, opt.quick ? 2 : 5);
-    rows.push_back({"matmul_1024" + sfx, "GFLOP/s", 2.0 * 1024 * 1024 * 1024 / t / 1e9, -1, anchor,
-                    false, 1.0});
-    t = median_seconds([&] { add_out(out, x, y); }, reps);
-    rows.push_back({"add_16M" + sfx, "GB/s", 3.0 * 4 * kBig / t / 1e9, -1, anchor, false, 1.0});
-    t = median_seconds([&] { exp_out(out, x); }, reps);
-    rows.push_back({"exp_16M" + sfx, "GB/s", 2.0 * 4 * kBig / t / 1e9, -1, anchor, false, 1.0});
-    t = median_seconds([&] { sum(x); }, reps);
-    rows.push_back({"sum_16M" + sfx, "GB/s", 4.0 * kBig / t / 1e9, -1, anchor, false, 1.0});
+    m.push_back({"matmul_1024" + sfx, "GFLOP/s", false, 1.0, th, [s, reps] {
+                   return 2.0 * 1024 * 1024 * 1024 / median_seconds([&] { mm(s->m1, s->m2); }, reps) / 1e9;
+                 }});
+    m.push_back({"add_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
+                   return 3.0 * 4 * kBig / median_seconds([&] { add_out(s->out, s->x, s->y); }, reps) / 1e9;
+                 }});
+    m.push_back({"exp_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
+                   return 2.0 * 4 * kBig / median_seconds([&] { exp_out(s->out, s->x); }, reps) / 1e9;
+                 }});
+    m.push_back({"sum_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
+                   return 4.0 * kBig / median_seconds([&] { sum(s->x); }, reps) / 1e9;
+                 }});
   }
-
-  // The anchor runs in its own process after loom's figures, so the two never share cores.
-  std::string threads;
-  for (int th : opt.threads) threads += (threads.empty() ? "" : ",") + std::to_string(th);
-  auto a = run_anchor("loom-anchor-torch", std::string("core --threads ") + threads +
-                                               (opt.quick ? " --quick" : ""));
-  for (Row& r : rows) {
-    auto it = a.find(r.name);
-    if (it != a.end()) r.anchor = it->second;
-  }
-  return rows;
+  return m;
 }
 
 const RegisterSuite kCore(Suite{"core", "eager overhead, matmul, add/exp/sum throughput vs libtorch",
-                                run_core});
+                                "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_core});
 
 }  // namespace
 }  // namespace loom::bench

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -44,69 +45,60 @@ double median_seconds(const std::function<void()>& fn, int reps) {
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
-void core(const std::vector<int>& threads, bool quick) {
-  const int reps = quick ? 2 : 7;
-  const int64_t big = 16 * 1024 * 1024;
-  // InferenceMode is libtorch's fastest eager setting (no autograd or version-counter work).
-  c10::InferenceMode inference;
-  torch::set_num_threads(1);
-  set_blas_threads(1);
-  {
-    auto a = torch::rand({8}), b = torch::rand({8});
-    const int iters = quick ? 20000 : 200000;
+// The core suite: the same names, sizes and formulas as bench/core_suite.cpp.
+double core(const std::string& name, bool quick) {
+  static const int64_t big = 16 * 1024 * 1024;
+  static auto a8 = torch::rand({8}), b8 = torch::rand({8});
+  static auto x = torch::rand({big}), y = torch::rand({big}), out = torch::empty({big});
+  static auto m1 = torch::rand({1024, 1024}), m2 = torch::rand({1024, 1024});
+  const int reps = quick ? 2 : 5;
+  auto base = name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
+  if (name == "eager_add_8") {
+    const int iters = quick ? 20000 : 100000;
     double t = median_seconds(
         [&] {
-          for (int i = 0; i < iters; ++i) {
-            auto c = at::add(a, b);
-          }
+          for (int i = 0; i < iters; ++i) auto c = at::add(a8, b8);
         },
         reps);
-    std::printf("eager_add_8 %.6g\n", t / iters * 1e9);
+    return t / iters * 1e9;
   }
-  auto x = torch::rand({big}), y = torch::rand({big}), out = torch::empty({big});
-  auto m1 = torch::rand({1024, 1024}), m2 = torch::rand({1024, 1024});
-  for (int th : threads) {
-    torch::set_num_threads(th);
-    set_blas_threads(th);
-    std::string sfx = "_t" + std::to_string(th);
-    double t = median_seconds([&] { torch::mm(m1, m2); }, quick ? 2 : 5);
-    std::printf("matmul_1024%s %.6g\n", sfx.c_str(), 2.0 * 1024 * 1024 * 1024 / t / 1e9);
-    t = median_seconds([&] { torch::add_out(out, x, y); }, reps);
-    std::printf("add_16M%s %.6g\n", sfx.c_str(), 3.0 * 4 * big / t / 1e9);
-    t = median_seconds([&] { torch::exp_out(out, x); }, reps);
-    std::printf("exp_16M%s %.6g\n", sfx.c_str(), 2.0 * 4 * big / t / 1e9);
-    t = median_seconds([&] { torch::sum(x); }, reps);
-    std::printf("sum_16M%s %.6g\n", sfx.c_str(), 4.0 * big / t / 1e9);
+  if (base == "matmul_1024") {
+    return 2.0 * 1024 * 1024 * 1024 / median_seconds([&] { torch::mm(m1, m2); }, reps) / 1e9;
   }
-  std::fflush(stdout);
+  if (base == "add_16M") return 3.0 * 4 * big / median_seconds([&] { torch::add_out(out, x, y); }, reps) / 1e9;
+  if (base == "exp_16M") return 2.0 * 4 * big / median_seconds([&] { torch::exp_out(out, x); }, reps) / 1e9;
+  if (base == "sum_16M") return 4.0 * big / median_seconds([&] { torch::sum(x); }, reps) / 1e9;
+  return NAN;
 }
 
 }  // namespace
 
+// Protocol: `loom-anchor-torch serve SUITE` reads "NAME THREADS QUICK" lines on stdin and answers
+// "NAME VALUE" on stdout, one measurement at a time, so that loom can alternate with it.
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: loom-anchor-torch SUITE [--threads 1,2] [--quick] [--info]\n");
+  if (argc < 3 || std::strcmp(argv[1], "serve") != 0) {
+    std::fprintf(stderr, "usage: loom-anchor-torch serve SUITE   (driven by `loom bench SUITE`)\n");
     return 2;
   }
-  std::string suite = argv[1];
-  std::vector<int> threads = {1, 2};
-  bool quick = false;
-  for (int i = 2; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) {
-      quick = true;
-    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
-      threads.clear();
-      std::stringstream ss(argv[++i]);
-      std::string item;
-      while (std::getline(ss, item, ',')) threads.push_back(std::stoi(item));
-    }
-  }
-  std::fprintf(stderr, "anchor: libtorch %s, BLAS %s\n", TORCH_VERSION, blas_library().c_str());
-  if (suite == "core") {
-    core(threads, quick);
-  } else {
+  std::string suite = argv[2];
+  if (suite != "core") {
     std::fprintf(stderr, "anchor: unknown suite %s\n", suite.c_str());
     return 2;
+  }
+  std::fprintf(stderr, "anchor: libtorch %s, BLAS %s\n", TORCH_VERSION, blas_library().c_str());
+  // InferenceMode is libtorch's fastest eager setting (no autograd or version-counter work).
+  c10::InferenceMode inference;
+  char line[512];
+  while (std::fgets(line, sizeof(line), stdin)) {
+    std::istringstream is(line);
+    std::string name;
+    int threads = 1, quick = 0;
+    if (!(is >> name >> threads >> quick)) continue;
+    torch::set_num_threads(threads);
+    set_blas_threads(threads);
+    double v = core(name, quick != 0);
+    std::printf("%s %.6g\n", name.c_str(), v);
+    std::fflush(stdout);
   }
   return 0;
 }
