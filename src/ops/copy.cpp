@@ -93,6 +93,8 @@ Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype, std::optio
   check_defined(self, "_to_copy", "self");
   DType dt = dtype.value_or(self.dtype());
   Device dev = device.value_or(self.device());
+  LOOM_CHECK(!self.is_meta() || dev.is_meta(), "[_to_copy] a meta tensor (shape ", self.sizes(),
+             ") has no data to copy to ", dev);
   LOOM_CHECK(dev == self.device() || dev.is_meta(), "[_to_copy] copies from ", self.device(), " to ",
              dev, " need the CUDA backend, which is not in this build yet");
   Tensor out = empty_tensor(self.sizes(), dt, dev);
