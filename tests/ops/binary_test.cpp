@@ -87,6 +87,27 @@ TEST(Binary, BroadcastErrorNamesShapes) {
   }
 }
 
+TEST(Binary, LargeFloatOperandsUseStreamingPathCorrectly) {
+  // Above the streaming threshold, with an odd length and an unaligned out= view.
+  const int64_t n = (int64_t{1} << 20) + 77;
+  Tensor a = rand({n}), b = rand({n});
+  std::vector<float> va = to_vector<float>(a), vb = to_vector<float>(b);
+  Tensor r = add(a, b, 0.5);
+  Tensor big = zeros({n + 3});
+  Tensor out = big.narrow(0, 3, n);  // 12 bytes past a 64-byte boundary
+  sub_out(out, a, b);
+  Tensor m = a.clone();
+  mul_(m, b);
+  std::vector<float> vr = to_vector<float>(r), vo = to_vector<float>(out), vm = to_vector<float>(m);
+  for (int64_t i = 0; i < n; i += 997) {
+    ASSERT_EQ(vr[static_cast<size_t>(i)], va[static_cast<size_t>(i)] + 0.5f * vb[static_cast<size_t>(i)]);
+    ASSERT_EQ(vo[static_cast<size_t>(i)], va[static_cast<size_t>(i)] - vb[static_cast<size_t>(i)]);
+    ASSERT_EQ(vm[static_cast<size_t>(i)], va[static_cast<size_t>(i)] * vb[static_cast<size_t>(i)]);
+  }
+  EXPECT_EQ(vo[static_cast<size_t>(n - 1)], va[static_cast<size_t>(n - 1)] - vb[static_cast<size_t>(n - 1)]);
+  EXPECT_EQ(to_vector<float>(big.narrow(0, 0, 3)), (std::vector<float>{0, 0, 0}));
+}
+
 TEST(Binary, BoolSubtractionIsRejected) {
   Tensor b = from_vector<bool>({true}, {1});
   EXPECT_THROW(sub(b, b), TypeError);
