@@ -163,13 +163,19 @@ int run_bench(const std::vector<std::string>& argv) {
   bool have_anchor = !suite->anchor_binary.empty() && anchor.start(suite->anchor_binary, name);
   std::map<std::string, std::vector<double>> loom_vals, anchor_vals;
   for (int r = 0; r < opt.rounds; ++r) {
+    // Who goes first alternates by round: a measurement right after the other process's BLAS
+    // call can find that process's OpenBLAS workers still spinning on the other core.
+    const bool anchor_first = r % 2 == 1;
     for (const Measure& m : measures) {
-      set_num_threads(m.threads);
-      loom_vals[m.name].push_back(m.loom());
-      if (have_anchor) {
+      auto run_anchor_side = [&] {
+        if (!have_anchor) return;
         double a = anchor.query(m.name, m.threads, opt.quick);
         if (!std::isnan(a)) anchor_vals[m.name].push_back(a);
-      }
+      };
+      if (anchor_first) run_anchor_side();
+      set_num_threads(m.threads);
+      loom_vals[m.name].push_back(m.loom());
+      if (!anchor_first) run_anchor_side();
     }
     std::fprintf(stderr, "bench: round %d/%d done\n", r + 1, opt.rounds);
   }
