@@ -206,21 +206,6 @@ const RegisterOpCases kConvCases({
                 {kFloat16, kBFloat16}),
 });
 
-template <class E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 TEST(Conv2d, WeightMustBe4D) {
   std::string m = error_of<ValueError>([] { conv2d(zeros({1, 3, 5, 5}), zeros({4, 3, 3})); });
   EXPECT_CONTAINS(m, "[conv2d] expected weight to have 4 dimensions, got 3");

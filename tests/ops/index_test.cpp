@@ -314,16 +314,6 @@ const RegisterOpCases kIndexCases({
 
 // ---- cat / stack ----
 
-template <class E, class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
 
 TEST(Index, CatPromotesAcrossInputs) {
   Tensor i = from_vector<int32_t>({1, 2}, {2});

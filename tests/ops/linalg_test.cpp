@@ -234,21 +234,6 @@ const RegisterOpCases kLinalgCases({
                 {kFloat16, kBFloat16}),
 });
 
-template <class E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 TEST(Linalg, MmShapeMismatchNamesBothShapes) {
   std::string m = error_of<ValueError>([] { mm(zeros({2, 3}), zeros({4, 5})); });
   EXPECT_CONTAINS(m, "[mm] mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
