@@ -309,6 +309,18 @@ class LOOM_API Tensor {
   Tensor argmax(std::optional<int64_t> dim = std::nullopt, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
 
+  // Autograd (see autograd.h for the full API: grad(), hooks, grad modes).
+  bool requires_grad() const;
+  const Tensor& requires_grad_(bool requires_grad = true) const;
+  bool is_leaf() const;
+  // The accumulated gradient of a leaf (undefined before the first backward).
+  Tensor grad() const;
+  // Backpropagates from this tensor; `gradient` may be omitted for a one-element tensor.
+  void backward(const Tensor& gradient = Tensor(), std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false) const;
+  Tensor detach() const;
+  void retain_grad() const;
+
   void check_dtype_for_access(DType expected) const;
 
  private:

@@ -7,6 +7,7 @@
 #include <immintrin.h>
 #endif
 
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
@@ -439,6 +440,79 @@ Tensor where(const Tensor& condition, const Scalar& self, const Tensor& other) {
 }
 Tensor where(const Tensor& condition, const Tensor& self, const Scalar& other) {
   return where(condition, self, wrap_scalar(other));
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+// Gradient of a binary op's input that may be a wrapped number or an integer tensor: none.
+bool wants(const BackwardContext& c, size_t slot) {
+  return c.needs(slot) && is_floating(c.input_dtype(slot));
+}
+
+// d/dx max(x, y): the gradient goes to the larger input; ties split it in half (as PyTorch does).
+GradList max_min_backward(const BackwardContext& c, bool is_max) {
+  const Tensor& g = c.grad(0);
+  Tensor a = c.input(0), b = c.input(1);
+  Tensor win_a = is_max ? gt(a, b) : lt(a, b);
+  Tensor tie = eq(a, b);
+  Tensor wa = add(win_a.to(g.dtype()), mul(tie.to(g.dtype()), 0.5));
+  GradList r(2);
+  if (wants(c, 0)) r[0] = mul(g, wa);
+  if (wants(c, 1)) r[1] = mul(g, sub(ones_like(wa), wa));
+  return r;
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("add", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    const Scalar alpha = c.scalar_arg(2);
+    GradList r(2);
+    if (wants(c, 0)) r[0] = g;
+    if (wants(c, 1)) r[1] = alpha.to<double>() == 1.0 ? g : mul(g, alpha);
+    return r;
+  });
+  m.def("sub", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (wants(c, 0)) r[0] = g;
+    if (wants(c, 1)) r[1] = mul(g, -c.scalar_arg(2).to<double>());
+    return r;
+  });
+  m.def("mul", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (wants(c, 0)) r[0] = mul(g, c.input(1));
+    if (wants(c, 1)) r[1] = mul(g, c.input(0));
+    return r;
+  });
+  m.def("div", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    Tensor b = c.input(1);
+    GradList r(2);
+    if (wants(c, 0)) r[0] = div(g, b);
+    if (wants(c, 1)) r[1] = neg(div(mul(g, c.input(0)), mul(b, b)));
+    return r;
+  });
+  m.def("maximum", autograd::saves({0, 1}),
+        [](const BackwardContext& c) { return max_min_backward(c, true); });
+  m.def("minimum", autograd::saves({0, 1}),
+        [](const BackwardContext& c) { return max_min_backward(c, false); });
+  m.def("where", autograd::saves({0}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    Tensor cond = c.input(0);
+    GradList r(3);
+    if (wants(c, 1)) r[1] = where(cond, g, zeros_like(g));
+    if (wants(c, 2)) r[2] = where(cond, zeros_like(g), g);
+    return r;
+  });
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}) {
+    m.nondifferentiable(op);
+  }
 }
 
 }  // namespace loom

@@ -7,6 +7,7 @@
 #include <climits>
 #include <vector>
 
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "op_call.h"
 
@@ -407,6 +408,54 @@ Tensor linear(const Tensor& input, const Tensor& weight, const std::optional<Ten
 }
 Tensor dot(const Tensor& self, const Tensor& other) {
   LOOM_CALL_OP("loom::dot", MatSig, self, other);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  // C = A B: dA = dC B^T, dB = A^T dC.
+  m.def("mm", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (c.needs(0)) r[0] = mm(g, c.input(1).t());
+    if (c.needs(1)) r[1] = mm(c.input(0).t(), g);
+    return r;
+  });
+  m.def("bmm", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (c.needs(0)) r[0] = bmm(g, c.input(1).transpose(1, 2));
+    if (c.needs(1)) r[1] = bmm(c.input(0).transpose(1, 2), g);
+    return r;
+  });
+  // out = beta * self + alpha * (mat1 @ mat2)
+  m.def("addmm", autograd::saves({1, 2}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    const double beta = c.scalar_arg(3).to<double>(), alpha = c.scalar_arg(4).to<double>();
+    GradList r(3);
+    if (c.needs(0)) r[0] = beta == 1.0 ? g : mul(g, beta);
+    if (c.needs(1)) {
+      r[1] = mm(g, c.input(2).t());
+      if (alpha != 1.0) r[1] = mul(r[1], alpha);
+    }
+    if (c.needs(2)) {
+      r[2] = mm(c.input(1).t(), g);
+      if (alpha != 1.0) r[2] = mul(r[2], alpha);
+    }
+    return r;
+  });
+  m.def("dot", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (c.needs(0)) r[0] = mul(g, c.input(1));
+    if (c.needs(1)) r[1] = mul(g, c.input(0));
+    return r;
+  });
 }
 
 }  // namespace loom

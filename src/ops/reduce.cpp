@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "grad_utils.h"
 #include "op_call.h"
 #include "reduce_engine.h"
 
@@ -710,6 +711,29 @@ Tensor all(const Tensor& self, std::optional<IntArrayRef> dim, bool keepdim) {
 }
 Tensor any(const Tensor& self, std::optional<IntArrayRef> dim, bool keepdim) {
   LOOM_CALL_OP("loom::any", OptDimListSig, self, dim, keepdim);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("sum", {}, [](const BackwardContext& c) -> GradList {
+    const int64_t rank = static_cast<int64_t>(c.input_sizes(0).size());
+    auto dims = grad_utils::reduced_dims(c.arg(1), rank, "sum");
+    return {grad_utils::unreduce(c.grad(0), c.input_sizes(0), dims, c.bool_arg(2))};
+  });
+  m.def("mean", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef in = c.input_sizes(0);
+    const int64_t rank = static_cast<int64_t>(in.size());
+    auto dims = grad_utils::reduced_dims(c.arg(1), rank, "mean");
+    int64_t n = 1;
+    for (int64_t d : dims) n *= in[static_cast<size_t>(d)];
+    return {div(grad_utils::unreduce(c.grad(0), in, dims, c.bool_arg(2)), static_cast<double>(n))};
+  });
 }
 
 }  // namespace loom

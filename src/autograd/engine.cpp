@@ -1,0 +1,281 @@
+// The backward engine: dependency counting, a ready queue ordered by sequence number, gradient
+// buffers per node, hooks, output validation and anomaly checks; and the backward()/grad() entries.
+#include <cmath>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/autograd_meta.h"
+#include "loom/derivatives.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+#include "loom/record_function.h"
+
+namespace loom::autograd {
+namespace {
+
+struct NodeTask {
+  Node* node;
+  uint64_t priority;
+  bool operator<(const NodeTask& o) const { return priority < o.priority; }
+};
+
+// Gradients that have arrived for one node's inputs.
+struct InputBuffer {
+  std::vector<Tensor> grads;
+  void add(size_t i, Tensor g) {
+    if (!g.defined()) return;
+    if (!grads[i].defined()) {
+      grads[i] = std::move(g);
+    } else {
+      grads[i] = loom::add(grads[i], g);
+    }
+  }
+};
+
+// Makes a gradient fit the input it flows into: sums broadcast dimensions, casts the dtype.
+Tensor validate_grad(const Node& producer, size_t index, Tensor g, const Node::InputMeta& meta) {
+  if (g.sizes() != meta.sizes.ref()) {
+    try {
+      g = sum_to(g, meta.sizes.ref());
+    } catch (const Error&) {
+      LOOM_THROW(ValueError, "[autograd] ", producer.name(), " (of ", producer.forward_op(),
+                 ") returned a gradient of shape ", g.shape_str(), " for its input ", index,
+                 ", which has shape ", meta.sizes.ref());
+    }
+  }
+  if (g.dtype() != meta.dtype) g = g.to(meta.dtype);
+  return g;
+}
+
+void check_anomaly(const Node& node, const std::vector<Tensor>& outs) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const Tensor& g = outs[i];
+    if (!g.defined() || !is_floating(g.dtype())) continue;
+    NoGradGuard ng;
+    if (loom::any(ne(g, g)).item<bool>()) {  // NaN is the only value unequal to itself
+      LOOM_THROW(ValueError, "[autograd] anomaly: ", node.name(), " returned NaN values in its output ", i,
+                 " (the gradient of input ", i, " of ", node.forward_op().empty() ? node.name() : node.forward_op(),
+                 ")", node.anomaly_trace.empty() ? "" : "; recorded at " + node.anomaly_trace);
+    }
+  }
+}
+
+struct GraphTask {
+  bool keep_graph = false;
+  bool create_graph = false;
+  // grad() mode: gradients arriving at these edges are captured instead of accumulated.
+  std::vector<Edge> capture;
+  std::vector<Tensor> captured;
+  std::unordered_map<Node*, int> dependencies;
+  std::unordered_set<Node*> needed;  // empty: run everything
+  bool filter = false;
+  std::unordered_map<Node*, InputBuffer> buffers;
+};
+
+void compute_dependencies(GraphTask& task, Node* root) {
+  std::vector<Node*> stack{root};
+  std::unordered_set<Node*> seen{root};
+  std::vector<Node*> order;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    order.push_back(n);
+    for (const Edge& e : n->next_edges()) {
+      if (!e.valid()) continue;
+      Node* c = e.fn.get();
+      task.dependencies[c] += 1;
+      if (seen.insert(c).second) stack.push_back(c);
+    }
+  }
+  if (!task.filter) return;
+  // A node is needed if a captured edge or an accumulating target is reachable from it.
+  std::unordered_set<Node*> targets;
+  for (const Edge& e : task.capture) targets.insert(e.fn.get());
+  // Repeat until stable (graphs here are small; the order is roughly topological already).
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      Node* n = *it;
+      if (task.needed.count(n)) continue;
+      bool need = targets.count(n) > 0;
+      for (const Edge& e : n->next_edges()) {
+        if (e.valid() && task.needed.count(e.fn.get())) need = true;
+      }
+      if (need) {
+        task.needed.insert(n);
+        changed = true;
+      }
+    }
+  }
+}
+
+void run_pre_hooks(Node& node, std::vector<Tensor>& inputs) {
+  for (auto& [idx, hook] : node.pre_hooks()) {
+    if (idx >= inputs.size() || !inputs[idx].defined()) continue;
+    Tensor r = hook(inputs[idx]);
+    if (r.defined()) inputs[idx] = std::move(r);
+  }
+}
+
+void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
+  AutoGradMode mode(task.create_graph);
+  compute_dependencies(task, root.get());
+  std::priority_queue<NodeTask> ready;  // one queue: CPU work runs on the calling thread
+  ready.push({root.get(), UINT64_MAX});
+  std::unordered_set<Node*> capture_nodes;
+  for (const Edge& e : task.capture) capture_nodes.insert(e.fn.get());
+
+  while (!ready.empty()) {
+    Node* node = ready.top().node;
+    ready.pop();
+    std::vector<Tensor> inputs;
+    if (node != root.get()) {
+      auto it = task.buffers.find(node);
+      if (it != task.buffers.end()) {
+        inputs = std::move(it->second.grads);
+        task.buffers.erase(it);
+      } else {
+        inputs.resize(node->num_inputs());
+      }
+    }
+    run_pre_hooks(*node, inputs);
+    if (capture_nodes.count(node)) {
+      for (size_t k = 0; k < task.capture.size(); ++k) {
+        const Edge& e = task.capture[k];
+        if (e.fn.get() == node && e.input_nr < inputs.size() && inputs[e.input_nr].defined()) {
+          task.captured[k] = task.captured[k].defined() ? loom::add(task.captured[k], inputs[e.input_nr])
+                                                        : inputs[e.input_nr];
+        }
+      }
+    }
+    if (task.filter && node != root.get()) {
+      // Run a node only if some node after it leads to a captured edge; a captured edge's own node
+      // (e.g. a leaf's AccumulateGrad in grad()) does not run.
+      bool child_needed = false;
+      for (const Edge& e : node->next_edges()) child_needed = child_needed || (e.valid() && task.needed.count(e.fn.get()));
+      if (!child_needed) continue;
+    }
+    bool any_input = node == root.get();
+    for (const Tensor& t : inputs) any_input = any_input || t.defined();
+
+    std::vector<Tensor> outputs;
+    if (any_input) {
+      RecordFunctionGuard scope(node->name());
+      outputs = node->apply(std::move(inputs));
+      if (AnomalyMode::is_enabled()) check_anomaly(*node, outputs);
+    } else {
+      outputs.resize(node->next_edges().size());
+    }
+    if (!task.keep_graph) node->release_variables();
+
+    const auto& edges = node->next_edges();
+    LOOM_INTERNAL_ASSERT(outputs.size() == edges.size() || edges.empty(), node->name(), " returned ",
+                         outputs.size(), " gradients for ", edges.size(), " edges");
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      if (!e.valid()) continue;
+      Node* next = e.fn.get();
+      if (i < outputs.size() && outputs[i].defined()) {
+        Tensor g = validate_grad(*node, i, std::move(outputs[i]), next->input_meta()[e.input_nr]);
+        auto [it, fresh] = task.buffers.try_emplace(next);
+        if (fresh) it->second.grads.resize(next->num_inputs());
+        it->second.add(e.input_nr, std::move(g));
+      }
+      if (--task.dependencies[next] == 0) ready.push({next, next->sequence_nr()});
+    }
+  }
+}
+
+std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
+                                    const std::vector<Tensor>& grad_outputs, std::vector<Edge>& edges) {
+  LOOM_CHECK(!outputs.empty(), "[autograd] backward of an empty list of tensors");
+  LOOM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "[autograd] got ",
+             grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
+  std::vector<Tensor> grads;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    LOOM_CHECK(out.defined(), "[autograd] output ", i, " is undefined");
+    LOOM_CHECK(requires_grad(out), "[autograd] element ", i, " of the tensors does not require grad "
+               "and does not have a grad_fn (shape ", out.shape_str(), "); nothing to differentiate");
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      LOOM_CHECK(out.numel() == 1, "[autograd] a gradient can be created implicitly only for scalar "
+                 "outputs; output ", i, " has shape ", out.shape_str(),
+                 ": pass grad_outputs (a tensor of that shape)");
+      g = ones_like(out);
+    } else {
+      LOOM_CHECK(g.sizes() == out.sizes(), "[autograd] grad_outputs[", i, "] has shape ",
+                 g.shape_str(), " but output ", i, " has shape ", out.shape_str());
+    }
+    edges.push_back(gradient_edge(out));
+    grads.push_back(std::move(g));
+  }
+  return grads;
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
+              std::optional<bool> retain_graph, bool create_graph, const std::vector<Tensor>& inputs) {
+  std::vector<Edge> edges;
+  std::vector<Tensor> grads = make_root_grads(outputs, grad_outputs, edges);
+  GraphTask task;
+  task.create_graph = create_graph;
+  task.keep_graph = retain_graph.value_or(create_graph);
+  if (!inputs.empty()) {
+    task.filter = true;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      LOOM_CHECK(requires_grad(inputs[i]) && is_leaf(inputs[i]), "[autograd] backward(inputs=...): "
+                 "input ", i, " must be a leaf tensor that requires grad");
+      task.capture.push_back(gradient_edge(inputs[i]));
+    }
+    task.captured.resize(task.capture.size());
+  }
+  auto root = std::make_shared<GraphRoot>(std::move(edges), std::move(grads));
+  if (!inputs.empty()) {
+    // Run in capture mode, then accumulate into the requested leaves through their nodes.
+    execute(task, root);
+    NoGradGuard ng;
+    for (size_t i = 0; i < task.capture.size(); ++i) {
+      if (!task.captured[i].defined()) continue;
+      AutoGradMode m(create_graph);
+      task.capture[i].fn->apply({task.captured[i]});
+    }
+    return;
+  }
+  execute(task, root);
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
+                         bool create_graph, bool allow_unused) {
+  std::vector<Edge> edges;
+  std::vector<Tensor> grads = make_root_grads(outputs, grad_outputs, edges);
+  GraphTask task;
+  task.create_graph = create_graph;
+  task.keep_graph = retain_graph.value_or(create_graph);
+  task.filter = true;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOOM_CHECK(requires_grad(inputs[i]), "[autograd.grad] input ", i, " (shape ", inputs[i].shape_str(),
+               ") does not require grad");
+    task.capture.push_back(gradient_edge(inputs[i]));
+  }
+  task.captured.resize(inputs.size());
+  execute(task, std::make_shared<GraphRoot>(std::move(edges), std::move(grads)));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!task.captured[i].defined()) {
+      LOOM_CHECK(allow_unused, "[autograd.grad] input ", i, " (shape ", inputs[i].shape_str(),
+                 ") was not used to compute the outputs; pass allow_unused=true to get an undefined "
+                 "gradient for it");
+    } else {
+      task.captured[i] = validate_grad(*task.capture[i].fn, i, task.captured[i],
+                                       task.capture[i].fn->input_meta()[task.capture[i].input_nr]);
+    }
+  }
+  return task.captured;
+}
+
+}  // namespace loom::autograd
