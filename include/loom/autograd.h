@@ -222,6 +222,11 @@ LOOM_API std::string gradgradcheck(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 
+// The backward graph reachable from t, one node per line, indented by depth (a node reached twice is
+// printed once and referenced by its sequence number): name, forward operator, sequence number,
+// and each next edge. For `loom autograd` and debugging.
+LOOM_API std::string describe_graph(const Tensor& t);
+
 // Number of nodes created on this thread (the next sequence number); for tests and the profiler.
 LOOM_API uint64_t peek_sequence_nr();
 

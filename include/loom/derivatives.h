@@ -51,6 +51,9 @@ class LOOM_API BackwardContext {
   virtual IntArrayRef input_sizes(size_t slot) const = 0;
   virtual DType input_dtype(size_t slot) const = 0;
   virtual bool input_defined(size_t slot) const = 0;
+  // Strides and storage offset of a tensor input (as_strided's derivative reads its geometry).
+  virtual IntArrayRef input_strides(size_t slot) const = 0;
+  virtual int64_t input_storage_offset(size_t slot) const = 0;
   virtual size_t num_slots() const = 0;
   // Non-tensor arguments by schema position.
   virtual const IValue& arg(size_t pos) const = 0;
@@ -107,6 +110,14 @@ struct LOOM_API DerivativesInit {
 
 // Sums a (broadcast) gradient down to `sizes`.
 LOOM_API Tensor sum_to(const Tensor& grad, IntArrayRef sizes);
+
+// Gradient of as_strided(input, sizes, strides, offset) with respect to `input`, given by its
+// geometry: grad's elements are summed into the storage positions they view, which are then read
+// back with the input's geometry (divided by how many input elements share a position, when the
+// input overlaps itself). Written with dispatched operators, so it is itself differentiable.
+LOOM_API Tensor as_strided_backward(const Tensor& grad, IntArrayRef input_sizes,
+                                    IntArrayRef input_strides, int64_t input_offset,
+                                    IntArrayRef sizes, IntArrayRef strides, int64_t offset);
 
 }  // namespace loom::autograd
 

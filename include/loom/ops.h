@@ -6,6 +6,7 @@
 // Thread-safe in the same sense as PyTorch: concurrent calls on different tensors are fine.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -257,6 +258,55 @@ LOOM_API Tensor cross_entropy(const Tensor& input, const Tensor& target,
                               const std::optional<Tensor>& weight = std::nullopt,
                               Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                               double label_smoothing = 0.0);
+
+// ---- backward kernels (used by autograd formulas; PyTorch names) ----
+// Each takes grad_output (the gradient of the forward op's result) plus what the forward saved and
+// returns the gradient of the forward's input(s), with the dtype of grad_output. grad_output must
+// have exactly the forward result's shape and dtype (no broadcasting, no promotion).
+// grad_output where self > threshold, else 0 (relu: threshold 0, with relu's input or output).
+LOOM_API Tensor threshold_backward(const Tensor& grad_output, const Tensor& self,
+                                   const Scalar& threshold);
+LOOM_API Tensor sigmoid_backward(const Tensor& grad_output, const Tensor& output);  // g*y*(1-y)
+LOOM_API Tensor tanh_backward(const Tensor& grad_output, const Tensor& output);     // g*(1-y^2)
+LOOM_API Tensor silu_backward(const Tensor& grad_output, const Tensor& self);
+LOOM_API Tensor gelu_backward(const Tensor& grad_output, const Tensor& self,
+                              std::string_view approximate = "none");
+// output: softmax's (log_softmax's) result; the gradient is cast to input_dtype, the dtype of the
+// forward's input.
+LOOM_API Tensor _softmax_backward_data(const Tensor& grad_output, const Tensor& output, int64_t dim,
+                                       DType input_dtype);
+LOOM_API Tensor _log_softmax_backward_data(const Tensor& grad_output, const Tensor& output,
+                                           int64_t dim, DType input_dtype);
+// nll_loss does not return the summed weight of the non-ignored targets, so Mean recomputes it.
+LOOM_API Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self,
+                                  const Tensor& target, const std::optional<Tensor>& weight,
+                                  Reduction reduction, int64_t ignore_index);
+// indices: max_pool2d_with_indices's second result.
+LOOM_API Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Tensor& self,
+                                                 IntArrayRef kernel_size, IntArrayRef stride,
+                                                 IntArrayRef padding, IntArrayRef dilation,
+                                                 bool ceil_mode, const Tensor& indices);
+LOOM_API Tensor avg_pool2d_backward(const Tensor& grad_output, const Tensor& self,
+                                    IntArrayRef kernel_size, IntArrayRef stride,
+                                    IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                                    std::optional<int64_t> divisor_override = std::nullopt);
+// conv2d's (grad_input, grad_weight, grad_bias); an entry whose output_mask is false is undefined.
+LOOM_API std::tuple<Tensor, Tensor, Tensor> convolution_backward(
+    const Tensor& grad_output, const Tensor& input, const Tensor& weight, IntArrayRef stride,
+    IntArrayRef padding, IntArrayRef dilation, int64_t groups, std::array<bool, 3> output_mask);
+// mean, rstd: native_layer_norm's; (grad_input, grad_weight, grad_bias), undefined where the mask
+// is false (grad_weight and grad_bias have normalized_shape even without weight or bias).
+LOOM_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
+    const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
+    const Tensor& rstd, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+    std::array<bool, 3> output_mask);
+// The (num_weights, embedding_dim) gradient of embedding's weight; rows at padding_idx stay zero
+// (padding_idx < 0: none, as aten's).
+LOOM_API Tensor embedding_dense_backward(const Tensor& grad_output, const Tensor& indices,
+                                         int64_t num_weights, int64_t padding_idx);
+// grad_output * mask * scale, mask native_dropout's (bool).
+LOOM_API Tensor native_dropout_backward(const Tensor& grad_output, const Tensor& mask,
+                                        double scale);
 
 // ---- operators as C++ operators ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -109,6 +109,10 @@ class SavedVariable {
  public:
   SavedVariable() = default;
   SavedVariable(const Tensor& t, bool is_output);
+  // Output `output_nr` of `fn`, saved by fn itself: unpacking gives it fn's history even when the
+  // tensor's own grad_fn is another node (after an in-place op through a view it is a regenerated
+  // view node, which may be gone by the time fn runs).
+  SavedVariable(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t output_nr);
   // Throws Error naming `op` when the tensor was modified in place or already freed.
   Tensor unpack(const std::string& op, const char* what, size_t index) const;
   void reset() {

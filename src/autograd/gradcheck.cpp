@@ -30,6 +30,13 @@ std::vector<Tensor> float_outputs(const std::vector<Tensor>& outs) {
   return r;
 }
 
+// The outputs' values now: an output may be a view of an input, which the next perturbation changes.
+std::vector<Tensor> output_values(const Fn& fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> r = float_outputs(fn(inputs));
+  for (Tensor& t : r) t = clone(t);
+  return r;
+}
+
 // J[i][o] is (numel(output o) x numel(input i)), flattened row-major.
 using Jacobian = std::vector<std::vector<std::vector<double>>>;
 
@@ -45,9 +52,9 @@ Jacobian numeric(const Fn& fn, const std::vector<Tensor>& inputs, const std::vec
       double* p = element(x, k);
       const double orig = *p;
       *p = orig + eps;
-      auto plus = float_outputs(fn(inputs));
+      auto plus = output_values(fn, inputs);
       *p = orig - eps;
-      auto minus = float_outputs(fn(inputs));
+      auto minus = output_values(fn, inputs);
       *p = orig;
       for (size_t o = 0; o < outs0.size(); ++o) {
         auto vp = to_vector<double>(plus[o]);

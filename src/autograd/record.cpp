@@ -1,5 +1,6 @@
 // Recording: the Autograd backend fallback that every operator goes through when one of its inputs
 // requires grad, the generic node that runs a registered derivative, and the derivative registry.
+#include <algorithm>
 #include <cctype>
 #include <mutex>
 #include <unordered_map>
@@ -105,6 +106,58 @@ Tensor sum_to(const Tensor& grad, IntArrayRef sizes) {
   }
   Tensor r = dims.empty() ? grad : sum(grad, IntArrayRef(dims), /*keepdim=*/true);
   return r.sizes() == sizes ? r : r.view(sizes);
+}
+
+namespace {
+// One past the largest storage position a geometry reaches (its offset when it has no elements).
+int64_t storage_end(IntArrayRef sizes, IntArrayRef strides, int64_t offset) {
+  int64_t end = offset + 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) return offset;
+    end += (sizes[i] - 1) * strides[i];
+  }
+  return end;
+}
+
+// Whether two elements of a geometry can share a storage position: dims sorted by stride must each
+// step past everything the smaller dims reach.
+bool may_overlap(IntArrayRef sizes, IntArrayRef strides) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] > 1) dims.emplace_back(strides[i], sizes[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;
+  for (auto [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += (size - 1) * stride;
+  }
+  return false;
+}
+}  // namespace
+
+Tensor as_strided_backward(const Tensor& grad, IntArrayRef input_sizes, IntArrayRef input_strides,
+                           int64_t input_offset, IntArrayRef sizes, IntArrayRef strides,
+                           int64_t offset) {
+  const int64_t input_numel = multiply_sizes(input_sizes);
+  if (grad.numel() == 0 || input_numel == 0) return zeros(input_sizes, grad.options());
+  // Storage positions [lo, hi) cover both the input and the view; positions are relative to lo.
+  const int64_t lo = std::min(input_offset, offset);
+  const int64_t hi = std::max(storage_end(input_sizes, input_strides, input_offset),
+                              storage_end(sizes, strides, offset));
+  const Tensor positions = arange(hi - lo, TensorOptions(kInt64).with_device(grad.device()));
+  const Tensor view_pos = as_strided(positions, sizes, strides, offset - lo).reshape({-1});
+  const Tensor input_pos =
+      as_strided(positions, input_sizes, input_strides, input_offset - lo).reshape({-1});
+  const Tensor storage =
+      scatter_add(zeros({hi - lo}, grad.options()), 0, view_pos, grad.reshape({-1}));
+  Tensor r = index_select(storage, 0, input_pos);
+  if (may_overlap(input_sizes, input_strides)) {
+    const Tensor count = scatter_add(zeros({hi - lo}, grad.options()), 0, input_pos,
+                                     ones({input_numel}, grad.options()));
+    r = div(r, index_select(count, 0, input_pos));
+  }
+  return r.view(input_sizes);
 }
 
 // ---- per-operator facts, computed once from the schema ----
@@ -230,13 +283,16 @@ class FormulaNode final : public Node, public BackwardContext {
   IntArrayRef input_sizes(size_t slot) const override { return slots_[slot].sizes.ref(); }
   DType input_dtype(size_t slot) const override { return slots_[slot].dtype; }
   bool input_defined(size_t slot) const override { return slots_[slot].defined; }
+  IntArrayRef input_strides(size_t slot) const override { return slots_[slot].strides.ref(); }
+  int64_t input_storage_offset(size_t slot) const override { return slots_[slot].storage_offset; }
   size_t num_slots() const override { return slots_.size(); }
   const IValue& arg(size_t pos) const override { return args_[pos]; }
   size_t list_size(size_t pos) const override { return list_sizes_[pos]; }
   bool create_graph() const override { return create_graph_; }
 
   struct SlotMeta {
-    DimVector sizes;
+    DimVector sizes, strides;
+    int64_t storage_offset = 0;
     DType dtype = DType::Float32;
     bool defined = false;
   };
@@ -328,6 +384,8 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
     FormulaNode::SlotMeta sm;
     if (t && t->defined()) {
       sm.sizes = DimVector(t->sizes());
+      sm.strides = DimVector(t->strides());
+      sm.storage_offset = t->storage_offset();
       sm.dtype = t->dtype();
       sm.defined = true;
       edges.push_back(gradient_edge(*t));
@@ -369,7 +427,8 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
       t = v.to_tensor_list()[slot - first];
     }
     if (slot_arg[slot] == info.mutated_arg && t.defined()) {
-      NoGradGuard ng;  // the in-place op will overwrite it: keep the old value
+      // The in-place op will overwrite it: keep the old value. The clone is recorded (grad mode is
+      // on here), so that with create_graph the derivative's use of the old value has history.
       t = clone(t);
     }
     node->saved_inputs_.emplace_back(slot, SavedVariable(t, false));
@@ -396,7 +455,7 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& out = outs[i];
     node->add_input_meta(out);
-    if (!is_floating(out.dtype())) continue;
+    if (!out.defined() || !is_floating(out.dtype())) continue;
     if (info.mutated_arg >= 0 && i == 0) {
       rebase_history(self, node);
       continue;
@@ -412,7 +471,13 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   for (int k : info.deriv->spec.save_outputs) {
     const size_t idx = static_cast<size_t>(k);
     LOOM_INTERNAL_ASSERT(idx < outs.size(), "derivative of ", info.name, " saves output ", k);
-    node->saved_outputs_.emplace_back(idx, SavedVariable(outs[idx], true));
+    // In place through a view, self's grad_fn is now a view node that nothing else keeps alive:
+    // save the output with this node's history instead (the same history for every other output).
+    const bool inplace_on_view = info.mutated_arg >= 0 && idx == 0 && outs[idx].defined() &&
+                                 is_floating(outs[idx].dtype()) && grad_fn(outs[idx]) != node;
+    node->saved_outputs_.emplace_back(idx, inplace_on_view
+                                               ? SavedVariable(outs[idx], node, 0)
+                                               : SavedVariable(outs[idx], true));
   }
 }
 

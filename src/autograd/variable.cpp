@@ -29,6 +29,10 @@ uint64_t peek_sequence_nr() { return tls_sequence_nr; }
 
 uint32_t Node::add_input_meta(const Tensor& t) {
   InputMeta m;
+  if (!t.defined()) {  // an optional result that was not computed: no gradient ever arrives
+    input_meta_.push_back(std::move(m));
+    return static_cast<uint32_t>(input_meta_.size() - 1);
+  }
   m.sizes = DimVector(t.sizes());
   m.dtype = t.dtype();
   m.device = t.device();
@@ -290,6 +294,13 @@ Tensor ViewGeometry::view_of(const Tensor& base_like) const {
 
 std::vector<Tensor> AsStridedBackward::apply(std::vector<Tensor>&& grads) {
   if (!grads[0].defined()) return {Tensor()};
+  if (GradMode::is_enabled()) {
+    // create_graph: writing into a view of a fresh zeros tensor would not be recorded (views of
+    // tensors that do not require grad are not tracked), so build the result out of place.
+    return {as_strided_backward(grads[0], geom_.base_sizes.ref(), geom_.base_strides.ref(),
+                                geom_.base_offset, geom_.sizes.ref(), geom_.strides.ref(),
+                                geom_.offset)};
+  }
   Tensor result = geom_.make_base_like(grads[0]);
   geom_.view_of(result).copy_(grads[0]);
   return {result};
@@ -305,7 +316,19 @@ std::vector<Tensor> CopySlices::apply(std::vector<Tensor>&& grads) {
   result.copy_(g);
   Tensor region = geom_.view_of(result);
   std::vector<Tensor> sub = fn_->apply({clone(region)});
-  if (sub.size() > 0 && sub[0].defined()) {
+  const bool has_sub = sub.size() > 0 && sub[0].defined();
+  if (GradMode::is_enabled()) {
+    // create_graph: the region is replaced out of place, as in AsStridedBackward::apply (an
+    // in-place write into `region` would not be recorded when `result` does not require grad).
+    const int64_t offset = result.storage_offset() + (geom_.offset - geom_.base_offset);
+    auto embed = [&](const Tensor& t) {
+      return as_strided_backward(t, result.sizes(), result.strides(), result.storage_offset(),
+                                 geom_.sizes.ref(), geom_.strides.ref(), offset);
+    };
+    const Tensor inside = ne(embed(ones(geom_.sizes.ref(), g.options())), 0.0);
+    result = has_sub ? where(inside, embed(sum_to(sub[0], region.sizes())), result)
+                     : masked_fill(result, inside, 0.0);
+  } else if (has_sub) {
     region.copy_(sum_to(sub[0], region.sizes()));
   } else {
     region.zero_();
@@ -332,6 +355,13 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) : is_output_(is_ou
   } else {
     data_ = t;
   }
+}
+
+SavedVariable::SavedVariable(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t output_nr)
+    : SavedVariable(t, /*is_output=*/true) {
+  if (!t.defined()) return;
+  grad_fn_ = fn;
+  output_nr_ = output_nr;
 }
 
 Tensor SavedVariable::unpack(const std::string& op, const char* what, size_t index) const {

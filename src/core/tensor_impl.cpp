@@ -190,10 +190,10 @@ std::vector<T> to_vector(const Tensor& t) {
       scalar_t v = base[off];
       if constexpr (std::is_same_v<T, bool>) {
         out.push_back(static_cast<float>(v) != 0.0f);
-      } else if constexpr (std::is_same_v<scalar_t, double> || std::is_same_v<scalar_t, int64_t>) {
-        out.push_back(static_cast<T>(v));
-      } else {
+      } else if constexpr (std::is_same_v<scalar_t, Half> || std::is_same_v<scalar_t, BFloat16>) {
         out.push_back(static_cast<T>(static_cast<float>(v)));
+      } else {
+        out.push_back(static_cast<T>(v));  // exact for every integer type (no detour through float)
       }
       for (int64_t d = nd - 1; d >= 0; --d) {
         if (++idx[d] < sizes[d]) break;

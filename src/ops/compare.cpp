@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "loom/derivatives.h"
 #include "op_call.h"
 #include "tensor_iterator.h"
 
@@ -99,6 +100,13 @@ bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol, bool e
 }
 bool equal(const Tensor& a, const Tensor& b) {
   LOOM_CALL_OP("loom::equal", bool(const Tensor&, const Tensor&), a, b);
+}
+
+// ---- derivatives ----
+
+LOOM_DERIVATIVES(m) {
+  m.nondifferentiable("allclose");
+  m.nondifferentiable("equal");
 }
 
 }  // namespace loom

@@ -1,6 +1,7 @@
 // copy_, fill_, casts and clones.
 #include <cstring>
 
+#include "loom/derivatives.h"
 #include "loops.h"
 #include "op_call.h"
 #include "tensor_iterator.h"
@@ -158,6 +159,33 @@ Tensor to(const Tensor& self, TensorOptions options, bool copy) {
       Dispatcher::singleton().find_typed<Tensor(const Tensor&, std::optional<DType>, std::optional<Device>)>(
           "loom::_to_copy");
   return op.call(self, dt, dev);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  // self's old value is overwritten: it gets a zero gradient. src gets the gradient, which the
+  // engine sums to src's shape (src broadcasts) and casts to src's dtype.
+  m.def("copy_", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (c.needs(0)) r[0] = zeros_like(g);
+    if (c.needs(1)) r[1] = g;
+    return r;
+  });
+  m.def("fill_", {}, [](const BackwardContext& c) -> GradList {
+    return {c.needs(0) ? zeros_like(c.grad(0)) : Tensor()};
+  });
+  m.def("_to_copy", {}, [](const BackwardContext& c) -> GradList {
+    return {c.needs(0) ? c.grad(0).to(c.input_dtype(0)) : Tensor()};
+  });
+  m.def("clone", {}, [](const BackwardContext& c) -> GradList { return {c.grad(0)}; });
+  // zero_ and contiguous are decompositions (into fill_ and clone).
 }
 
 }  // namespace loom

@@ -31,4 +31,8 @@ Tensor unreduce(const Tensor& g, IntArrayRef input_sizes, const std::vector<int6
   return expand(unsqueeze_reduced(g, rank, dims, keepdim), input_sizes);
 }
 
+Tensor shape_only(IntArrayRef sizes, DType dtype, Device device) {
+  return expand(zeros({}, TensorOptions(dtype).with_device(device)), sizes);
+}
+
 }  // namespace loom::grad_utils

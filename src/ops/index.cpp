@@ -8,6 +8,7 @@
 #include <array>
 #include <cstring>
 
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
@@ -211,6 +212,65 @@ Tensor embedding_kernel(const Tensor& weight, const Tensor& indices, int64_t pad
   DimVector shape(indices.sizes());
   shape.push_back(weight.size(1));
   return reshape(rows, shape);
+}
+
+// Row r of the result is the sum of the grad_output rows whose index is r (none for padding_idx).
+// The indices are bucketed by row first (a counting sort), so each task owns whole result rows and
+// adds its rows' contributions in index order, whatever the thread count.
+Tensor embedding_dense_backward_kernel(const Tensor& grad_output, const Tensor& indices,
+                                       int64_t num_weights, int64_t padding_idx) {
+  constexpr const char* op = "embedding_dense_backward";
+  check_defined(grad_output, op, "grad_output");
+  check_defined(indices, op, "indices");
+  check_index_dtype(op, "indices", indices, true);
+  check_same_device(op, grad_output, indices, "indices");
+  LOOM_CHECK(num_weights >= 0, "[", op, "] num_weights must be non-negative but got ", num_weights);
+  const auto nd = static_cast<size_t>(indices.dim());
+  LOOM_CHECK(
+      grad_output.sizes().size() == nd + 1 && grad_output.sizes().slice(0, nd) == indices.sizes(),
+      "[", op, "] expected grad_output of shape ", indices.sizes(),
+      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes());
+  const DType dt = grad_output.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt), "[", op, "] expected a floating grad_output but got ", dt);
+  const int64_t dim = grad_output.size(-1);
+  Tensor out = empty_tensor({num_weights, dim}, dt, grad_output.device());
+  if (out.is_meta()) return out;
+  IndexValues idx(indices);
+  idx.check_range(op, 0, num_weights);
+  const int64_t n = idx.size();
+  std::vector<int64_t> start(static_cast<size_t>(num_weights) + 1, 0),
+      order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(idx[i]) + 1];
+  for (int64_t r = 0; r < num_weights; ++r)
+    start[static_cast<size_t>(r + 1)] += start[static_cast<size_t>(r)];
+  {
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < n; ++i)
+      order[static_cast<size_t>(fill[static_cast<size_t>(idx[i])]++)] = i;
+  }
+  const Tensor g = contiguous(grad_output);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    scalar_t* outp = out.data_ptr<scalar_t>();
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, dim));
+    parallel_for(0, num_weights, grain, [&](int64_t r0, int64_t r1) {
+      std::vector<M> acc(static_cast<size_t>(dim));
+      for (int64_t r = r0; r < r1; ++r) {
+        std::fill(acc.begin(), acc.end(), M(0));
+        if (r != padding_idx) {
+          for (int64_t k = start[static_cast<size_t>(r)]; k < start[static_cast<size_t>(r + 1)];
+               ++k) {
+            const scalar_t* row = gp + order[static_cast<size_t>(k)] * dim;
+            for (int64_t j = 0; j < dim; ++j) acc[static_cast<size_t>(j)] += static_cast<M>(row[j]);
+          }
+        }
+        for (int64_t j = 0; j < dim; ++j)
+          outp[r * dim + j] = convert<scalar_t>(acc[static_cast<size_t>(j)]);
+      }
+    });
+  });
+  return out;
 }
 
 // ---- gather and scatter ----
@@ -440,6 +500,9 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("scatter_.src(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)");
   m.def("scatter_add_(Tensor(a!) self, int dim, Tensor index, Tensor src) -> Tensor(a!)");
   m.def("embedding(Tensor weight, Tensor indices, int padding_idx=-1) -> Tensor");
+  m.def(
+      "embedding_dense_backward(Tensor grad_output, Tensor indices, int num_weights, "
+      "int padding_idx) -> Tensor");
   m.def("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor");
   m.def("masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)");
   m.def("one_hot(Tensor self, int num_classes=-1) -> Tensor");
@@ -452,6 +515,7 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
     m.impl("scatter_.src", k, scatter_inplace_kernel);
     m.impl("scatter_add_", k, scatter_add_inplace_kernel);
     m.impl("embedding", k, embedding_kernel);
+    m.impl("embedding_dense_backward", k, embedding_dense_backward_kernel);
     m.impl("masked_fill.Scalar", k, masked_fill_kernel);
     m.impl("masked_fill_.Scalar", k, masked_fill_inplace_kernel);
     m.impl("one_hot", k, one_hot_kernel);
@@ -497,6 +561,123 @@ const Tensor& masked_fill_(const Tensor& self, const Tensor& mask, const Scalar&
 }
 Tensor one_hot(const Tensor& self, int64_t num_classes) {
   LOOM_CALL_OP("loom::one_hot", Tensor(const Tensor&, int64_t), self, num_classes);
+}
+
+Tensor embedding_dense_backward(const Tensor& grad_output, const Tensor& indices,
+                                int64_t num_weights, int64_t padding_idx) {
+  LOOM_CALL_OP("loom::embedding_dense_backward",
+               Tensor(const Tensor&, const Tensor&, int64_t, int64_t), grad_output, indices,
+               num_weights, padding_idx);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+// gather and scatter see a 0-dim tensor as shape [1].
+int64_t scatter_dim(const BackwardContext& c, size_t pos) {
+  const int64_t rank = static_cast<int64_t>(c.input_sizes(0).size());
+  return wrap_dim(c.int_arg(pos), std::max<int64_t>(rank, 1), "scatter");
+}
+
+// t placed at the origin of a zeros tensor of `sizes` (t no larger in any dim): the gradient of a
+// scatter's src, which may be larger than the index it was read through.
+Tensor pad_to(const Tensor& t, IntArrayRef sizes) {
+  if (t.sizes() == sizes || t.dim() != static_cast<int64_t>(sizes.size())) return t;
+  Tensor r = t;
+  for (int64_t d = 0; d < r.dim(); ++d) {
+    const int64_t missing = sizes[static_cast<size_t>(d)] - r.size(d);
+    if (missing <= 0) continue;
+    DimVector pad(r.sizes());
+    pad[static_cast<size_t>(d)] = missing;
+    std::vector<Tensor> parts{r, zeros(pad, r.options())};
+    r = cat(parts, d);
+  }
+  return r;
+}
+
+// Gradient of self where a scatter overwrote it: none.
+Tensor scattered_over(const BackwardContext& c) {
+  return scatter(c.grad(0), scatter_dim(c, 1), c.input(1), Scalar(0.0));
+}
+Tensor gradient_of_src(const BackwardContext& c) {
+  return pad_to(gather(c.grad(0), scatter_dim(c, 1), c.input(1)), c.input_sizes(2));
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  // Each selected row's gradient is added back into its place (rows selected twice get both).
+  m.def("index_select", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (!c.needs(0)) return r;
+    const Tensor& g = c.grad(0);
+    const IntArrayRef in = c.input_sizes(0);
+    if (in.empty()) {
+      r[0] = g.reshape(in);
+      return r;
+    }
+    const int64_t d = wrap_dim(c.int_arg(1), static_cast<int64_t>(in.size()), "index_select");
+    Tensor index = c.input(1);
+    DimVector along(in.size(), 1);
+    along[static_cast<size_t>(d)] = index.numel();
+    index = (index.dtype() == kInt64 ? index : index.to(kInt64)).reshape(along).expand(g.sizes());
+    r[0] = scatter_add(zeros(in, g.options()), d, index, g);
+    return r;
+  });
+  m.def("gather", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (c.needs(0)) {
+      const Tensor& g = c.grad(0);
+      r[0] = scatter_add(zeros(c.input_sizes(0), g.options()), scatter_dim(c, 1), c.input(1), g);
+    }
+    return r;
+  });
+  // Duplicate indices leave the result undefined, as in PyTorch: every duplicate src element gets
+  // the gradient of the one position they all wrote.
+  m.def("scatter.src", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(3);
+    if (c.needs(0)) r[0] = scattered_over(c);
+    if (c.needs(2)) r[2] = gradient_of_src(c);
+    return r;
+  });
+  m.def("scatter.value", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (c.needs(0)) r[0] = scattered_over(c);
+    return r;
+  });
+  m.def("scatter_add", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(3);
+    if (c.needs(0)) r[0] = c.grad(0);
+    if (c.needs(2)) r[2] = gradient_of_src(c);
+    return r;
+  });
+  // scatter_.src, scatter_add_ and masked_fill_.Scalar use the derivatives above (name_.overload).
+  m.def("embedding", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (c.needs(0)) {
+      r[0] = embedding_dense_backward(c.grad(0), c.input(1), c.input_sizes(0)[0], c.int_arg(2));
+    }
+    return r;
+  });
+  // embedding_dense_backward is linear in grad_output: its derivative reads the rows back.
+  m.def("embedding_dense_backward", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (!c.needs(0)) return r;
+    const Tensor indices = c.input(1);
+    Tensor rows = embedding(c.grad(0), indices);
+    const int64_t padding_idx = c.int_arg(3);
+    if (padding_idx >= 0) rows = masked_fill(rows, eq(indices, padding_idx).unsqueeze(-1), 0);
+    r[0] = rows;
+    return r;
+  });
+  m.def("masked_fill.Scalar", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (c.needs(0)) r[0] = masked_fill(c.grad(0), c.input(1), 0);
+    return r;
+  });
+  m.nondifferentiable("one_hot");
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "op_call.h"
 
@@ -153,6 +154,43 @@ Tensor cat(TensorList tensors, int64_t dim) {
 }
 Tensor stack(TensorList tensors, int64_t dim) {
   LOOM_CALL_OP("loom::stack", Tensor(TensorList, int64_t), tensors, dim);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  // Each input's gradient is its slab of the output's gradient (legacy empty inputs get an empty
+  // one). The engine casts each slab back to its input's dtype.
+  m.def("cat", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    const size_t n = c.list_size(0);
+    auto legacy_empty = [&](size_t i) {
+      const IntArrayRef s = c.input_sizes(i);
+      return s.size() == 1 && s[0] == 0;
+    };
+    GradList r(n);
+    int64_t rank = -1;
+    for (size_t i = 0; i < n && rank < 0; ++i) {
+      if (!legacy_empty(i)) rank = static_cast<int64_t>(c.input_sizes(i).size());
+    }
+    const int64_t d = rank < 0 ? 0 : wrap_dim(c.int_arg(1), rank, "cat");
+    int64_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (legacy_empty(i)) {
+        if (c.needs(i)) r[i] = zeros({0}, g.options());
+        continue;
+      }
+      const int64_t len = c.input_sizes(i)[static_cast<size_t>(d)];
+      if (c.needs(i)) r[i] = g.narrow(d, offset, len);
+      offset += len;
+    }
+    return r;
+  });
 }
 
 }  // namespace loom

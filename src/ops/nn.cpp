@@ -4,9 +4,14 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <utility>
 
+#include "grad_utils.h"
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
+#include "loops.h"
 #include "op_call.h"
+#include "tensor_iterator.h"
 
 namespace loom {
 namespace {
@@ -25,13 +30,24 @@ std::string star_shape(IntArrayRef shape) {
   return os.str();
 }
 
-void check_affine(const char* arg, const std::optional<Tensor>& t, const Tensor& input,
-                  IntArrayRef normalized_shape) {
+void check_affine(const char* op, const char* arg, const std::optional<Tensor>& t,
+                  const Tensor& input, IntArrayRef normalized_shape) {
   if (!has(t)) return;
-  LOOM_CHECK(t->sizes() == normalized_shape, "[native_layer_norm] expected ", arg, " of shape ",
+  LOOM_CHECK(t->sizes() == normalized_shape, "[", op, "] expected ", arg, " of shape ",
              normalized_shape, " (normalized_shape) but got ", t->sizes());
-  LOOM_CHECK(t->device() == input.device(), "[native_layer_norm] expected ", arg, " on ",
-             input.device(), " (like input) but it is on ", t->device());
+  LOOM_CHECK(t->device() == input.device(), "[", op, "] expected ", arg, " on ", input.device(),
+             " (like input) but it is on ", t->device());
+}
+
+// The number of normalized elements per row, after checking input against normalized_shape.
+int64_t check_normalized_shape(const char* op, const Tensor& input, IntArrayRef normalized_shape) {
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  LOOM_CHECK(k >= 1, "[", op, "] normalized_shape must have at least one dimension");
+  const int64_t axis = input.dim() - k;
+  LOOM_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)) == normalized_shape, "[",
+             op, "] given normalized_shape=", normalized_shape, ", expected input with shape ",
+             star_shape(normalized_shape), " but got input of shape ", input.sizes());
+  return multiply_sizes(normalized_shape);
 }
 
 // Sum of x (or of (x - center)^2 when squared) in double. Eight independent accumulators let the
@@ -70,15 +86,11 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
                                                             const std::optional<Tensor>& bias,
                                                             double eps) {
   check_defined(input, "native_layer_norm", "input");
+  const int64_t cols = check_normalized_shape("native_layer_norm", input, normalized_shape);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  LOOM_CHECK(k >= 1, "[native_layer_norm] normalized_shape must have at least one dimension");
   const int64_t axis = input.dim() - k;
-  LOOM_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)) == normalized_shape,
-             "[native_layer_norm] given normalized_shape=", normalized_shape,
-             ", expected input with shape ", star_shape(normalized_shape),
-             " but got input of shape ", input.sizes());
-  check_affine("weight", weight, input, normalized_shape);
-  check_affine("bias", bias, input, normalized_shape);
+  check_affine("native_layer_norm", "weight", weight, input, normalized_shape);
+  check_affine("native_layer_norm", "bias", bias, input, normalized_shape);
   const DType dt = input.dtype();
   LOOM_CHECK_TYPE(is_floating(dt), "[native_layer_norm] expected a floating input but got ", dt);
   int64_t rows = 1;
@@ -88,7 +100,6 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
     stat_shape.push_back(input.size(d));
   }
   for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
-  const int64_t cols = multiply_sizes(normalized_shape);
   Tensor out = empty_tensor(input.sizes(), dt, input.device());
   Tensor mean = empty_tensor(stat_shape, dt, input.device());
   Tensor rstd = empty_tensor(stat_shape, dt, input.device());
@@ -130,6 +141,141 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
     });
   });
   return {out, mean, rstd};
+}
+
+// (sum(a), sum(a * b)) over n elements, added in double in eight lanes (as lane_sum).
+template <class M>
+std::pair<double, double> lane_dot_sums(const M* a, const M* b, int64_t n) {
+  constexpr int kLanes = 8;
+  double sa[kLanes] = {}, sab[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int l = 0; l < kLanes; ++l) {
+      sa[l] += static_cast<double>(a[j + l]);
+      sab[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
+    }
+  }
+  double ta = 0, tab = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    ta += sa[l];
+    tab += sab[l];
+  }
+  for (; j < n; ++j) {
+    ta += static_cast<double>(a[j]);
+    tab += static_cast<double>(a[j]) * static_cast<double>(b[j]);
+  }
+  return {ta, tab};
+}
+
+// Note [Layer norm backward]
+// With xhat = (x - mean) * rstd and gw = grad_out * weight (grad_out without weight), per row:
+//   grad_input = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
+// and over all rows: grad_weight = sum(grad_out * xhat), grad_bias = sum(grad_out). Rows are cut
+// into at most kLnBlocks blocks (a count that depends on the shape only, so results do not depend
+// on the thread count); each block writes its rows' grad_input and its partial column sums in one
+// pass, and the partials are added in block order.
+constexpr int64_t kLnBlocks = 64;
+
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward_kernel(
+    const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
+    const Tensor& rstd, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+    bool input_mask, bool weight_mask, bool bias_mask) {
+  constexpr const char* op = "native_layer_norm_backward";
+  check_defined(grad_out, op, "grad_out");
+  check_defined(input, op, "input");
+  check_defined(mean, op, "mean");
+  check_defined(rstd, op, "rstd");
+  const int64_t cols = check_normalized_shape(op, input, normalized_shape);
+  check_affine(op, "weight", weight, input, normalized_shape);
+  check_affine(op, "bias", bias, input, normalized_shape);
+  LOOM_CHECK(grad_out.sizes() == input.sizes(), "[", op, "] expected grad_out of shape ",
+             input.sizes(), " (the shape of input) but got ", grad_out.sizes());
+  const DType dt = input.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype() == dt, "[", op,
+                  "] expected grad_out and input of one floating dtype but got ", grad_out.dtype(),
+                  " and ", dt);
+  const int64_t rows =
+      multiply_sizes(input.sizes().slice(0, input.sizes().size() - normalized_shape.size()));
+  for (const Tensor* t : {&mean, &rstd}) {
+    LOOM_CHECK(t->numel() == rows, "[", op, "] expected ", t == &mean ? "mean" : "rstd", " with ",
+               rows, " elements (one per normalized row of input ", input.sizes(), ") but got ",
+               t->sizes());
+    LOOM_CHECK_TYPE(t->dtype() == dt, "[", op, "] expected ", t == &mean ? "mean" : "rstd",
+                    " of dtype ", dt, " (like input) but got ", t->dtype());
+  }
+  const Device dev = input.device();
+  Tensor gi = input_mask ? empty_tensor(input.sizes(), dt, dev) : Tensor();
+  Tensor gw = weight_mask ? empty_tensor(normalized_shape, has(weight) ? weight->dtype() : dt, dev)
+                          : Tensor();
+  Tensor gb =
+      bias_mask ? empty_tensor(normalized_shape, has(bias) ? bias->dtype() : dt, dev) : Tensor();
+  if (input.is_meta()) return {gi, gw, gb};
+
+  const Tensor x = contiguous(input), g = contiguous(grad_out);
+  const Tensor mu_t = contiguous(mean).to(kFloat64), rs_t = contiguous(rstd).to(kFloat64);
+  const double* mu = mu_t.data_ptr<double>();
+  const double* rs = rs_t.data_ptr<double>();
+  const bool sums = weight_mask || bias_mask;
+  const int64_t blocks = std::min(rows, kLnBlocks);
+  const int64_t rows_per_block = blocks > 0 ? (rows + blocks - 1) / blocks : 0;
+  // Partial column sums per block: [blocks][2][cols] (grad_weight's, then grad_bias's).
+  std::vector<double> partial(sums ? static_cast<size_t>(blocks * 2 * cols) : 0, 0.0);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
+    using M = opmath_t<scalar_t>;
+    const Tensor w = has(weight) ? contiguous(weight->to(DTypeOf<M>::value)) : Tensor();
+    const M* wp = w.defined() ? w.data_ptr<M>() : nullptr;
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    scalar_t* gip = gi.defined() ? gi.data_ptr<scalar_t>() : nullptr;
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      // One row's xhat, grad_out and grad_out * weight in the compute type; simple loops over
+      // them vectorise.
+      std::vector<M> buf(static_cast<size_t>(3 * cols));
+      M* __restrict xh = buf.data();
+      M* __restrict gv = xh + cols;
+      M* __restrict gw = gv + cols;
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        double* __restrict pw = sums ? partial.data() + blk * 2 * cols : nullptr;
+        const int64_t r1 = std::min(rows, (blk + 1) * rows_per_block);
+        for (int64_t r = blk * rows_per_block; r < r1; ++r) {
+          const scalar_t* __restrict xr = xp + r * cols;
+          const scalar_t* __restrict gr = gp + r * cols;
+          const M m = static_cast<M>(mu[r]), rsm = static_cast<M>(rs[r]);
+          for (int64_t j = 0; j < cols; ++j) xh[j] = (static_cast<M>(xr[j]) - m) * rsm;
+          for (int64_t j = 0; j < cols; ++j) gv[j] = static_cast<M>(gr[j]);
+          if (pw) {
+            for (int64_t j = 0; j < cols; ++j) pw[j] += static_cast<double>(gv[j] * xh[j]);
+            for (int64_t j = 0; j < cols; ++j) pw[cols + j] += static_cast<double>(gv[j]);
+          }
+          if (!gip) continue;
+          const M* gwr = gv;
+          if (wp) {
+            for (int64_t j = 0; j < cols; ++j) gw[j] = gv[j] * wp[j];
+            gwr = gw;
+          }
+          const auto [s1, s2] = lane_dot_sums(gwr, xh, cols);
+          const M m1 = static_cast<M>(s1 / static_cast<double>(cols));
+          const M m2 = static_cast<M>(s2 / static_cast<double>(cols));
+          scalar_t* __restrict out = gip + r * cols;
+          for (int64_t j = 0; j < cols; ++j) {
+            out[j] = convert<scalar_t>(rsm * (gwr[j] - m1 - xh[j] * m2));
+          }
+        }
+      }
+    });
+  });
+  auto write_sums = [&](const Tensor& out, int64_t which) {
+    if (!out.defined()) return;
+    std::vector<double> total(static_cast<size_t>(cols), 0.0);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const double* p = partial.data() + (blk * 2 + which) * cols;
+      for (int64_t j = 0; j < cols; ++j) total[static_cast<size_t>(j)] += p[j];
+    }
+    out.copy_(from_vector<double>(total, out.sizes()));
+  };
+  write_sums(gw, 0);
+  write_sums(gb, 1);
+  return {gi, gw, gb};
 }
 
 Tensor layer_norm_kernel(const Tensor& input, IntArrayRef normalized_shape,
@@ -196,6 +342,37 @@ std::tuple<Tensor, Tensor> native_dropout_kernel(const Tensor& input, double p, 
   return {out, mask};
 }
 
+Tensor native_dropout_backward_kernel(const Tensor& grad_output, const Tensor& mask, double scale) {
+  constexpr const char* op = "native_dropout_backward";
+  check_defined(grad_output, op, "grad_output");
+  check_defined(mask, op, "mask");
+  LOOM_CHECK(mask.sizes() == grad_output.sizes(), "[", op, "] expected mask of shape ",
+             grad_output.sizes(), " (the shape of grad_output) but got ", mask.sizes());
+  LOOM_CHECK_TYPE(is_floating(grad_output.dtype()), "[", op,
+                  "] expected a floating grad_output but got ", grad_output.dtype());
+  LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected a bool mask but got ", mask.dtype());
+  TensorIteratorConfig cfg;
+  cfg.op = op;
+  cfg.outputs = {Tensor()};
+  cfg.inputs = {grad_output, mask};
+  cfg.input_skips_promotion = {false, true};
+  TensorIterator it(std::move(cfg));
+  if (!it.is_meta()) {
+    LOOM_DISPATCH_FLOAT_TYPES(grad_output.dtype(), op, [&] {
+      using M = opmath_t<scalar_t>;
+      const M s = static_cast<M>(scale);
+      // g * mask * scale, as PyTorch (so a NaN gradient stays NaN where the mask is false).
+      it.for_each([s](char** d, const int64_t* st, int64_t n) {
+        binary_loop<scalar_t, scalar_t, bool>(d, st, n, [s](scalar_t g, bool m) {
+          return convert<scalar_t>(static_cast<M>(g) * (m ? s : M(0)));
+        });
+      });
+    });
+  }
+  it.finish();
+  return it.output(0);
+}
+
 Tensor dropout_kernel(const Tensor& input, double p, bool train,
                       const std::optional<Generator>& gen) {
   check_defined(input, "dropout", "input");
@@ -226,51 +403,76 @@ void check_class_weight(const char* op, const std::optional<Tensor>& weight, con
 
 // input (C), (N, C) or (N, C, d1, ...): log-probabilities; target the class of each sample.
 // Mean divides by the summed weights of the targets that are not ignored (PyTorch's weighted mean).
-Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
-                       const std::optional<Tensor>& weight, int64_t reduction,
-                       int64_t ignore_index) {
-  check_defined(input, "nll_loss", "input");
-  check_defined(target, "nll_loss", "target");
-  check_reduction("nll_loss", reduction);
+// The shapes of an nll_loss call, after checking its arguments.
+struct NllShape {
+  int64_t classes = 0;
+  int64_t spatial = 1;  // elements of d1, ...: sample i = n * spatial + s
+  DimVector target_shape;
+};
+
+NllShape check_nll(const char* op, const Tensor& input, const Tensor& target,
+                   const std::optional<Tensor>& weight, int64_t reduction) {
+  check_defined(input, op, "input");
+  check_defined(target, op, "target");
+  check_reduction(op, reduction);
   const DType dt = input.dtype();
-  LOOM_CHECK_TYPE(is_floating(dt),
-                  "[nll_loss] expected floating input (log-probabilities) but "
+  LOOM_CHECK_TYPE(is_floating(dt), "[", op,
+                  "] expected floating input (log-probabilities) but "
                   "got ",
                   dt);
-  LOOM_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kUInt8,
-                  "[nll_loss] expected "
+  LOOM_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kUInt8, "[", op,
+                  "] expected "
                   "target to hold class indices of dtype int64 but got ",
                   target.dtype());
-  LOOM_CHECK(input.dim() >= 1,
-             "[nll_loss] expected input of shape (C), (N, C) or "
+  LOOM_CHECK(input.dim() >= 1, "[", op,
+             "] expected input of shape (C), (N, C) or "
              "(N, C, d1, ...) but got a 0-dim tensor");
-  LOOM_CHECK(target.device() == input.device(), "[nll_loss] expected target on ", input.device(),
+  LOOM_CHECK(target.device() == input.device(), "[", op, "] expected target on ", input.device(),
              " (like input) but it is on ", target.device());
+  NllShape shape;
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
-  const int64_t classes = input.size(class_dim);
-  DimVector tshape(input.sizes());
-  tshape.erase(static_cast<size_t>(class_dim));
-  LOOM_CHECK(target.sizes() == tshape.ref(), "[nll_loss] expected target of shape ", tshape.ref(),
-             " for input of shape ", input.sizes(), " but got ", target.sizes());
-  check_class_weight("nll_loss", weight, input, classes);
-  Tensor out = empty_tensor(reduction == 0 ? tshape.ref() : IntArrayRef(), dt, input.device());
-  if (input.is_meta()) return out;
+  shape.classes = input.size(class_dim);
+  shape.target_shape = DimVector(input.sizes());
+  shape.target_shape.erase(static_cast<size_t>(class_dim));
+  LOOM_CHECK(target.sizes() == shape.target_shape.ref(), "[", op, "] expected target of shape ",
+             shape.target_shape.ref(), " for input of shape ", input.sizes(), " but got ",
+             target.sizes());
+  check_class_weight(op, weight, input, shape.classes);
+  for (int64_t d = 2; d < input.dim(); ++d) shape.spatial *= input.size(d);
+  return shape;
+}
 
+// The targets as int64, each checked to be a class or ignore_index.
+Tensor checked_targets(const char* op, const Tensor& target, int64_t classes,
+                       int64_t ignore_index) {
   Tensor t = contiguous(target.to(kInt64));
   const int64_t* tp = t.data_ptr<int64_t>();
-  const int64_t count = t.numel();
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = 0; i < t.numel(); ++i) {
     const int64_t c = tp[i];
     if (c == ignore_index) continue;
-    LOOM_CHECK_INDEX(c >= 0 && c < classes, "[nll_loss] target ", c, " is out of bounds for ",
+    LOOM_CHECK_INDEX(c >= 0 && c < classes, "[", op, "] target ", c, " is out of bounds for ",
                      classes, " classes (valid targets are 0..", classes - 1,
                      " or ignore_index=", ignore_index, ")");
   }
+  return t;
+}
+
+Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
+                       const std::optional<Tensor>& weight, int64_t reduction,
+                       int64_t ignore_index) {
+  const NllShape shape = check_nll("nll_loss", input, target, weight, reduction);
+  const DType dt = input.dtype();
+  const int64_t classes = shape.classes, spatial = shape.spatial;
+  Tensor out =
+      empty_tensor(reduction == 0 ? shape.target_shape.ref() : IntArrayRef(), dt, input.device());
+  if (input.is_meta()) return out;
+
+  Tensor t = checked_targets("nll_loss", target, classes, ignore_index);
+  const int64_t* tp = t.data_ptr<int64_t>();
+  const int64_t count = t.numel();
   std::vector<double> w(static_cast<size_t>(classes), 1.0);
   if (has(weight)) w = to_vector<double>(*weight);
   // Sample i = n * S + s reads input[n, target[i], s] at (n * C + target[i]) * S + s.
-  int64_t spatial = 1;
-  for (int64_t d = 2; d < input.dim(); ++d) spatial *= input.size(d);
   Tensor x = contiguous(input);
   LOOM_DISPATCH_FLOAT_TYPES(dt, "nll_loss", [&] {
     using M = opmath_t<scalar_t>;
@@ -297,6 +499,62 @@ Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
     op[0] = convert<scalar_t>(reduction == 2 ? total : total / wsum);
   });
   return out;
+}
+
+// The gradient of nll_loss with respect to input: -weight[t] * g at input[n, t, s] for each
+// sample's target t (0 elsewhere and for ignored samples), g the sample's grad_output, or the
+// scalar grad_output (divided by the summed weight of the non-ignored targets for Mean).
+Tensor nll_loss_backward_kernel(const Tensor& grad_output, const Tensor& input,
+                                const Tensor& target, const std::optional<Tensor>& weight,
+                                int64_t reduction, int64_t ignore_index) {
+  constexpr const char* op = "nll_loss_backward";
+  check_defined(grad_output, op, "grad_output");
+  const NllShape shape = check_nll(op, input, target, weight, reduction);
+  if (reduction == 0) {
+    LOOM_CHECK(grad_output.sizes() == shape.target_shape.ref(), "[", op,
+               "] expected grad_output of shape ", shape.target_shape.ref(),
+               " (the loss per sample, reduction none) but got ", grad_output.sizes());
+  } else {
+    LOOM_CHECK(grad_output.dim() <= 1 && grad_output.numel() == 1, "[", op,
+               "] expected a single-element grad_output (a reduced loss) but got shape ",
+               grad_output.sizes());
+  }
+  const DType dt = input.dtype();
+  LOOM_CHECK_TYPE(grad_output.dtype() == dt, "[", op, "] expected grad_output of dtype ", dt,
+                  " (like input) but got ", grad_output.dtype());
+  Tensor gi = empty_tensor(input.sizes(), dt, input.device());
+  if (input.is_meta()) return gi;
+  std::memset(gi.data_ptr(), 0, gi.nbytes());
+  const int64_t classes = shape.classes, spatial = shape.spatial;
+  Tensor t = checked_targets(op, target, classes, ignore_index);
+  const int64_t* tp = t.data_ptr<int64_t>();
+  const int64_t count = t.numel();
+  std::vector<double> w(static_cast<size_t>(classes), 1.0);
+  if (has(weight)) w = to_vector<double>(*weight);
+  const Tensor go = contiguous(grad_output);
+  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* gop = go.data_ptr<scalar_t>();
+    double g = reduction == 0 ? 0.0 : static_cast<double>(static_cast<M>(gop[0]));
+    if (reduction == 1) {
+      double wsum = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        if (tp[i] != ignore_index) wsum += w[static_cast<size_t>(tp[i])];
+      }
+      g /= wsum;  // zero total weight gives inf/NaN where a weight-0 target is, as PyTorch
+    }
+    scalar_t* gp = gi.data_ptr<scalar_t>();
+    parallel_for(0, count, 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t c = tp[i];
+        if (c == ignore_index) continue;
+        const double gv = reduction == 0 ? static_cast<double>(static_cast<M>(gop[i])) : g;
+        const int64_t n = i / spatial, s = i % spatial;
+        gp[(n * classes + c) * spatial + s] = convert<scalar_t>(-w[static_cast<size_t>(c)] * gv);
+      }
+    });
+  });
+  return gi;
 }
 
 // input: logits (C), (N, C) or (N, C, d1, ...). target: class indices (the shape of input without
@@ -393,10 +651,21 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def(
       "cross_entropy(Tensor self, Tensor target, Tensor? weight=None, int reduction=1, "
       "int ignore_index=-100, float label_smoothing=0.0) -> Tensor");
+  m.def(
+      "native_layer_norm_backward(Tensor grad_out, Tensor input, int[] normalized_shape, "
+      "Tensor mean, Tensor rstd, Tensor? weight, Tensor? bias, bool grad_input_mask, "
+      "bool grad_weight_mask, bool grad_bias_mask) -> (Tensor, Tensor, Tensor)");
+  m.def("native_dropout_backward(Tensor grad_output, Tensor mask, float scale) -> Tensor");
+  m.def(
+      "nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, "
+      "int reduction, int ignore_index) -> Tensor");
   for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
     m.impl("native_layer_norm", k, native_layer_norm_kernel);
+    m.impl("native_layer_norm_backward", k, native_layer_norm_backward_kernel);
     m.impl("native_dropout", k, native_dropout_kernel);
+    m.impl("native_dropout_backward", k, native_dropout_backward_kernel);
     m.impl("nll_loss", k, nll_loss_kernel);
+    m.impl("nll_loss_backward", k, nll_loss_backward_kernel);
   }
   m.impl("layer_norm", DispatchKey::CompositeImplicit, layer_norm_kernel);
   m.impl("dropout", DispatchKey::CompositeImplicit, dropout_kernel);
@@ -444,6 +713,198 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, const std::optio
       "loom::cross_entropy",
       Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&, int64_t, int64_t, double),
       input, target, weight, static_cast<int64_t>(reduction), ignore_index, label_smoothing);
+}
+
+std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward(
+    const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
+    const Tensor& rstd, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+    std::array<bool, 3> output_mask) {
+  using Sig = std::tuple<Tensor, Tensor, Tensor>(
+      const Tensor&, const Tensor&, IntArrayRef, const Tensor&, const Tensor&,
+      const std::optional<Tensor>&, const std::optional<Tensor>&, bool, bool, bool);
+  LOOM_CALL_OP("loom::native_layer_norm_backward", Sig, grad_out, input, normalized_shape, mean,
+               rstd, weight, bias, output_mask[0], output_mask[1], output_mask[2]);
+}
+Tensor native_dropout_backward(const Tensor& grad_output, const Tensor& mask, double scale) {
+  LOOM_CALL_OP("loom::native_dropout_backward", Tensor(const Tensor&, const Tensor&, double),
+               grad_output, mask, scale);
+}
+Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Tensor& target,
+                         const std::optional<Tensor>& weight, Reduction reduction,
+                         int64_t ignore_index) {
+  using Sig = Tensor(const Tensor&, const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                     int64_t, int64_t);
+  LOOM_CALL_OP("loom::nll_loss_backward", Sig, grad_output, self, target, weight,
+               static_cast<int64_t>(reduction), ignore_index);
+}
+
+// ---- derivatives ----
+// layer_norm, dropout and cross_entropy are CompositeImplicit: autograd records the operators they
+// call (native_layer_norm, native_dropout, log_softmax and nll_loss).
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+std::optional<Tensor> optional_of(const Tensor& t) {
+  return t.defined() ? std::optional<Tensor>(t) : std::nullopt;
+}
+
+Tensor accumulate(const Tensor& sum_so_far, const Tensor& term) {
+  return sum_so_far.defined() ? add(sum_so_far, term) : term;
+}
+
+// The gradient of the class weights is not implemented (as in PyTorch): say so rather than return a
+// silently missing gradient.
+void check_no_weight_grad(const BackwardContext& c, size_t slot, const char* op) {
+  if (c.needs(slot)) {
+    LOOM_THROW(NotImplementedError, "[", op, "] the derivative with respect to weight is not "
+               "implemented; detach() the class weights");
+  }
+}
+
+// native_layer_norm's gradients from output 0 (see Note [Layer norm backward]) and from the mean
+// and rstd outputs: d mean / dx = 1 / N and d rstd / dx = -rstd^3 (x - mean) / N over each row of
+// N normalized elements. With create_graph everything is written with differentiable operators.
+GradList layer_norm_backward(const BackwardContext& c) {
+  const Tensor& g = c.grad(0);
+  const Tensor x = c.input(0), w = c.input(1), mu = c.output(1), rs = c.output(2);
+  const IntArrayRef normalized = c.int_list_arg(1);
+  const int64_t rank = x.dim(), axis = rank - static_cast<int64_t>(normalized.size());
+  std::vector<int64_t> row_dims, outer_dims;
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? outer_dims : row_dims).push_back(d);
+  const double n = static_cast<double>(multiply_sizes(normalized));
+  GradList r(3);
+  if (g.defined() && !c.create_graph()) {
+    auto [gi, gw, gb] = native_layer_norm_backward(g, x, normalized, mu, rs, optional_of(w),
+                                                   std::nullopt, {c.needs(0), c.needs(1), c.needs(2)});
+    r = {gi, gw, gb};
+  } else if (g.defined()) {
+    const Tensor xhat = mul(sub(x, mu), rs);
+    auto over_rows = [&](const Tensor& t) {  // the affine parameters' gradients: sum over rows
+      return outer_dims.empty() ? t : sum(t, IntArrayRef(outer_dims));
+    };
+    if (c.needs(0)) {
+      const Tensor gw = w.defined() ? mul(g, w) : g;
+      const Tensor centred = sub(gw, mean(gw, IntArrayRef(row_dims), /*keepdim=*/true));
+      const Tensor proj = mul(xhat, mean(mul(gw, xhat), IntArrayRef(row_dims), /*keepdim=*/true));
+      r[0] = mul(rs, sub(centred, proj));
+    }
+    if (c.needs(1)) r[1] = over_rows(mul(g, xhat));
+    if (c.needs(2)) r[2] = over_rows(g);
+  }
+  if (c.needs(0) && c.grad(1).defined()) r[0] = accumulate(r[0], div(c.grad(1), n));
+  if (c.needs(0) && c.grad(2).defined()) {
+    const Tensor d_rstd = div(mul(mul(rs, rs), mul(sub(x, mu), rs)), -n);
+    r[0] = accumulate(r[0], mul(c.grad(2), d_rstd));
+  }
+  if (r[0].defined() && r[0].sizes() != x.sizes()) r[0] = expand(r[0], x.sizes());
+  return r;
+}
+
+// Note [Layer norm double backward]
+// native_layer_norm_backward as a function of all its inputs (mean and rstd taken as independent):
+// with a = grad_out * weight, xhat = (x - mean) rstd, means and sums over each row, and A, Wg, Bg
+// the gradients of grad_input, grad_weight and grad_bias,
+//   d a    = rstd (A - mean(A) - xhat mean(A xhat))       (grad_input's own form, for A)
+//   d xhat = Wg grad_out - rstd (mean(a xhat) A + a mean(A xhat))
+// and then  grad_out: d a * weight + Wg xhat + Bg,  weight: sum over rows of d a * grad_out,
+//   input: d xhat rstd,  mean: -sum(d xhat) rstd,
+//   rstd: sum(A (a - mean(a) - xhat mean(a xhat))) + sum(d xhat (x - mean)).
+GradList layer_norm_double_backward(const BackwardContext& c) {
+  const Tensor &ga = c.grad(0), &gw_out = c.grad(1), &gb_out = c.grad(2);
+  const Tensor g = c.input(0), x = c.input(1), w = c.input(4);
+  const IntArrayRef normalized = c.int_list_arg(2);
+  const int64_t rank = x.dim(), axis = rank - static_cast<int64_t>(normalized.size());
+  std::vector<int64_t> row_dims, outer_dims, stat_shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    (d < axis ? outer_dims : row_dims).push_back(d);
+    stat_shape.push_back(d < axis ? x.size(d) : 1);
+  }
+  const Tensor mu = c.input(2).reshape(stat_shape), rs = c.input(3).reshape(stat_shape);
+  auto row_mean = [&](const Tensor& t) { return mean(t, IntArrayRef(row_dims), /*keepdim=*/true); };
+  auto row_sum = [&](const Tensor& t) { return sum(t, IntArrayRef(row_dims), /*keepdim=*/true); };
+  const Tensor xhat = mul(sub(x, mu), rs);
+  const Tensor a = w.defined() ? mul(g, w) : g;
+  Tensor da, dxhat;
+  if (ga.defined()) {
+    const Tensor mean_ga_xhat = row_mean(mul(ga, xhat));
+    da = mul(rs, sub(sub(ga, row_mean(ga)), mul(xhat, mean_ga_xhat)));
+    if (c.needs(1) || c.needs(2) || c.needs(3)) {
+      dxhat = neg(mul(rs, add(mul(row_mean(mul(a, xhat)), ga), mul(a, mean_ga_xhat))));
+    }
+  }
+  if (gw_out.defined() && (c.needs(1) || c.needs(2) || c.needs(3))) {
+    dxhat = accumulate(dxhat, mul(gw_out, g));
+  }
+  GradList r(6);
+  if (c.needs(0)) {
+    if (da.defined()) r[0] = w.defined() ? mul(da, w) : da;
+    if (gw_out.defined()) r[0] = accumulate(r[0], mul(gw_out, xhat));
+    if (gb_out.defined()) r[0] = accumulate(r[0], gb_out);
+    if (r[0].defined() && r[0].sizes() != g.sizes()) r[0] = expand(r[0], g.sizes());
+  }
+  if (dxhat.defined()) {
+    if (c.needs(1)) r[1] = mul(dxhat, rs);
+    if (c.needs(2)) r[2] = neg(mul(row_sum(dxhat), rs)).reshape(c.input_sizes(2));
+  }
+  if (c.needs(3)) {
+    if (ga.defined()) {
+      const Tensor centred = sub(sub(a, row_mean(a)), mul(xhat, row_mean(mul(a, xhat))));
+      r[3] = row_sum(mul(ga, centred));
+    }
+    if (dxhat.defined()) r[3] = accumulate(r[3], row_sum(mul(dxhat, sub(x, mu))));
+    if (r[3].defined()) r[3] = r[3].reshape(c.input_sizes(3));
+  }
+  if (c.needs(4) && da.defined()) {
+    const Tensor t = mul(da, g);
+    r[4] = outer_dims.empty() ? t : sum(t, IntArrayRef(outer_dims));
+  }
+  return r;
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("native_layer_norm", autograd::saves({0, 1}, {1, 2}), layer_norm_backward);
+  m.def("native_layer_norm_backward", autograd::saves({0, 1, 2, 3, 4}), layer_norm_double_backward);
+  // The output is input * mask * scale; the mask (output 1) says which elements were kept.
+  m.def("native_dropout", autograd::saves({}, {1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    if (!c.needs(0) || !g.defined()) return {Tensor()};
+    const double p = c.double_arg(1);
+    if (!c.bool_arg(2) || p == 0.0) return {g};  // the identity
+    return {native_dropout_backward(g, c.output(1), p == 1.0 ? 0.0 : 1.0 / (1.0 - p))};
+  });
+  // Linear in grad_output: its gradient is the same map applied to the incoming gradient.
+  m.def("native_dropout_backward", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    GradList r(2);
+    if (c.needs(0) && c.grad(0).defined()) {
+      r[0] = native_dropout_backward(c.grad(0), c.input(1), c.double_arg(2));
+    }
+    return r;
+  });
+  // nll_loss is linear in self, and nll_loss_backward is its adjoint: each is the other's
+  // derivative, so the pair is differentiable to any order. self is needed only for its shape.
+  m.def("nll_loss", autograd::saves({1, 2}), [](const BackwardContext& c) -> GradList {
+    check_no_weight_grad(c, 2, "nll_loss");
+    const Tensor& g = c.grad(0);
+    GradList r(3);
+    if (!c.needs(0) || !g.defined()) return r;
+    const Tensor self = grad_utils::shape_only(c.input_sizes(0), c.input_dtype(0), g.device());
+    r[0] = nll_loss_backward(g, self, c.input(1), optional_of(c.input(2)),
+                             static_cast<Reduction>(c.int_arg(3)), c.int_arg(4));
+    return r;
+  });
+  m.def("nll_loss_backward", autograd::saves({2, 3}), [](const BackwardContext& c) -> GradList {
+    check_no_weight_grad(c, 3, "nll_loss_backward");
+    const Tensor& gg = c.grad(0);
+    GradList r(4);
+    if (!c.needs(0) || !gg.defined()) return r;
+    r[0] = nll_loss(gg, c.input(2), optional_of(c.input(3)), static_cast<Reduction>(c.int_arg(4)),
+                    c.int_arg(5));
+    if (r[0].sizes() != c.input_sizes(0)) r[0] = r[0].reshape(c.input_sizes(0));  // [] vs [1]
+    return r;
+  });
 }
 
 }  // namespace loom

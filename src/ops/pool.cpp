@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "grad_utils.h"
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "op_call.h"
 
@@ -179,6 +181,74 @@ std::tuple<Tensor, Tensor> max_pool2d_with_indices_kernel(const Tensor& self,
   return {out, ind};
 }
 
+// Checks grad_output (and indices) against the forward's output shape for self and the geometry.
+void check_pool_grad(const char* op, const Tensor& grad_output, const Tensor& self,
+                     const PoolGeometry& g) {
+  check_defined(grad_output, op, "grad_output");
+  const std::vector<int64_t> shape = output_shape(g);
+  LOOM_CHECK(grad_output.sizes() == IntArrayRef(shape), "[", op, "] expected grad_output of shape ",
+             IntArrayRef(shape), " (the pooling output for self of shape ", self.sizes(),
+             ") but got ", grad_output.sizes());
+  LOOM_CHECK_TYPE(is_floating(self.dtype()) && grad_output.dtype() == self.dtype(), "[", op,
+                  "] expected grad_output and self of one floating dtype but got ",
+                  grad_output.dtype(), " and ", self.dtype());
+  LOOM_CHECK(grad_output.device() == self.device(), "[", op, "] expected grad_output on ",
+             self.device(), " (like self) but it is on ", grad_output.device());
+}
+
+// Runs plane_fn(p, acc) for each (n, c) plane p on the pool, with acc a zeroed H*W buffer in the
+// compute type M, then writes acc into plane p of gi (T elements). For float and double, acc is
+// the plane of gi itself.
+template <class T, class F>
+void for_each_grad_plane(const PoolGeometry& g, T* gi, const F& plane_fn) {
+  using M = opmath_t<T>;
+  const int64_t HW = g.H * g.W;
+  parallel_for(0, g.N * g.C, plane_grain(g), [&](int64_t p0, int64_t p1) {
+    std::vector<M> buf(std::is_same_v<T, M> ? 0 : static_cast<size_t>(HW));
+    for (int64_t p = p0; p < p1; ++p) {
+      M* acc = std::is_same_v<T, M> ? reinterpret_cast<M*>(gi + p * HW) : buf.data();
+      std::fill(acc, acc + HW, M(0));
+      plane_fn(p, acc);
+      if constexpr (!std::is_same_v<T, M>) {
+        for (int64_t i = 0; i < HW; ++i) gi[p * HW + i] = convert<T>(acc[i]);
+      }
+    }
+  });
+}
+
+// Adds each output's gradient to the input element its index names (an index into the H*W plane).
+Tensor max_pool2d_with_indices_backward_kernel(const Tensor& grad_output, const Tensor& self,
+                                               IntArrayRef kernel_size, IntArrayRef stride,
+                                               IntArrayRef padding, IntArrayRef dilation,
+                                               bool ceil_mode, const Tensor& indices) {
+  constexpr const char* op = "max_pool2d_with_indices_backward";
+  const PoolGeometry g = check_pool2d(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  check_pool_grad(op, grad_output, self, g);
+  check_defined(indices, op, "indices");
+  LOOM_CHECK(indices.sizes() == grad_output.sizes(), "[", op, "] expected indices of shape ",
+             grad_output.sizes(), " (like grad_output) but got ", indices.sizes());
+  LOOM_CHECK_TYPE(indices.dtype() == kInt64, "[", op, "] expected int64 indices but got ",
+                  indices.dtype());
+  Tensor gi = empty_tensor(self.sizes(), self.dtype(), self.device());
+  if (self.is_meta()) return gi;
+  const Tensor go = grad_output.contiguous(), ind = indices.contiguous();
+  const int64_t* ip = ind.data_ptr<int64_t>();
+  const int64_t HW = g.H * g.W, out_plane = g.Ho * g.Wo;
+  LOOM_DISPATCH_FLOAT_TYPES(self.dtype(), op, [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* gp = go.data_ptr<scalar_t>();
+    for_each_grad_plane<scalar_t>(g, gi.data_ptr<scalar_t>(), [&](int64_t p, M* acc) {
+      for (int64_t o = p * out_plane; o < (p + 1) * out_plane; ++o) {
+        const int64_t i = ip[o];
+        LOOM_CHECK_INDEX(i >= 0 && i < HW, "[", op, "] index ", i, " is out of range for an input ",
+                         "plane of ", g.H, " x ", g.W, " elements");
+        acc[i] += static_cast<M>(gp[o]);
+      }
+    });
+  });
+  return gi;
+}
+
 Tensor max_pool2d_composite(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
   return std::get<0>(
@@ -253,6 +323,64 @@ Tensor avg_pool2d_kernel(const Tensor& self, IntArrayRef kernel_size, IntArrayRe
   return out;
 }
 
+// Spreads each output's gradient, divided by the forward's divisor, over the input elements its
+// window summed: the forward's loop (Note [Pooling loops, tap by tap]) with the data flow
+// reversed, one output row's scaled gradients added to an input row per tap.
+Tensor avg_pool2d_backward_kernel(const Tensor& grad_output, const Tensor& self,
+                                  IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                                  bool ceil_mode, bool count_include_pad,
+                                  std::optional<int64_t> divisor_override) {
+  constexpr const char* op = "avg_pool2d_backward";
+  const int64_t one = 1;
+  const PoolGeometry g = check_pool2d(op, self, kernel_size, stride, padding, one, ceil_mode);
+  LOOM_CHECK(!divisor_override || *divisor_override != 0, "[", op,
+             "] divisor_override must be non-zero");
+  check_pool_grad(op, grad_output, self, g);
+  Tensor gi = empty_tensor(self.sizes(), self.dtype(), self.device());
+  if (self.is_meta()) return gi;
+  const Tensor go = grad_output.contiguous();
+  LOOM_DISPATCH_FLOAT_TYPES(self.dtype(), op, [&] {
+    using M = opmath_t<scalar_t>;
+    const scalar_t* gp = go.data_ptr<scalar_t>();
+    // The divisor of each output column's window across the row (as avg_pool_cpu).
+    std::vector<int64_t> col_all(static_cast<size_t>(g.Wo)), col_valid(static_cast<size_t>(g.Wo));
+    for (int64_t ow = 0; ow < g.Wo; ++ow) {
+      const int64_t w0 = ow * g.sw - g.pw, w1 = std::min(w0 + g.kw, g.W + g.pw);
+      col_all[static_cast<size_t>(ow)] = w1 - w0;
+      col_valid[static_cast<size_t>(ow)] = std::min(w1, g.W) - std::max<int64_t>(w0, 0);
+    }
+    for_each_grad_plane<scalar_t>(g, gi.data_ptr<scalar_t>(), [&](int64_t p, M* acc) {
+      std::vector<M> scaled(static_cast<size_t>(g.Wo));
+      for (int64_t oh = 0; oh < g.Ho; ++oh) {
+        const int64_t h0 = oh * g.sh - g.ph, h1 = std::min(h0 + g.kh, g.H + g.ph);
+        const int64_t rows_all = h1 - h0, rows_valid = std::min(h1, g.H) - std::max<int64_t>(h0, 0);
+        const scalar_t* grow = gp + (p * g.Ho + oh) * g.Wo;
+        for (int64_t ow = 0; ow < g.Wo; ++ow) {
+          const auto o = static_cast<size_t>(ow);
+          const int64_t valid = rows_valid * col_valid[o];
+          const int64_t divisor = divisor_override    ? *divisor_override
+                                  : count_include_pad ? rows_all * col_all[o]
+                                                      : valid;
+          scaled[o] = valid <= 0 ? M(0) : static_cast<M>(grow[ow]) / static_cast<M>(divisor);
+        }
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t ih = h0 + i;
+          if (ih < 0 || ih >= g.H) continue;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t off = j - g.pw;
+            int64_t lo, hi;
+            valid_columns(off, g.sw, g.W, g.Wo, &lo, &hi);
+            M* __restrict row = acc + ih * g.W + off;
+            const M* __restrict sc = scaled.data();
+            for (int64_t ow = lo; ow < hi; ++ow) row[ow * g.sw] += sc[ow];
+          }
+        }
+      }
+    });
+  });
+  return gi;
+}
+
 }  // namespace
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
@@ -262,9 +390,18 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def(
       "avg_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
       "bool ceil_mode=False, bool count_include_pad=True, int? divisor_override=None) -> Tensor");
+  m.def(
+      "max_pool2d_with_indices_backward(Tensor grad_output, Tensor self, int[2] kernel_size, "
+      "int[2] stride, int[2] padding, int[2] dilation, bool ceil_mode, Tensor indices) -> Tensor");
+  m.def(
+      "avg_pool2d_backward(Tensor grad_output, Tensor self, int[2] kernel_size, int[2] stride, "
+      "int[2] padding, bool ceil_mode, bool count_include_pad, int? divisor_override=None) -> "
+      "Tensor");
   for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
     m.impl("max_pool2d_with_indices", k, max_pool2d_with_indices_kernel);
+    m.impl("max_pool2d_with_indices_backward", k, max_pool2d_with_indices_backward_kernel);
     m.impl("avg_pool2d", k, avg_pool2d_kernel);
+    m.impl("avg_pool2d_backward", k, avg_pool2d_backward_kernel);
   }
   m.def(
       "max_pool2d(Tensor self, int[2] kernel_size, int[2] stride=[], int[2] padding=0, "
@@ -293,6 +430,85 @@ Tensor avg_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef strid
                Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool,
                       std::optional<int64_t>),
                self, kernel_size, stride, padding, ceil_mode, count_include_pad, std::nullopt);
+}
+
+Tensor max_pool2d_with_indices_backward(const Tensor& grad_output, const Tensor& self,
+                                        IntArrayRef kernel_size, IntArrayRef stride,
+                                        IntArrayRef padding, IntArrayRef dilation, bool ceil_mode,
+                                        const Tensor& indices) {
+  LOOM_CALL_OP("loom::max_pool2d_with_indices_backward",
+               Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                      IntArrayRef, bool, const Tensor&),
+               grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices);
+}
+Tensor avg_pool2d_backward(const Tensor& grad_output, const Tensor& self, IntArrayRef kernel_size,
+                           IntArrayRef stride, IntArrayRef padding, bool ceil_mode,
+                           bool count_include_pad, std::optional<int64_t> divisor_override) {
+  LOOM_CALL_OP("loom::avg_pool2d_backward",
+               Tensor(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool,
+                      bool, std::optional<int64_t>),
+               grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+               divisor_override);
+}
+
+// ---- derivatives ----
+// The pooling backward kernels read only the shape of self, so the derivatives save nothing of it
+// (a grad_utils::shape_only stand-in is passed). Each backward kernel is linear in grad_output and
+// its adjoint is the forward pooling (max: a gather at the indices), which gives its derivative.
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+std::optional<int64_t> optional_int(const IValue& v) {
+  return v.is_none() ? std::nullopt : std::optional<int64_t>(v.to_int());
+}
+
+// avg_pool2d with divisor_override, which the C++ API does not take.
+Tensor avg_pool2d_full(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
+                       IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                       std::optional<int64_t> divisor_override) {
+  LOOM_CALL_OP("loom::avg_pool2d",
+               Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool,
+                      std::optional<int64_t>),
+               self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override);
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("max_pool2d_with_indices", autograd::saves({}, {1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    if (!c.needs(0) || !g.defined()) return {Tensor()};
+    const Tensor self = grad_utils::shape_only(c.input_sizes(0), c.input_dtype(0), g.device());
+    return {max_pool2d_with_indices_backward(g, self, c.int_list_arg(1), c.int_list_arg(2),
+                                             c.int_list_arg(3), c.int_list_arg(4), c.bool_arg(5),
+                                             c.output(1))};
+  });
+  // grad_input[plane, indices[o]] += grad_output[o]: the adjoint reads gg at the indices.
+  m.def("max_pool2d_with_indices_backward", autograd::saves({2}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& gg = c.grad(0);
+          GradList r(3);
+          if (!c.needs(0) || !gg.defined()) return r;
+          const Tensor indices = c.input(2);
+          r[0] = gather(gg.flatten(-2), -1, indices.flatten(-2)).view(indices.sizes());
+          return r;
+        });
+  m.def("avg_pool2d", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    if (!c.needs(0) || !g.defined()) return {Tensor()};
+    const Tensor self = grad_utils::shape_only(c.input_sizes(0), c.input_dtype(0), g.device());
+    return {avg_pool2d_backward(g, self, c.int_list_arg(1), c.int_list_arg(2), c.int_list_arg(3),
+                                c.bool_arg(4), c.bool_arg(5), optional_int(c.arg(6)))};
+  });
+  m.def("avg_pool2d_backward", {}, [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!c.needs(0) || !gg.defined()) return r;
+    r[0] = avg_pool2d_full(gg, c.int_list_arg(2), c.int_list_arg(3), c.int_list_arg(4),
+                           c.bool_arg(5), c.bool_arg(6), optional_int(c.arg(7)));
+    return r;
+  });
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 // CompositeExplicit kernel serves all backends.
 #include <algorithm>
 
+#include "loom/derivatives.h"
 #include "op_call.h"
 
 namespace loom {
@@ -140,19 +141,25 @@ Tensor t_kernel(const Tensor& self) {
   return transpose(self, 0, 1);
 }
 
+// [start, end) of a slice of a dimension of `size`, with Python slice semantics: negative indices
+// count from the end, out-of-range ones clamp.
+std::pair<int64_t, int64_t> slice_bounds(int64_t size, std::optional<int64_t> start,
+                                         std::optional<int64_t> end) {
+  int64_t s = start.value_or(0), e = end.value_or(size);
+  if (s < 0) s += size;
+  if (e < 0) e += size;
+  s = std::clamp<int64_t>(s, 0, size);
+  e = std::clamp<int64_t>(e, s, size);
+  return {s, e};
+}
+
 Tensor slice_kernel(const Tensor& self, int64_t dim, std::optional<int64_t> start,
                     std::optional<int64_t> end, int64_t step) {
   check_defined(self, "slice", "self");
   LOOM_CHECK(self.dim() > 0, "[slice] cannot slice a 0-dim tensor");
   int64_t d = wrap_dim(dim, self.dim(), "slice");
   LOOM_CHECK(step > 0, "[slice] step must be positive but got ", step);
-  const int64_t size = self.sizes()[static_cast<size_t>(d)];
-  int64_t s = start.value_or(0), e = end.value_or(size);
-  // Python slice semantics: negative indices count from the end, out-of-range clamps.
-  if (s < 0) s += size;
-  if (e < 0) e += size;
-  s = std::clamp<int64_t>(s, 0, size);
-  e = std::clamp<int64_t>(e, s, size);
+  const auto [s, e] = slice_bounds(self.sizes()[static_cast<size_t>(d)], start, end);
   DimVector sizes(self.sizes()), strides(self.strides());
   sizes[static_cast<size_t>(d)] = (e - s + step - 1) / step;
   strides[static_cast<size_t>(d)] *= step;
@@ -382,15 +389,17 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.impl("squeeze", DispatchKey::CompositeExplicit, squeeze_kernel);
   m.impl("unsqueeze", DispatchKey::CompositeExplicit, unsqueeze_kernel);
   m.impl("as_strided", DispatchKey::CompositeExplicit, as_strided_kernel);
+  // Not decompositions for autograd: one node whose backward joins the pieces' gradients, instead
+  // of one node per piece each making a whole input-sized gradient (quadratic for unbind).
+  m.impl("split_with_sizes", DispatchKey::CompositeExplicit, split_with_sizes_kernel);
+  m.impl("unbind", DispatchKey::CompositeExplicit, unbind_kernel);
   // Decompositions into the views above.
   m.impl("reshape", DispatchKey::CompositeImplicit, reshape_kernel);
   m.impl("t", DispatchKey::CompositeImplicit, t_kernel);
   m.impl("narrow", DispatchKey::CompositeImplicit, narrow_kernel);
   m.impl("flatten", DispatchKey::CompositeImplicit, flatten_kernel);
   m.impl("split", DispatchKey::CompositeImplicit, split_kernel);
-  m.impl("split_with_sizes", DispatchKey::CompositeImplicit, split_with_sizes_kernel);
   m.impl("chunk", DispatchKey::CompositeImplicit, chunk_kernel);
-  m.impl("unbind", DispatchKey::CompositeImplicit, unbind_kernel);
 }
 
 using ViewSig = Tensor(const Tensor&, IntArrayRef);
@@ -451,6 +460,143 @@ std::vector<Tensor> chunk(const Tensor& self, int64_t chunks, int64_t dim) {
 }
 std::vector<Tensor> unbind(const Tensor& self, int64_t dim) {
   LOOM_CALL_OP("loom::unbind", std::vector<Tensor>(const Tensor&, int64_t), self, dim);
+}
+
+// ---- derivatives ----
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+std::optional<int64_t> optional_int(const IValue& v) {
+  return v.is_none() ? std::nullopt : std::optional<int64_t>(v.to_int());
+}
+
+// A zeros tensor shaped like `like` except for `len` along `dim`.
+Tensor zeros_along(const Tensor& like, int64_t dim, int64_t len) {
+  DimVector sizes(like.sizes());
+  sizes[static_cast<size_t>(dim)] = len;
+  return zeros(sizes, like.options());
+}
+
+// Note [Gradients of views]
+// The gradient of a view with respect to its input is zeros shaped like the input, with the view's
+// region holding the view's gradient. Outside create_graph that is a fresh zeros tensor with the
+// region written in place: the cheapest form, and nothing records it. With create_graph the result
+// must carry history back to the gradient, and writing in place into a view of a tensor that does
+// not require grad would lose it (views of such tensors are not tracked), so the same tensor is
+// assembled out of place with cat instead.
+
+// Gradient of self.slice(d, start, <end>, step) (whose gradient is g) with respect to self.
+Tensor slice_backward(const Tensor& g, IntArrayRef input_sizes, int64_t d, int64_t start,
+                      int64_t step, bool create_graph) {
+  const int64_t n = g.size(d);
+  if (!create_graph) {
+    Tensor z = zeros(input_sizes, g.options());
+    if (n > 0) z.slice(d, start, start + (n - 1) * step + 1, step).copy_(g);
+    return z;
+  }
+  Tensor mid = g;
+  if (step > 1 && n > 1) {
+    // Interleave step - 1 zero rows after each row of g, then drop the trailing ones.
+    Tensor rows = g.unsqueeze(d + 1);
+    std::vector<Tensor> pair{rows, zeros_along(rows, d + 1, step - 1)};
+    DimVector flat(g.sizes());
+    flat[static_cast<size_t>(d)] = n * step;
+    mid = cat(pair, d + 1).reshape(flat).narrow(d, 0, (n - 1) * step + 1);
+  }
+  const int64_t after = input_sizes[static_cast<size_t>(d)] - start - mid.size(d);
+  std::vector<Tensor> parts;
+  if (start > 0) parts.push_back(zeros_along(mid, d, start));
+  parts.push_back(mid);
+  if (after > 0) parts.push_back(zeros_along(mid, d, after));
+  return parts.size() == 1 ? mid : cat(parts, d);
+}
+
+// The gradients of a multi-output view's pieces, zeros for those that got none; piece_shape(i, s)
+// turns the input's sizes s into piece i's.
+template <class F>
+std::vector<Tensor> piece_gradients(const BackwardContext& c, IntArrayRef input_sizes,
+                                    const F& piece_shape) {
+  TensorOptions options;
+  for (size_t i = 0; i < c.num_grads(); ++i) {
+    if (c.grad(i).defined()) options = c.grad(i).options();
+  }
+  std::vector<Tensor> pieces;
+  for (size_t i = 0; i < c.num_grads(); ++i) {
+    if (c.grad(i).defined()) {
+      pieces.push_back(c.grad(i));
+      continue;
+    }
+    DimVector s(input_sizes);
+    piece_shape(i, s);
+    pieces.push_back(zeros(s, options));
+  }
+  return pieces;
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  // Views: see Note [Gradients of views].
+  m.def("view", {}, [](const BackwardContext& c) -> GradList {
+    return {c.grad(0).reshape(c.input_sizes(0))};
+  });
+  m.def("permute", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef dims = c.int_list_arg(1);
+    const int64_t nd = static_cast<int64_t>(dims.size());
+    std::vector<int64_t> inverse(dims.size());
+    for (int64_t i = 0; i < nd; ++i) {
+      inverse[static_cast<size_t>(wrap_dim(dims[static_cast<size_t>(i)], nd, "permute"))] = i;
+    }
+    return {c.grad(0).permute(inverse)};
+  });
+  m.def("transpose", {}, [](const BackwardContext& c) -> GradList {
+    return {c.grad(0).transpose(c.int_arg(1), c.int_arg(2))};
+  });
+  m.def("slice", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef in = c.input_sizes(0);
+    const int64_t d = wrap_dim(c.int_arg(1), static_cast<int64_t>(in.size()), "slice");
+    const int64_t start =
+        slice_bounds(in[static_cast<size_t>(d)], optional_int(c.arg(2)), optional_int(c.arg(3))).first;
+    return {slice_backward(c.grad(0), in, d, start, c.int_arg(4), c.create_graph())};
+  });
+  m.def("select", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef in = c.input_sizes(0);
+    const int64_t d = wrap_dim(c.int_arg(1), static_cast<int64_t>(in.size()), "select");
+    int64_t index = c.int_arg(2);
+    if (index < 0) index += in[static_cast<size_t>(d)];
+    return {slice_backward(c.grad(0).unsqueeze(d), in, d, index, 1, c.create_graph())};
+  });
+  m.def("expand", {}, [](const BackwardContext& c) -> GradList {
+    return {autograd::sum_to(c.grad(0), c.input_sizes(0))};
+  });
+  // squeeze and unsqueeze only drop or add size-1 dims.
+  m.def("squeeze", {}, [](const BackwardContext& c) -> GradList {
+    return {c.grad(0).reshape(c.input_sizes(0))};
+  });
+  m.def("unsqueeze", {}, [](const BackwardContext& c) -> GradList {
+    return {c.grad(0).reshape(c.input_sizes(0))};
+  });
+  // Multi-output views: the pieces' gradients joined (zeros for pieces that got none).
+  m.def("split_with_sizes", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef in = c.input_sizes(0);
+    const int64_t d = wrap_dim(c.int_arg(2), static_cast<int64_t>(in.size()), "split_with_sizes");
+    const IntArrayRef sizes = c.int_list_arg(1);
+    auto shape = [&](size_t i, DimVector& s) { s[static_cast<size_t>(d)] = sizes[i]; };
+    return {cat(piece_gradients(c, in, shape), d)};
+  });
+  m.def("unbind", {}, [](const BackwardContext& c) -> GradList {
+    const IntArrayRef in = c.input_sizes(0);
+    const int64_t d = wrap_dim(c.int_arg(1), static_cast<int64_t>(in.size()), "unbind");
+    auto shape = [&](size_t, DimVector& s) { s.erase(static_cast<size_t>(d)); };
+    return {stack(piece_gradients(c, in, shape), d)};
+  });
+  m.def("as_strided", {}, [](const BackwardContext& c) -> GradList {
+    const std::optional<int64_t> offset = optional_int(c.arg(3));
+    return {autograd::as_strided_backward(
+        c.grad(0), c.input_sizes(0), c.input_strides(0), c.input_storage_offset(0),
+        c.int_list_arg(1), c.int_list_arg(2), offset.value_or(c.input_storage_offset(0)))};
+  });
 }
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include "loom/derivatives.h"
 #include "op_call.h"
 #include "reduce_engine.h"
 
@@ -202,14 +203,144 @@ Tensor softmax_kernel(const Tensor& self, int64_t dim, std::optional<DType> dtyp
   return out;
 }
 
+// ---- backward ----
+// With y the forward's output and g = grad_output, each along dim:
+//   softmax:     grad_input = y * (g - sum(g * y))
+//   log_softmax: grad_input = g - exp(y) * sum(g)
+
+template <class V, bool kLog>
+inline V backward_term(V g, V y) {
+  if constexpr (kLog) {
+    return g;
+  } else {
+    return g * y;
+  }
+}
+template <class V, bool kLog>
+inline V backward_value(V g, V y, V s) {
+  if constexpr (kLog) {
+    return g - exp_of<V>(y) * s;
+  } else {
+    return y * (g - s);
+  }
+}
+
+// One contiguous row: the sum in float lanes added in double (as row_sum_exp), then one pass.
+template <class T, bool kLog>
+void softmax_backward_row(const T* g, const T* y, T* out, int64_t n) {
+  using V = compute_t<T>;
+  constexpr int kLanes = 16;
+  V lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    LOOM_LANE_LOOP for (int j = 0; j < kLanes; ++j) {
+      lanes[j] += backward_term<V, kLog>(load(g[i + j]), load(y[i + j]));
+    }
+  }
+  for (int j = 0; i + j < n; ++j)
+    lanes[j] += backward_term<V, kLog>(load(g[i + j]), load(y[i + j]));
+  double total = 0;
+  for (int j = 0; j < kLanes; ++j) total += static_cast<double>(lanes[j]);
+  const V s = static_cast<V>(total);
+  for (i = 0; i < n; ++i) out[i] = convert<T>(backward_value<V, kLog>(load(g[i]), load(y[i]), s));
+}
+
+// Columns [b0, b0 + w) of a contiguous [d, inner] block: one pass down the rows for the sums, one
+// for the result, vectorised across the columns (as softmax_columns).
+template <class T, bool kLog>
+void softmax_backward_columns(const T* g, const T* y, T* out, int64_t d, int64_t inner, int64_t b0,
+                              int64_t w) {
+  using V = compute_t<T>;
+  std::unique_ptr<V[]> buf(new V[static_cast<size_t>(w)]());
+  V* __restrict s = buf.get();
+  for (int64_t k = 0; k < d; ++k) {
+    const T* __restrict gr = g + k * inner + b0;
+    const T* __restrict yr = y + k * inner + b0;
+    for (int64_t b = 0; b < w; ++b) s[b] += backward_term<V, kLog>(load(gr[b]), load(yr[b]));
+  }
+  for (int64_t k = 0; k < d; ++k) {
+    const T* __restrict gr = g + k * inner + b0;
+    const T* __restrict yr = y + k * inner + b0;
+    T* __restrict o = out + k * inner + b0;
+    for (int64_t b = 0; b < w; ++b)
+      o[b] = convert<T>(backward_value<V, kLog>(load(gr[b]), load(yr[b]), s[b]));
+  }
+}
+
+template <class T, bool kLog>
+void softmax_backward_cpu(const Tensor& grad, const Tensor& output, const Tensor& result,
+                          int64_t dim) {
+  const IntArrayRef sizes = output.sizes();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < dim; ++i) outer *= sizes[static_cast<size_t>(i)];
+  for (int64_t i = dim + 1; i < output.dim(); ++i) inner *= sizes[static_cast<size_t>(i)];
+  const int64_t d = output.dim() == 0 ? 1 : sizes[static_cast<size_t>(dim)];
+  const T* g = static_cast<const T*>(grad.data_ptr());
+  const T* y = static_cast<const T*>(output.data_ptr());
+  T* out = static_cast<T*>(result.data_ptr());
+  if (inner == 1) {  // the fast path: dim is the last (contiguous) dim
+    parallel_for(0, outer, std::max<int64_t>(1, 16384 / d), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        softmax_backward_row<T, kLog>(g + o * d, y + o * d, out + o * d, d);
+      }
+    });
+    return;
+  }
+  constexpr int64_t kTile = 256;
+  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, 16384 / (d * std::min(inner, kTile)));
+  parallel_for(0, outer * tiles, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / tiles, b0 = (t % tiles) * kTile, off = o * d * inner;
+      softmax_backward_columns<T, kLog>(g + off, y + off, out + off, d, inner, b0,
+                                        std::min(kTile, inner - b0));
+    }
+  });
+}
+
+template <bool kLog>
+Tensor softmax_backward_kernel(const Tensor& grad_output, const Tensor& output, int64_t dim,
+                               DType input_dtype) {
+  const char* op = kLog ? "_log_softmax_backward_data" : "_softmax_backward_data";
+  check_defined(grad_output, op, "grad_output");
+  check_defined(output, op, "output");
+  const int64_t d = wrap_dim(dim, output.dim(), op);
+  LOOM_CHECK(grad_output.sizes() == output.sizes(), "[", op, "] expected grad_output of shape ",
+             output.sizes(), " (the shape of output) but got ", grad_output.sizes());
+  const DType dt = output.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt) && grad_output.dtype() == dt, "[", op,
+                  "] expected grad_output and output of one floating dtype but got ",
+                  grad_output.dtype(), " and ", dt);
+  LOOM_CHECK_TYPE(is_floating(input_dtype), "[", op, "] expected a floating input_dtype but got ",
+                  input_dtype);
+  LOOM_CHECK(grad_output.device() == output.device(), "[", op, "] expected grad_output on ",
+             output.device(), " (like output) but it is on ", grad_output.device());
+  if (output.is_meta()) return empty_tensor(output.sizes(), input_dtype, output.device());
+  Tensor result = empty_tensor(output.sizes(), dt, output.device());
+  if (result.numel() > 0) {
+    const Tensor g = grad_output.contiguous(), y = output.contiguous();
+    LOOM_DISPATCH_FLOAT_TYPES(dt, op,
+                              [&] { softmax_backward_cpu<scalar_t, kLog>(g, y, result, d); });
+  }
+  return input_dtype == dt ? result : result.to(input_dtype);
+}
+
 }  // namespace
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
   m.def("log_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "_softmax_backward_data(Tensor grad_output, Tensor output, int dim, ScalarType input_dtype) "
+      "-> Tensor");
+  m.def(
+      "_log_softmax_backward_data(Tensor grad_output, Tensor output, int dim, "
+      "ScalarType input_dtype) -> Tensor");
   for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
     m.impl("softmax", k, softmax_kernel<false>);
     m.impl("log_softmax", k, softmax_kernel<true>);
+    m.impl("_softmax_backward_data", k, softmax_backward_kernel<false>);
+    m.impl("_log_softmax_backward_data", k, softmax_backward_kernel<true>);
   }
 }
 
@@ -220,6 +351,77 @@ Tensor softmax(const Tensor& self, int64_t dim, std::optional<DType> dtype) {
 }
 Tensor log_softmax(const Tensor& self, int64_t dim, std::optional<DType> dtype) {
   LOOM_CALL_OP("loom::log_softmax", SoftmaxSig, self, dim, dtype);
+}
+
+using SoftmaxBackwardSig = Tensor(const Tensor&, const Tensor&, int64_t, DType);
+
+Tensor _softmax_backward_data(const Tensor& grad_output, const Tensor& output, int64_t dim,
+                              DType input_dtype) {
+  LOOM_CALL_OP("loom::_softmax_backward_data", SoftmaxBackwardSig, grad_output, output, dim,
+               input_dtype);
+}
+Tensor _log_softmax_backward_data(const Tensor& grad_output, const Tensor& output, int64_t dim,
+                                  DType input_dtype) {
+  LOOM_CALL_OP("loom::_log_softmax_backward_data", SoftmaxBackwardSig, grad_output, output, dim,
+               input_dtype);
+}
+
+// ---- derivatives ----
+// With y the forward's output, g its gradient and sums along dim (kept):
+//   softmax:     y (g - sum(g y))
+//   log_softmax: g - exp(y) sum(g)
+// The fused _backward_data kernels serve without create_graph (Note [Fused backward kernels],
+// unary.cpp); with it, the same formulas are written with differentiable operators.
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+Tensor sum_along(const Tensor& t, int64_t dim) { return sum(t, IntArrayRef{dim}, /*keepdim=*/true); }
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("softmax", autograd::saves({}, {0}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    if (!c.needs(0) || !g.defined()) return {Tensor()};
+    const Tensor y = c.output(0);
+    const int64_t dim = c.int_arg(1);
+    if (!c.create_graph()) return {_softmax_backward_data(g, y, dim, c.input_dtype(0))};
+    return {mul(y, sub(g, sum_along(mul(g, y), dim)))};
+  });
+  m.def("log_softmax", autograd::saves({}, {0}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    if (!c.needs(0) || !g.defined()) return {Tensor()};
+    const Tensor y = c.output(0);
+    const int64_t dim = c.int_arg(1);
+    if (!c.create_graph()) return {_log_softmax_backward_data(g, y, dim, c.input_dtype(0))};
+    return {sub(g, mul(exp(y), sum_along(g, dim)))};
+  });
+  // r = y (g - sum(g y)): dr/dg is the same map applied to the incoming gg;
+  // d<gg, r>/dy = gg (g - sum(g y)) - g sum(gg y).
+  m.def("_softmax_backward_data", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!gg.defined()) return r;
+    const Tensor g = c.input(0), y = c.input(1);
+    const int64_t dim = c.int_arg(2);
+    const Tensor gg_y = sum_along(mul(gg, y), dim);
+    if (c.needs(0)) r[0] = mul(y, sub(gg, gg_y));
+    if (c.needs(1)) r[1] = sub(mul(gg, sub(g, sum_along(mul(g, y), dim))), mul(g, gg_y));
+    return r;
+  });
+  // r = g - exp(y) sum(g): d<gg, r>/dg = gg - sum(gg exp(y)); d<gg, r>/dy = -gg exp(y) sum(g).
+  m.def("_log_softmax_backward_data", autograd::saves({0, 1}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& gg = c.grad(0);
+          GradList r(2);
+          if (!gg.defined()) return r;
+          const Tensor ey = exp(c.input(1));
+          const int64_t dim = c.int_arg(2);
+          if (c.needs(0)) r[0] = sub(gg, sum_along(mul(gg, ey), dim));
+          if (c.needs(1)) r[1] = neg(mul(mul(gg, ey), sum_along(c.input(0), dim)));
+          return r;
+        });
 }
 
 }  // namespace loom

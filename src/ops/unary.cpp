@@ -9,6 +9,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
@@ -337,6 +338,189 @@ Tensor gelu_out_kernel(const Tensor& self, std::string_view approximate, const T
   return gelu_impl(out, self, approximate, false);
 }
 
+// ---- backward of the activations ----
+
+// Functors `M operator()(M g, M x)`: the input gradient from grad_output g and the forward's input
+// or output x, in the compute type M.
+struct ThresholdBackwardOp {
+  static constexpr const char* name = "threshold_backward";
+  double threshold = 0;
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T x) const {
+    return x <= static_cast<T>(threshold) ? T(0) : g;  // a NaN x passes g through, as PyTorch
+  }
+};
+struct SigmoidBackwardOp {
+  static constexpr const char* name = "sigmoid_backward";
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T y) const {
+    return g * (T(1) - y) * y;
+  }
+};
+struct TanhBackwardOp {
+  static constexpr const char* name = "tanh_backward";
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T y) const {
+    return g * (T(1) - y * y);
+  }
+};
+// d/dx x*s(x) = s * (1 + x * (1 - s)).
+struct SiluBackwardOp {
+  static constexpr const char* name = "silu_backward";
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T x) const {
+    T s;
+    if constexpr (std::is_same_v<T, float>) {
+      s = fastmath::sigmoid_f32(x);
+    } else {
+      s = T(1) / (T(1) + std::exp(-x));
+    }
+    return g * s * (T(1) + x * (T(1) - s));
+  }
+};
+// d/dx x*Phi(x) = Phi(x) + x * phi(x).
+struct GeluErfBackwardOp {
+  static constexpr const char* name = "gelu_backward";
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T x) const {
+    constexpr T kSqrtHalf = T(0.70710678118654752440);
+    constexpr T kInvSqrt2Pi = T(0.39894228040143267794);
+    if constexpr (std::is_same_v<T, float>) {
+      const float cdf = 0.5f * (1.0f + fastmath::erf_f32(x * kSqrtHalf));
+      return g * (cdf + x * kInvSqrt2Pi * fastmath::exp_f32(-0.5f * x * x));
+    } else {
+      const T cdf = T(0.5) * (T(1) + std::erf(x * kSqrtHalf));
+      return g * (cdf + x * kInvSqrt2Pi * std::exp(T(-0.5) * x * x));
+    }
+  }
+};
+// The exact derivative of GeluTanhOp's formula (not of the erf gelu it approximates).
+struct GeluTanhBackwardOp {
+  static constexpr const char* name = "gelu_backward";
+  template <class T>
+  LOOM_ALWAYS_INLINE T operator()(T g, T x) const {
+    constexpr T kBeta = T(0.79788456080286535588);
+    constexpr T kKappa = T(0.044715);
+    const T inner = kBeta * (x + kKappa * x * x * x);
+    T t;
+    if constexpr (std::is_same_v<T, float>) {
+      t = fastmath::tanh_f32(inner);
+    } else {
+      t = std::tanh(inner);
+    }
+    const T d_inner = kBeta * (T(1) + T(3) * kKappa * x * x);
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * d_inner);
+  }
+};
+
+// y[i] = op(g[i], x[i]) over contiguous arrays; 16-bit floats are widened as in map_contiguous.
+template <class T, class Op>
+LOOM_WIDE_VECTOR_LOOP void map2_contiguous(const Op& op, const T* g, const T* x, T* y, int64_t n) {
+  if constexpr (is_reduced_float_v<T>) {
+    constexpr int64_t kBlock = 256;
+    float a[kBlock], b[kBlock];
+    for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+      const int64_t m = std::min(kBlock, n - i0);
+      for (int64_t j = 0; j < m; ++j) a[j] = static_cast<float>(g[i0 + j]);
+      for (int64_t j = 0; j < m; ++j) b[j] = static_cast<float>(x[i0 + j]);
+      for (int64_t j = 0; j < m; ++j) a[j] = op(a[j], b[j]);
+      for (int64_t j = 0; j < m; ++j) y[i0 + j] = T(a[j]);
+    }
+  } else {
+    const T* __restrict gr = g;
+    const T* __restrict xr = x;
+    T* __restrict yr = y;
+    for (int64_t i = 0; i < n; ++i) yr[i] = op(gr[i], xr[i]);
+  }
+}
+
+// The Loop1d body: strided runs are gathered into blocks so the math still vectorises.
+template <class T, class Op>
+void map2_strided(const Op& op, char** data, const int64_t* s, int64_t n) {
+  constexpr auto es = static_cast<int64_t>(sizeof(T));
+  if (s[0] == es && s[1] == es && s[2] == es) {
+    map2_contiguous<T>(op, reinterpret_cast<const T*>(data[1]), reinterpret_cast<const T*>(data[2]),
+                       reinterpret_cast<T*>(data[0]), n);
+    return;
+  }
+  constexpr int64_t kBlock = 256;
+  T a[kBlock], b[kBlock], r[kBlock];
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t m = std::min(kBlock, n - i0);
+    for (int64_t j = 0; j < m; ++j) {
+      a[j] = *reinterpret_cast<const T*>(data[1] + (i0 + j) * s[1]);
+      b[j] = *reinterpret_cast<const T*>(data[2] + (i0 + j) * s[2]);
+    }
+    map2_contiguous<T>(op, a, b, r, m);
+    for (int64_t j = 0; j < m; ++j) *reinterpret_cast<T*>(data[0] + (i0 + j) * s[0]) = r[j];
+  }
+}
+
+// grad_input = op(grad_output, x) elementwise; x_name is the schema's name of x.
+template <class Op>
+Tensor activation_backward(const Tensor& grad_output, const Tensor& x, const char* x_name,
+                           const Op& op = Op{}) {
+  check_defined(grad_output, Op::name, "grad_output");
+  check_defined(x, Op::name, x_name);
+  LOOM_CHECK(grad_output.sizes() == x.sizes(), "[", Op::name, "] expected grad_output of shape ",
+             x.sizes(), " (the shape of ", x_name, ") but got ", grad_output.sizes());
+  const DType dt = x.dtype();
+  LOOM_CHECK_TYPE(is_floating(dt) && grad_output.dtype() == dt, "[", Op::name,
+                  "] expected grad_output and ", x_name, " of one floating dtype but got ",
+                  grad_output.dtype(), " and ", dt);
+  if (x.is_cpu() && grad_output.is_cpu() && x.is_contiguous() && grad_output.is_contiguous()) {
+    Tensor y = empty_tensor(x.sizes(), dt, kCPU);
+    LOOM_DISPATCH_FLOAT_TYPES(dt, Op::name, [&] {
+      const auto* gp = grad_output.data_ptr<scalar_t>();
+      const auto* xp = x.data_ptr<scalar_t>();
+      auto* yp = y.data_ptr<scalar_t>();
+      parallel_for(0, x.numel(), 32768, [&](int64_t b, int64_t e) {
+        map2_contiguous<scalar_t>(op, gp + b, xp + b, yp + b, e - b);
+      });
+    });
+    return y;
+  }
+  TensorIteratorConfig cfg;
+  cfg.op = Op::name;
+  cfg.outputs = {Tensor()};
+  cfg.inputs = {grad_output, x};
+  TensorIterator it(std::move(cfg));
+  if (!it.is_meta()) {
+    LOOM_DISPATCH_FLOAT_TYPES(dt, Op::name, [&] {
+      it.for_each(
+          [&op](char** d, const int64_t* s, int64_t n) { map2_strided<scalar_t>(op, d, s, n); });
+    });
+  }
+  it.finish();
+  return it.output(0);
+}
+
+Tensor threshold_backward_kernel(const Tensor& grad_output, const Tensor& self,
+                                 const Scalar& threshold) {
+  ThresholdBackwardOp op;
+  op.threshold = threshold.to_double();
+  return activation_backward(grad_output, self, "self", op);
+}
+Tensor sigmoid_backward_kernel(const Tensor& grad_output, const Tensor& output) {
+  return activation_backward<SigmoidBackwardOp>(grad_output, output, "output");
+}
+Tensor tanh_backward_kernel(const Tensor& grad_output, const Tensor& output) {
+  return activation_backward<TanhBackwardOp>(grad_output, output, "output");
+}
+Tensor silu_backward_kernel(const Tensor& grad_output, const Tensor& self) {
+  return activation_backward<SiluBackwardOp>(grad_output, self, "self");
+}
+Tensor gelu_backward_kernel(const Tensor& grad_output, const Tensor& self,
+                            std::string_view approximate) {
+  LOOM_CHECK(approximate == "none" || approximate == "tanh",
+             "[gelu_backward] approximate argument must be either 'none' or 'tanh' but got '",
+             approximate, "'");
+  if (approximate == "tanh") {
+    return activation_backward<GeluTanhBackwardOp>(grad_output, self, "self");
+  }
+  return activation_backward<GeluErfBackwardOp>(grad_output, self, "self");
+}
+
 // ---- pow ----
 
 // base^e for integers with wrap-around on overflow, as PyTorch; e < 0 gives 0 unless |base| == 1.
@@ -616,7 +800,17 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)");
   m.def("clamp.out(Tensor self, Scalar? min=None, Scalar? max=None, *, Tensor(a!) out) -> "
         "Tensor(a!)");
+  m.def("threshold_backward(Tensor grad_output, Tensor self, Scalar threshold) -> Tensor");
+  m.def("sigmoid_backward(Tensor grad_output, Tensor output) -> Tensor");
+  m.def("tanh_backward(Tensor grad_output, Tensor output) -> Tensor");
+  m.def("silu_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor");
   for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
+    m.impl("threshold_backward", k, threshold_backward_kernel);
+    m.impl("sigmoid_backward", k, sigmoid_backward_kernel);
+    m.impl("tanh_backward", k, tanh_backward_kernel);
+    m.impl("silu_backward", k, silu_backward_kernel);
+    m.impl("gelu_backward", k, gelu_backward_kernel);
     m.impl("gelu", k, gelu_kernel);
     m.impl("gelu_", k, gelu_inplace_kernel);
     m.impl("gelu.out", k, gelu_out_kernel);
@@ -671,6 +865,25 @@ const Tensor& gelu_(const Tensor& self, std::string_view approximate) {
   LOOM_CALL_INPLACE("loom::gelu_", GeluSig, self, approximate);
 }
 
+using ActivationBackwardSig = Tensor(const Tensor&, const Tensor&);
+Tensor threshold_backward(const Tensor& grad_output, const Tensor& self, const Scalar& threshold) {
+  LOOM_CALL_OP("loom::threshold_backward", Tensor(const Tensor&, const Tensor&, const Scalar&),
+               grad_output, self, threshold);
+}
+Tensor sigmoid_backward(const Tensor& grad_output, const Tensor& output) {
+  LOOM_CALL_OP("loom::sigmoid_backward", ActivationBackwardSig, grad_output, output);
+}
+Tensor tanh_backward(const Tensor& grad_output, const Tensor& output) {
+  LOOM_CALL_OP("loom::tanh_backward", ActivationBackwardSig, grad_output, output);
+}
+Tensor silu_backward(const Tensor& grad_output, const Tensor& self) {
+  LOOM_CALL_OP("loom::silu_backward", ActivationBackwardSig, grad_output, self);
+}
+Tensor gelu_backward(const Tensor& grad_output, const Tensor& self, std::string_view approximate) {
+  LOOM_CALL_OP("loom::gelu_backward", Tensor(const Tensor&, const Tensor&, std::string_view),
+               grad_output, self, approximate);
+}
+
 using PowScalarSig = Tensor(const Tensor&, const Scalar&);
 using PowTensorSig = Tensor(const Tensor&, const Tensor&);
 Tensor pow(const Tensor& self, const Scalar& exponent) {
@@ -693,6 +906,258 @@ Tensor clamp(const Tensor& self, const std::optional<Scalar>& min, const std::op
 const Tensor& clamp_(const Tensor& self, const std::optional<Scalar>& min,
                      const std::optional<Scalar>& max) {
   LOOM_CALL_INPLACE("loom::clamp_", ClampSig, self, min, max);
+}
+
+// ---- derivatives ----
+// Note [Fused backward kernels]
+// Without create_graph, the activations use their fused backward kernels (threshold_backward,
+// sigmoid_backward, ...): one pass, no temporaries. With create_graph the derivative is written with
+// ordinary differentiable operators, so it can be differentiated again. The backward kernels have
+// derivatives of their own as well, so a graph that recorded one (relu's, always) stays
+// differentiable.
+
+namespace {
+using autograd::BackwardContext;
+using autograd::GradList;
+
+constexpr double kTwoOverSqrtPi = 1.12837916709551257390;
+constexpr double kSqrtHalf = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kGeluBeta = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluKappa = 0.044715;
+
+Tensor one_minus(const Tensor& t) { return add(neg(t), 1.0); }
+
+// A unary derivative: the gradient of slot 0 from the context, or none if it is not needed.
+template <class F>
+GradList unary_grad(const BackwardContext& c, const F& f) {
+  if (!c.needs(0) || !c.grad(0).defined()) return {Tensor()};
+  return {f(c.grad(0))};
+}
+
+// Gradient of a possibly wrapped-number or integer input: none.
+bool wants(const BackwardContext& c, size_t slot) {
+  return c.needs(slot) && is_floating(c.input_dtype(slot));
+}
+
+// d/dx silu(x) = s (1 + x (1 - s)) and d2/dx2 = s (1 - s) (2 + x (1 - 2 s)), s = sigmoid(x).
+Tensor silu_grad(const Tensor& x) {
+  const Tensor s = sigmoid(x);
+  return mul(s, add(mul(x, one_minus(s)), 1.0));
+}
+Tensor silu_grad2(const Tensor& x) {
+  const Tensor s = sigmoid(x);
+  return mul(mul(s, one_minus(s)), add(mul(x, add(mul(s, -2.0), 1.0)), 2.0));
+}
+
+// The first and second derivatives of gelu (of the formula GeluErfOp / GeluTanhOp computes).
+// erf:  Phi(x) + x phi(x) and phi(x) (2 - x^2).
+// tanh: with u = beta (x + kappa x^3), t = tanh(u):  0.5 (1 + t) + 0.5 x (1 - t^2) u' and
+//       (1 - t^2) (u' - x t u'^2 + 0.5 x u'').
+Tensor gelu_grad(const Tensor& x, bool tanh_approx) {
+  if (!tanh_approx) {
+    const Tensor cdf = mul(add(erf(mul(x, kSqrtHalf)), 1.0), 0.5);
+    const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), kInvSqrt2Pi);
+    return add(cdf, mul(x, pdf));
+  }
+  const Tensor x2 = mul(x, x);
+  const Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluKappa)), kGeluBeta));
+  const Tensor du = mul(add(mul(x2, 3.0 * kGeluKappa), 1.0), kGeluBeta);
+  return add(mul(add(t, 1.0), 0.5), mul(mul(mul(x, one_minus(mul(t, t))), du), 0.5));
+}
+Tensor gelu_grad2(const Tensor& x, bool tanh_approx) {
+  const Tensor x2 = mul(x, x);
+  if (!tanh_approx) {
+    const Tensor pdf = mul(exp(mul(x2, -0.5)), kInvSqrt2Pi);
+    return mul(pdf, add(neg(x2), 2.0));
+  }
+  const Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluKappa)), kGeluBeta));
+  const Tensor du = mul(add(mul(x2, 3.0 * kGeluKappa), 1.0), kGeluBeta);
+  const Tensor d2u = mul(x, 6.0 * kGeluBeta * kGeluKappa);
+  const Tensor inner = add(sub(du, mul(mul(x, t), mul(du, du))), mul(mul(x, d2u), 0.5));
+  return mul(one_minus(mul(t, t)), inner);
+}
+
+bool approximate_is_tanh(const BackwardContext& c, size_t pos) {
+  return gelu_is_tanh(c.arg(pos).to_string());
+}
+}  // namespace
+
+LOOM_DERIVATIVES(m) {
+  m.def("neg", {}, [](const BackwardContext& c) {
+    return unary_grad(c, [](const Tensor& g) { return neg(g); });
+  });
+  m.def("abs", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return mul(g, sign(c.input(0))); });
+  });
+  m.def("exp", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return mul(g, c.output(0)); });
+  });
+  m.def("log", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return div(g, c.input(0)); });
+  });
+  m.def("log1p", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return div(g, add(c.input(0), 1.0)); });
+  });
+  m.def("sqrt", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return div(g, mul(c.output(0), 2.0)); });
+  });
+  // d/dx x^(-1/2) = -x^(-3/2) / 2 = -rsqrt(x)^3 / 2.
+  m.def("rsqrt", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor y = c.output(0);
+      return mul(g, mul(mul(y, mul(y, y)), -0.5));
+    });
+  });
+  m.def("sin", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return mul(g, cos(c.input(0))); });
+  });
+  m.def("cos", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return neg(mul(g, sin(c.input(0)))); });
+  });
+  m.def("tanh", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor y = c.output(0);
+      return c.create_graph() ? mul(g, one_minus(mul(y, y))) : tanh_backward(g, y);
+    });
+  });
+  m.def("sigmoid", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor y = c.output(0);
+      return c.create_graph() ? mul(g, mul(y, one_minus(y))) : sigmoid_backward(g, y);
+    });
+  });
+  // relu's output is positive exactly where its input is, so the output serves (and relu_ needs no
+  // copy of its input). threshold_backward is differentiable, so this holds with create_graph too.
+  m.def("relu", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) { return threshold_backward(g, c.output(0), 0); });
+  });
+  m.def("silu", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor x = c.input(0);
+      return c.create_graph() ? mul(g, silu_grad(x)) : silu_backward(g, x);
+    });
+  });
+  m.def("gelu", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor x = c.input(0);
+      if (!c.create_graph()) return gelu_backward(g, x, c.arg(1).to_string());
+      return mul(g, gelu_grad(x, approximate_is_tanh(c, 1)));
+    });
+  });
+  m.def("erf", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor x = c.input(0);
+      return mul(g, mul(exp(neg(mul(x, x))), kTwoOverSqrtPi));
+    });
+  });
+  m.def("sign", {}, [](const BackwardContext& c) {
+    return unary_grad(c, [](const Tensor& g) { return zeros_like(g); });
+  });
+  m.def("reciprocal", autograd::saves({}, {0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor y = c.output(0);
+      return neg(mul(g, mul(y, y)));
+    });
+  });
+  m.nondifferentiable("logical_not");
+
+  // d/dx x^e = e x^(e-1); 0 for e == 0 (also at x == 0, where x^(e-1) is infinite), as PyTorch.
+  m.def("pow.Tensor_Scalar", autograd::saves({0}), [](const BackwardContext& c) -> GradList {
+    if (!wants(c, 0) || !c.grad(0).defined()) return {Tensor()};
+    const Tensor& g = c.grad(0);
+    const double e = c.scalar_arg(1).to<double>();
+    if (e == 0.0) return {zeros_like(g)};
+    if (e == 1.0) return {g};
+    const Tensor x = c.input(0);
+    if (e == 2.0) return {mul(g, mul(x, 2.0))};
+    return {mul(g, mul(pow(x, e - 1.0), e))};
+  });
+  // d/dx x^e = e x^(e-1) (0 where e == 0); d/de x^e = x^e log(x) (0 where x == 0 and e >= 0, the
+  // limit from the right), as PyTorch.
+  m.def("pow.Tensor_Tensor", autograd::saves({0, 1}, {0}), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(2);
+    if (!g.defined()) return r;
+    const Tensor x = c.input(0), e = c.input(1);
+    if (wants(c, 0)) {
+      r[0] = where(eq(e, 0.0), 0.0, mul(g, mul(e, pow(x, sub(e, 1.0)))));
+    }
+    if (wants(c, 1)) {
+      // The base may be a wrapped number (pow(2.5, t)) of another dtype: log it in g's.
+      const Tensor xg = x.dtype() == g.dtype() ? x : x.to(g.dtype());
+      r[1] = where(logical_and(eq(xg, 0.0), ge(e, 0.0)), 0.0, mul(g, mul(c.output(0), log(xg))));
+    }
+    return r;
+  });
+  m.alias("pow_.Scalar", "pow.Tensor_Scalar");
+  m.alias("pow_.Tensor", "pow.Tensor_Tensor");
+  // The gradient passes where min <= x <= max (both ends included, as PyTorch), else 0.
+  m.def("clamp", autograd::saves({0}), [](const BackwardContext& c) {
+    return unary_grad(c, [&](const Tensor& g) {
+      const Tensor x = c.input(0);
+      Tensor keep;
+      if (!c.arg(1).is_none()) keep = ge(x, c.scalar_arg(1));
+      if (!c.arg(2).is_none()) {
+        const Tensor below_max = le(x, c.scalar_arg(2));
+        keep = keep.defined() ? logical_and(keep, below_max) : below_max;
+      }
+      return where(keep, g, 0.0);
+    });
+  });
+
+  // The backward kernels: linear in grad_output (slot 0), so its gradient is the same kernel
+  // applied to the incoming gradient; the second slot gets the second derivative's term.
+  m.def("threshold_backward", autograd::saves({1}), [](const BackwardContext& c) -> GradList {
+    // Piecewise constant in self: no gradient for it.
+    GradList r(2);
+    if (c.needs(0) && c.grad(0).defined()) {
+      r[0] = threshold_backward(c.grad(0), c.input(1), c.scalar_arg(2));
+    }
+    return r;
+  });
+  m.def("sigmoid_backward", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!gg.defined()) return r;
+    const Tensor y = c.input(1);
+    if (c.needs(0)) {
+      r[0] = c.create_graph() ? mul(gg, mul(y, one_minus(y))) : sigmoid_backward(gg, y);
+    }
+    if (c.needs(1)) r[1] = mul(mul(gg, c.input(0)), add(mul(y, -2.0), 1.0));  // d/dy y (1 - y)
+    return r;
+  });
+  m.def("tanh_backward", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!gg.defined()) return r;
+    const Tensor y = c.input(1);
+    if (c.needs(0)) r[0] = c.create_graph() ? mul(gg, one_minus(mul(y, y))) : tanh_backward(gg, y);
+    if (c.needs(1)) r[1] = mul(mul(gg, c.input(0)), mul(y, -2.0));  // d/dy (1 - y^2)
+    return r;
+  });
+  m.def("silu_backward", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!gg.defined()) return r;
+    const Tensor x = c.input(1);
+    if (c.needs(0)) r[0] = c.create_graph() ? mul(gg, silu_grad(x)) : silu_backward(gg, x);
+    if (c.needs(1)) r[1] = mul(mul(gg, c.input(0)), silu_grad2(x));
+    return r;
+  });
+  m.def("gelu_backward", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
+    const Tensor& gg = c.grad(0);
+    GradList r(2);
+    if (!gg.defined()) return r;
+    const Tensor x = c.input(1);
+    const bool tanh_approx = approximate_is_tanh(c, 2);
+    if (c.needs(0)) {
+      r[0] = c.create_graph() ? mul(gg, gelu_grad(x, tanh_approx))
+                              : gelu_backward(gg, x, c.arg(2).to_string());
+    }
+    if (c.needs(1)) r[1] = mul(mul(gg, c.input(0)), gelu_grad2(x, tanh_approx));
+    return r;
+  });
 }
 
 }  // namespace loom

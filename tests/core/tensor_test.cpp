@@ -151,3 +151,13 @@ TEST(Copy, CastsBroadcastsAndChecks) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+TEST(TensorToVector, IntegersConvertExactly) {
+  Tensor t = from_vector<int32_t>({2147483647, -2147483647 - 1, 16777217});
+  EXPECT_EQ(to_vector<int32_t>(t), (std::vector<int32_t>{2147483647, -2147483647 - 1, 16777217}));
+  EXPECT_EQ(to_vector<int64_t>(t), (std::vector<int64_t>{2147483647, -2147483648LL, 16777217}));
+}
+}  // namespace
+}  // namespace loom

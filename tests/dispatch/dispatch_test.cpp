@@ -208,7 +208,8 @@ TEST_F(Dispatch, MissingKernelErrorNamesOperatorAndKeys) {
     std::string m = e.what();
     EXPECT_NE(m.find("dtest::only_cpu"), std::string::npos) << m;
     EXPECT_NE(m.find("Meta"), std::string::npos) << m;
-    EXPECT_NE(m.find("keys with kernels: CPU"), std::string::npos) << m;
+    // The Autograd backend fallback counts as a kernel for every operator.
+    EXPECT_NE(m.find("keys with kernels: Autograd, CPU"), std::string::npos) << m;
   }
 }
 

@@ -1,0 +1,113 @@
+// Adam and AdamW (torch.optim.Adam / AdamW, single-tensor implementation).
+#include <cmath>
+
+#include "loom/autograd.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+#include "loom/optim.h"
+#include "optim/fused_step.h"
+
+namespace loom::optim {
+namespace {
+
+std::vector<std::pair<std::string, double>> to_options(const AdamOptions& o, const char* who) {
+  LOOM_CHECK(o.lr >= 0.0, "[", who, "] invalid learning rate: ", o.lr, " (expected >= 0)");
+  LOOM_CHECK(o.eps >= 0.0, "[", who, "] invalid epsilon value: ", o.eps, " (expected >= 0)");
+  LOOM_CHECK(o.betas[0] >= 0.0 && o.betas[0] < 1.0, "[", who,
+             "] invalid beta parameter at index 0: ", o.betas[0], " (expected in [0, 1))");
+  LOOM_CHECK(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "[", who,
+             "] invalid beta parameter at index 1: ", o.betas[1], " (expected in [0, 1))");
+  LOOM_CHECK(o.weight_decay >= 0.0, "[", who, "] invalid weight_decay value: ", o.weight_decay,
+             " (expected >= 0)");
+  return {{"lr", o.lr},
+          {"beta1", o.betas[0]},
+          {"beta2", o.betas[1]},
+          {"eps", o.eps},
+          {"weight_decay", o.weight_decay},
+          {"amsgrad", o.amsgrad ? 1.0 : 0.0},
+          {"maximize", o.maximize ? 1.0 : 0.0}};
+}
+
+// The operator sequence of torch.optim.Adam / AdamW's single-tensor path (any dtype or layout).
+void adam_step_ops(const Tensor& p, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const Tensor& vmax, const detail::AdamStepArgs& a) {
+  Tensor g = a.maximize ? neg(grad) : grad;
+  if (a.decoupled) {
+    if (a.weight_decay != 0.0) p.mul_(1.0 - a.lr * a.weight_decay);
+  } else if (a.weight_decay != 0.0) {
+    g = add(g, p, a.weight_decay);
+  }
+  m.mul_(a.beta1);
+  m.add_(g, 1.0 - a.beta1);
+  v.mul_(a.beta2);
+  v.add_(mul(mul(g, 1.0 - a.beta2), g));
+  Tensor vhat = v;
+  if (vmax.defined()) {
+    maximum_(vmax, v);
+    vhat = vmax;
+  }
+  Tensor denom = div(sqrt(vhat), a.bias_correction2_sqrt);
+  add_(denom, a.eps);
+  p.add_(div(mul(m, -a.step_size), denom));
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam(std::move(params), options, false) {}
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay)
+    : defaults_(options), decoupled_(decoupled_weight_decay) {
+  add_group(std::move(params), to_options(options, decoupled_ ? "AdamW" : "Adam"));
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
+    : Adam(std::move(params), options, true) {}
+
+void Adam::add_param_group(std::vector<Tensor> params, const AdamOptions& options) {
+  add_group(std::move(params), to_options(options, decoupled_ ? "AdamW" : "Adam"));
+}
+
+bool Adam::is_state_name(std::string_view name) const {
+  return name == "step" || name == "exp_avg" || name == "exp_avg_sq" || name == "max_exp_avg_sq";
+}
+
+void Adam::step() {
+  autograd::NoGradGuard no_grad;
+  for (const ParamGroup& group : param_groups()) {
+    detail::AdamStepArgs a{};
+    a.lr = group.lr();
+    a.beta1 = group.get("beta1");
+    a.beta2 = group.get("beta2");
+    a.eps = group.get("eps");
+    a.weight_decay = group.get("weight_decay");
+    a.decoupled = decoupled_;
+    a.maximize = group.get("maximize") != 0.0;
+    const bool amsgrad = group.get("amsgrad") != 0.0;
+    for (const Tensor& p : group.params) {
+      Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      ParamState& st = mutable_state(p);
+      // Lazily created, as PyTorch's state; each entry on its own so a partial state never crashes.
+      if (!st.find("step")) st.set("step", scalar_tensor(int64_t{0}, kInt64));
+      if (!st.find("exp_avg")) st.set("exp_avg", zeros_like(p));
+      if (!st.find("exp_avg_sq")) st.set("exp_avg_sq", zeros_like(p));
+      if (amsgrad && !st.find("max_exp_avg_sq")) st.set("max_exp_avg_sq", zeros_like(p));
+      const Tensor& step_t = *st.find("step");
+      int64_t& step = *step_t.data_ptr<int64_t>();
+      step += 1;
+      step_t.storage()->bump_version();
+      const auto t = static_cast<double>(step);
+      a.step_size = a.lr / (1.0 - std::pow(a.beta1, t));
+      a.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, t));
+      const Tensor& m = *st.find("exp_avg");
+      const Tensor& v = *st.find("exp_avg_sq");
+      const Tensor* vmax_p = amsgrad ? st.find("max_exp_avg_sq") : nullptr;
+      const Tensor vmax = vmax_p ? *vmax_p : Tensor();
+      if (detail::adam_step_fused(p, grad, m, v, vmax, a)) continue;
+      adam_step_ops(p, grad, m, v, vmax, a);
+    }
+  }
+}
+
+}  // namespace loom::optim
