@@ -90,7 +90,8 @@ double core(const std::string& name, bool quick) {
 //    query runs 3 warm-up steps, then 5 repetitions of K = 10 steps (--quick: 2 of 3); the figure is
 //    the median over repetitions of (time of K steps) / K, in ms. Autograd is on (no InferenceMode,
 //    no NoGradGuard); nothing reads the loss inside the timed loop (no item() per step).
-//  * mlp_step_tN: intra-op and BLAS threads = N. autograd_add_8: 1 thread, ns per `a + b` where a, b
+//  * mlp_step_tN: intra-op and BLAS threads = N. mlp_step_none_tN: the same with gradients set to
+//    none instead of zeroed before each step (PyTorch >= 2.0's default zero_grad). autograd_add_8: 1 thread, ns per `a + b` where a, b
 //    are 8-element float32 tensors with requires_grad=true; the result (which records an AddBackward
 //    node) is dropped each iteration, as in eager_add_8 of the core suite (100000 iterations, median
 //    of 5 repetitions after one warm-up; --quick: 20000 and 2).
@@ -111,8 +112,14 @@ struct TrainState {
   torch::Tensor x = torch::rand({128, 784});
   torch::Tensor y = torch::randint(0, 10, {128}, torch::kInt64);
   torch::Tensor last_loss;  // detached; read only after timing, so no item() per step
-  void step() {
-    opt.zero_grad();
+  // set_to_none: gradients are dropped instead of zeroed (PyTorch >= 2.0's default zero_grad; in
+  // libtorch 1.13 done by resetting each parameter's grad), so backward writes them fresh.
+  void step(bool set_to_none = false) {
+    if (set_to_none) {
+      for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+    } else {
+      opt.zero_grad();
+    }
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
     opt.step();
@@ -135,13 +142,14 @@ double train(const std::string& name, bool quick) {
         reps);
     return t / iters * 1e9;
   }
-  if (base == "mlp_step") {
+  if (base == "mlp_step" || base == "mlp_step_none") {
+    const bool none = base == "mlp_step_none";
     const int steps = quick ? 3 : 10;
-    for (int i = 0; i < 3; ++i) st.step();
+    for (int i = 0; i < 3; ++i) st.step(none);
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) {
       auto a = std::chrono::steady_clock::now();
-      for (int i = 0; i < steps; ++i) st.step();
+      for (int i = 0; i < steps; ++i) st.step(none);
       auto b = std::chrono::steady_clock::now();
       t.push_back(std::chrono::duration<double>(b - a).count() / steps);
     }

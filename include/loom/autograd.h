@@ -84,6 +84,7 @@ class LOOM_API Node : public std::enable_shared_from_this<Node> {
   std::vector<Edge>& mutable_next_edges() { return next_edges_; }
   const std::vector<InputMeta>& input_meta() const { return input_meta_; }
   uint32_t add_input_meta(const Tensor& t);
+  void reserve_input_meta(size_t n) { input_meta_.reserve(n); }
   size_t num_inputs() const { return input_meta_.size(); }
   bool should_compute_output(size_t i) const {
     return i < next_edges_.size() && next_edges_[i].valid();

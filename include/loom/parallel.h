@@ -1,9 +1,9 @@
 // Intra-op parallelism (base layer).
 //
 // One process-wide pool of worker threads runs parallel_for. Its width is LOOM_NUM_THREADS (default:
-// the number of cores) and is configured together with OpenBLAS's pool so that the two never
-// oversubscribe the machine: loom calls BLAS only from outside its own parallel regions, and BLAS gets
-// the same width. parallel_for nested inside a parallel region runs serially on the calling thread.
+// the number of cores). It is the only pool: OpenBLAS is kept single-threaded and loom splits large
+// matrix products across this pool itself, so two sets of threads never compete for the cores.
+// parallel_for nested inside a parallel region runs serially on the calling thread.
 // All functions are thread-safe; set_num_threads must not race with a running parallel_for.
 #pragma once
 
@@ -15,7 +15,7 @@
 namespace loom {
 
 LOOM_API int get_num_threads();
-// Sets loom's pool width and OpenBLAS's thread count together (n >= 1).
+// Sets loom's pool width (n >= 1); OpenBLAS stays at one thread (matrix products use this pool).
 LOOM_API void set_num_threads(int n);
 // The BLAS library loom calls and its build configuration (e.g. "OpenBLAS 0.3.21 ... MAX_THREADS=64").
 LOOM_API std::string blas_config();

@@ -287,7 +287,7 @@ class FormulaNode final : public Node, public BackwardContext {
   int64_t input_storage_offset(size_t slot) const override { return slots_[slot].storage_offset; }
   size_t num_slots() const override { return slots_.size(); }
   const IValue& arg(size_t pos) const override { return args_[pos]; }
-  size_t list_size(size_t pos) const override { return list_sizes_[pos]; }
+  size_t list_size(size_t pos) const override { return pos < list_sizes_.size() ? list_sizes_[pos] : 0; }
   bool create_graph() const override { return create_graph_; }
 
   struct SlotMeta {
@@ -299,7 +299,7 @@ class FormulaNode final : public Node, public BackwardContext {
   const OpInfo& info_;
   std::vector<SlotMeta> slots_;
   std::vector<IValue> args_;         // non-tensor arguments by position (tensors left empty)
-  std::vector<size_t> list_sizes_;   // by position
+  std::vector<size_t> list_sizes_;   // by position; empty when the op takes no Tensor[]
   std::vector<std::pair<size_t, SavedVariable>> saved_inputs_;
   std::vector<std::pair<size_t, SavedVariable>> saved_outputs_;
   std::vector<Tensor> grads_;
@@ -378,8 +378,10 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   auto node = std::make_shared<FormulaNode>(info);
   if (AnomalyMode::is_enabled()) node->anomaly_trace = "forward operator " + info.name;
   node->args_.resize(info.nargs);
-  node->list_sizes_.assign(info.nargs, 0);
   auto& edges = node->mutable_next_edges();
+  // Most operators take a fixed number of tensors: size the vectors once (no regrowth).
+  edges.reserve(info.tensor_args.size());
+  node->slots_.reserve(info.tensor_args.size());
   auto add_slot = [&](const Tensor* t) {
     FormulaNode::SlotMeta sm;
     if (t && t->defined()) {
@@ -401,6 +403,7 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
       add_slot(&v.to_tensor());
       slot_arg.push_back(static_cast<int>(p));
     } else if (v.is_tensor_list()) {
+      if (node->list_sizes_.empty()) node->list_sizes_.assign(info.nargs, 0);
       node->list_sizes_[p] = v.to_tensor_list().size();
       for (const Tensor& t : v.to_tensor_list()) {
         add_slot(&t);
@@ -452,6 +455,7 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
       for (const Tensor& t : rets[i].to_tensor_list()) outs.push_back(t);
     }
   }
+  node->reserve_input_meta(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
     const Tensor& out = outs[i];
     node->add_input_meta(out);

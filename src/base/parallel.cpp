@@ -1,9 +1,10 @@
 // Note [Thread pool and BLAS]
 // The pool has get_num_threads() - 1 workers; the calling thread takes a share of every job, so a
-// width of 1 means "no workers at all". OpenBLAS keeps its own pthread pool; we give it the same width
-// and only ever call BLAS outside loom's parallel regions, so at most `width` threads compute at any
-// time. Two pools at full width on 2 cores made a quarter of libtorch's training steps 4x slower on our
-// machines; this is what the single-width rule avoids.
+// width of 1 means "no workers at all". OpenBLAS is kept single-threaded and large matrix products
+// are split across this pool instead (Note [One pool for BLAS] in src/ops/blas.h), so at most `width`
+// threads compute at any time and no second pool spins on the cores. Two pools at full width on 2
+// cores made a quarter of libtorch's training steps 4x slower on our machines; OpenBLAS's workers
+// busy-waiting after each product slowed loom's elementwise ops between products up to 3x.
 #include "loom/parallel.h"
 
 #include <atomic>
@@ -163,7 +164,7 @@ ThreadPool& pool() {
   // Leaked on purpose: worker threads must not be joined during static destruction.
   static ThreadPool* p = [] {
     int w = default_width();
-    openblas_set_num_threads(w);
+    openblas_set_num_threads(1);
     return new ThreadPool(w);
   }();
   return *p;
@@ -177,7 +178,7 @@ void set_num_threads(int n) {
   LOOM_CHECK(n >= 1, "[parallel] set_num_threads expects n >= 1 but got ", n);
   LOOM_CHECK(!t_in_parallel, "[parallel] set_num_threads called inside a parallel region");
   pool().resize(n);
-  openblas_set_num_threads(n);
+  openblas_set_num_threads(1);
 }
 
 bool in_parallel_region() { return t_in_parallel; }

@@ -10,6 +10,7 @@
 
 #include "loom/derivatives.h"
 #include "loom/parallel.h"
+#include "blas.h"
 #include "op_call.h"
 
 namespace loom {
@@ -188,18 +189,7 @@ void col2im(const T* col, int64_t nb, const ConvGeometry& g, T* out) {
 template <class T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
-  for (int64_t v : {m, n, k, lda, ldb, ldc}) {
-    LOOM_CHECK(v <= INT_MAX, "[conv2d] gemm dimension ", v, " exceeds what 32-bit BLAS accepts");
-  }
-  const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
-  const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, 1.0f, a, static_cast<int>(lda), b,
-                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, opa, opb, M, N, K, 1.0, a, static_cast<int>(lda), b,
-                static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
-  }
+  blas::gemm(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
 // in: contiguous [N, C, H, W]; w: contiguous [Cout, C/groups, kh, kw]; bias: Cout values or null;

@@ -7,6 +7,7 @@
 #include <climits>
 #include <vector>
 
+#include "blas.h"
 #include "loom/derivatives.h"
 #include "loom/parallel.h"
 #include "op_call.h"
@@ -20,9 +21,8 @@ namespace {
 // unit-stride run. Transposed views (`w.t()` in linear), column slices of a wider matrix and
 // contiguous matrices all qualify and go to gemm without a copy; anything else (both strides > 1,
 // expanded rows) is made contiguous first. The stride of a size-1 dimension is meaningless, so it
-// never disqualifies a matrix. BLAS must never run inside loom's parallel_for (Note [Thread pool
-// and BLAS] in parallel.cpp): every gemm here is issued from the calling thread, and batches are
-// looped serially so that OpenBLAS threads each product itself.
+// never disqualifies a matrix. Products are split across loom's pool by blas::gemm (Note [One pool
+// for BLAS] in blas.h); batches are looped serially and each product is split.
 struct BlasLayout {
   bool ok = false;
   bool trans = false;
@@ -59,16 +59,7 @@ void check_blas_int(const char* op, std::initializer_list<int64_t> values) {
 template <class T>
 void blas_gemm(int64_t n, int64_t m, int64_t k, T alpha, const T* a, BlasLayout la, const T* b,
                BlasLayout lb, T beta, T* c, int64_t ldc) {
-  const auto ta = la.trans ? CblasTrans : CblasNoTrans;
-  const auto tb = lb.trans ? CblasTrans : CblasNoTrans;
-  const int N = static_cast<int>(n), M = static_cast<int>(m), K = static_cast<int>(k);
-  if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, N, M, K, alpha, a, static_cast<int>(la.ld), b,
-                static_cast<int>(lb.ld), beta, c, static_cast<int>(ldc));
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, N, M, K, alpha, a, static_cast<int>(la.ld), b,
-                static_cast<int>(lb.ld), beta, c, static_cast<int>(ldc));
-  }
+  blas::gemm(la.trans, lb.trans, n, m, k, alpha, a, la.ld, b, lb.ld, beta, c, ldc);
 }
 
 // The same product with a plain loop over any strides (integer dtypes), rows [i0, i1) only.
@@ -415,6 +406,24 @@ Tensor dot(const Tensor& self, const Tensor& other) {
 namespace {
 using autograd::BackwardContext;
 using autograd::GradList;
+
+// Whether a 2-D input was laid out transposed (column-major), like `weight.t()` in linear. Its
+// gradient is then computed transposed too, so that it comes out in the input's layout: the
+// gradient of the weight behind the view is then contiguous, and accumulating it into .grad() is a
+// plain streaming add rather than a strided transpose (PyTorch's mm_mat*_backward do the same).
+bool transposed_layout(const BackwardContext& c, size_t slot) {
+  IntArrayRef sz = c.input_sizes(slot), st = c.input_strides(slot);
+  return sz.size() == 2 && sz[0] > 1 && sz[1] > 1 && st[0] == 1 && st[1] == sz[0];
+}
+
+// d(A B)/dA = G B^T, as [n, k], laid out like A.
+Tensor mm_mat1_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat2, size_t slot) {
+  return transposed_layout(c, slot) ? mm(mat2, g.t()).t() : mm(g, mat2.t());
+}
+// d(A B)/dB = A^T G, as [k, m], laid out like B.
+Tensor mm_mat2_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat1, size_t slot) {
+  return transposed_layout(c, slot) ? mm(g.t(), mat1).t() : mm(mat1.t(), g);
+}
 }  // namespace
 
 LOOM_DERIVATIVES(m) {
@@ -422,8 +431,8 @@ LOOM_DERIVATIVES(m) {
   m.def("mm", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
     const Tensor& g = c.grad(0);
     GradList r(2);
-    if (c.needs(0)) r[0] = mm(g, c.input(1).t());
-    if (c.needs(1)) r[1] = mm(c.input(0).t(), g);
+    if (c.needs(0)) r[0] = mm_mat1_backward(c, g, c.input(1), 0);
+    if (c.needs(1)) r[1] = mm_mat2_backward(c, g, c.input(0), 1);
     return r;
   });
   m.def("bmm", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
@@ -440,11 +449,11 @@ LOOM_DERIVATIVES(m) {
     GradList r(3);
     if (c.needs(0)) r[0] = beta == 1.0 ? g : mul(g, beta);
     if (c.needs(1)) {
-      r[1] = mm(g, c.input(2).t());
+      r[1] = mm_mat1_backward(c, g, c.input(2), 1);
       if (alpha != 1.0) r[1] = mul(r[1], alpha);
     }
     if (c.needs(2)) {
-      r[2] = mm(c.input(1).t(), g);
+      r[2] = mm_mat2_backward(c, g, c.input(1), 2);
       if (alpha != 1.0) r[2] = mul(r[2], alpha);
     }
     return r;
