@@ -90,7 +90,8 @@ double core(const std::string& name, bool quick) {
 //    query runs 3 warm-up steps, then 5 repetitions of K = 10 steps (--quick: 2 of 3); the figure is
 //    the median over repetitions of (time of K steps) / K, in ms. Autograd is on (no InferenceMode,
 //    no NoGradGuard); nothing reads the loss inside the timed loop (no item() per step).
-//  * mlp_step_tN: intra-op and BLAS threads = N. mlp_step_none_tN: the same with gradients set to
+//  * mlp_step_tN: N threads; libtorch runs its best configuration, 1 intra-op thread + N OpenBLAS
+//    threads (loom: its one pool of N). mlp_step_none_tN: the same with gradients set to
 //    none instead of zeroed before each step (PyTorch >= 2.0's default zero_grad). autograd_add_8: 1 thread, ns per `a + b` where a, b
 //    are 8-element float32 tensors with requires_grad=true; the result (which records an AddBackward
 //    node) is dropped each iteration, as in eager_add_8 of the core suite (100000 iterations, median
@@ -144,6 +145,9 @@ double train(const std::string& name, bool quick) {
   }
   if (base == "mlp_step" || base == "mlp_step_none") {
     const bool none = base == "mlp_step_none";
+    // libtorch's best configuration for this step on 2 cores: one intra-op thread, and OpenBLAS
+    // (already set to the requested count) threads the matrix products.
+    torch::set_num_threads(1);
     const int steps = quick ? 3 : 10;
     for (int i = 0; i < 3; ++i) st.step(none);
     std::vector<double> t;

@@ -188,6 +188,11 @@ LOOM_API void register_hook(const Tensor& t, GradHook hook);
 // Only for leaves that require grad; runs after the leaf's .grad() was updated.
 LOOM_API void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook);
 
+// Clears the gradients of `params` (what Module::zero_grad and Optimizer::zero_grad do): drops them
+// (set_to_none) or zeroes them in place; a gradient recorded with create_graph is replaced by zeros
+// rather than written into.
+LOOM_API void zero_grads(const std::vector<Tensor>& params, bool set_to_none = true);
+
 // Computes gradients of `outputs` and accumulates them into the leaves' .grad(). grad_outputs may be
 // empty for scalar outputs (a gradient of 1 is used). retain_graph defaults to create_graph. If
 // `inputs` is non-empty, only those tensors accumulate.

@@ -236,6 +236,21 @@ void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook 
   materialize_meta(t).post_accumulate_hooks_.push_back(std::move(hook));
 }
 
+void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
+  NoGradGuard no_grad;
+  for (const Tensor& p : params) {
+    Tensor g = grad(p);
+    if (!g.defined()) continue;
+    if (set_to_none) {
+      set_grad(p, Tensor());
+    } else if (g.requires_grad()) {
+      set_grad(p, zeros_like(g));  // a gradient with history (create_graph): drop the history
+    } else {
+      g.zero_();
+    }
+  }
+}
+
 // ---- AccumulateGrad ----
 
 AccumulateGrad::AccumulateGrad(Tensor variable) : variable_(std::move(variable)) {

@@ -149,21 +149,7 @@ void Module::train(bool on) {
   for (auto& c : children_) c.second->train(on);
 }
 
-void Module::zero_grad(bool set_to_none) {
-  autograd::NoGradGuard no_grad;
-  for (const Tensor& p : parameters()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (set_to_none) {
-      autograd::set_grad(p, Tensor());
-    } else if (g.requires_grad()) {
-      // A gradient recorded with create_graph: drop its history rather than write into it.
-      autograd::set_grad(p, zeros_like(g));
-    } else {
-      g.zero_();
-    }
-  }
-}
+void Module::zero_grad(bool set_to_none) { autograd::zero_grads(parameters(), set_to_none); }
 
 Module& Module::to(DType dtype) {
   autograd::NoGradGuard no_grad;

@@ -111,20 +111,7 @@ const ParamState& Optimizer::state(const Tensor& param) const {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
-  autograd::NoGradGuard no_grad;
-  for (const auto& group : groups_) {
-    for (const Tensor& p : group.params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (set_to_none) {
-        autograd::set_grad(p, Tensor());
-      } else if (g.requires_grad()) {
-        autograd::set_grad(p, zeros_like(g));
-      } else {
-        g.zero_();
-      }
-    }
-  }
+  for (const auto& group : groups_) autograd::zero_grads(group.params, set_to_none);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "loom/io.h"
+#include "test_errors.h"
 #include "loom/ops.h"
 
 namespace loom::io {
@@ -47,16 +48,7 @@ Tensor vec(std::vector<T> v, IntArrayRef shape) {
   return from_vector(v, shape);
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const DataError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
+std::string message_of(const std::function<void()>& f) { return testing::error_of<DataError>(f); }
 
 void expect_same(const TensorMap& want, const TensorMap& got) {
   ASSERT_EQ(want.size(), got.size());

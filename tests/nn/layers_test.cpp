@@ -32,16 +32,16 @@ TEST(Linear, ForwardMatchesFormula) {
 
 TEST(Linear, ShapeAndDtypeErrors) {
   nn::Linear lin(784, 256);
-  const std::string msg = nn_error_of<ValueError>([&] { lin(zeros({128, 780})); });
+  const std::string msg = error_of<ValueError>([&] { lin(zeros({128, 780})); });
   EXPECT_EQ(msg,
             "[Linear(784 -> 256)] input has 780 features in its last dimension, expected 784 "
             "(input shape [128, 780])");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { lin(scalar_tensor(1.0)); }), "0-D");
-  const std::string tmsg = nn_error_of<TypeError>([&] { lin(zeros({2, 784}, kFloat64)); });
-  NN_EXPECT_CONTAINS(tmsg, "[Linear(784 -> 256)] input dtype float64");
-  NN_EXPECT_CONTAINS(tmsg, "parameter dtype float32");
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] { lin(zeros({2, 784}, kInt64)); }), "int64");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { lin(Tensor()); }), "undefined");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { lin(scalar_tensor(1.0)); }), "0-D");
+  const std::string tmsg = error_of<TypeError>([&] { lin(zeros({2, 784}, kFloat64)); });
+  EXPECT_CONTAINS(tmsg, "[Linear(784 -> 256)] input dtype float64");
+  EXPECT_CONTAINS(tmsg, "parameter dtype float32");
+  EXPECT_CONTAINS(error_of<TypeError>([&] { lin(zeros({2, 784}, kInt64)); }), "int64");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { lin(Tensor()); }), "undefined");
 }
 
 TEST(Conv2d, ForwardMatchesOperator) {
@@ -70,25 +70,25 @@ TEST(Conv2d, OptionsConstructor) {
 
 TEST(Conv2d, ShapeAndDtypeErrors) {
   nn::Conv2d conv(3, 8, 5);
-  const std::string ch = nn_error_of<ValueError>([&] { conv(zeros({2, 4, 32, 32})); });
-  NN_EXPECT_CONTAINS(ch,
+  const std::string ch = error_of<ValueError>([&] { conv(zeros({2, 4, 32, 32})); });
+  EXPECT_CONTAINS(ch,
                      "[Conv2d(3, 8, kernel_size=[5, 5], stride=[1, 1])] input has 4 channels, "
                      "expected 3 (input shape [2, 4, 32, 32]");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        conv(zeros({3, 32}));
                      }),
                      "expected a 3-D (C, H, W) or 4-D (N, C, H, W) input but got shape [3, 32]");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        conv(zeros({1, 3, 4, 4}));
                      }),
                      "smaller than the effective kernel size 5x5");
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] {
+  EXPECT_CONTAINS(error_of<TypeError>([&] {
                        conv(zeros({1, 3, 8, 8}, kFloat64));
                      }),
                      "input dtype float64 does not match the module's parameter dtype float32");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::Conv2d(3, 8, 3, 1, 0, 1, 2); }),
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::Conv2d(3, 8, 3, 1, 0, 1, 2); }),
                      "in_channels (3) must be divisible by groups (2)");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::Conv2d(3, 8, 0); }), "kernel_size");
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::Conv2d(3, 8, 0); }), "kernel_size");
 }
 
 TEST(MaxPool2d, ForwardAndErrors) {
@@ -98,12 +98,12 @@ TEST(MaxPool2d, ForwardAndErrors) {
   EXPECT_EQ(pool.name(), "MaxPool2d(kernel_size=[2, 2], stride=[2, 2])");
   nn::MaxPool2d pool3(3, 1, 1);
   EXPECT_EQ(pool3(x).sizes(), IntArrayRef({1, 1, 4, 4}));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { pool(zeros({4, 4})); }), "[MaxPool2d(");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] { pool(zeros({4, 4})); }), "[MaxPool2d(");
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        nn::MaxPool2d(3)(zeros({1, 2, 2}));
                      }),
                      "smaller than the effective kernel size 3x3");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::MaxPool2d(2, 2, 2); }),
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::MaxPool2d(2, 2, 2); }),
                      "at most half the kernel size");
 }
 
@@ -116,10 +116,10 @@ TEST(Activations, ReluGeluFlatten) {
   std::vector<double> gt = values(nn::GELU("tanh")(x));
   const double c = std::sqrt(2 / std::numbers::pi);
   EXPECT_NEAR(gt[2], 0.5 * 2 * (1 + std::tanh(c * (2 + 0.044715 * 8))), 1e-12);
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::GELU("fast"); }), "\"fast\"");
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::GELU("fast"); }), "\"fast\"");
   EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4, 5})).sizes(), IntArrayRef({2, 60}));
   EXPECT_EQ(nn::Flatten(0, 1)(zeros({2, 3, 4})).sizes(), IntArrayRef({6, 4}));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] {
+  EXPECT_CONTAINS(error_of<ValueError>([] {
                        nn::Flatten(2)(zeros({2, 3}));
                      }),
                      "[Flatten(start_dim=2, end_dim=-1)]");
@@ -149,7 +149,7 @@ TEST(Dropout, TrainAndEval) {
   EXPECT_TRUE(drop(x).is_same(x));
   drop.train();
   EXPECT_FALSE(equal(drop(x), x));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::Dropout(1.5); }), "between 0 and 1");
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::Dropout(1.5); }), "between 0 and 1");
   // Inside a Sequential, eval() reaches the Dropout.
   nn::Sequential seq{std::make_shared<nn::Dropout>(0.9)};
   seq.eval();
@@ -165,11 +165,11 @@ TEST(LayerNorm, ForwardAndErrors) {
   EXPECT_EQ(ln.parameters().size(), 2u);
   EXPECT_EQ(values(ln.weight()), std::vector<double>(4, 1.0));
   EXPECT_EQ(values(ln.bias()), std::vector<double>(4, 0.0));
-  const std::string msg = nn_error_of<ValueError>([&] { ln(zeros({8, 32})); });
+  const std::string msg = error_of<ValueError>([&] { ln(zeros({8, 32})); });
   EXPECT_EQ(msg,
             "[LayerNorm([4], eps=1e-05)] expected the last 1 dimension(s) of the input to be [4] "
             "but got input shape [8, 32]");
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] {
+  EXPECT_CONTAINS(error_of<TypeError>([&] {
                        ln(zeros({2, 4}, kFloat64));
                      }),
                      "input dtype float64");
@@ -188,14 +188,14 @@ TEST(Embedding, LookupPaddingAndErrors) {
   EXPECT_EQ(values(y.select(0, 0).select(0, 0)), values(emb.weight().select(0, 1)));
   EXPECT_EQ(values(y.select(0, 1).select(0, 0)), values(emb.weight().select(0, 9)));
   EXPECT_EQ(emb(idx.to(kInt32)).sizes(), IntArrayRef({2, 2, 3}));
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] { emb(zeros({2})); }),
+  EXPECT_CONTAINS(error_of<TypeError>([&] { emb(zeros({2})); }),
                      "[Embedding(10, 3, padding_idx=0)] expected integer indices (int64 or int32) "
                      "but got float32");
-  NN_EXPECT_CONTAINS(nn_error_of<IndexError>([&] {
+  EXPECT_CONTAINS(error_of<IndexError>([&] {
                        emb(from_vector<int64_t>({3, 10}));
                      }),
                      "[Embedding(10, 3, padding_idx=0)] index out of range");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([] { nn::Embedding(10, 3, 10); }), "padding_idx");
+  EXPECT_CONTAINS(error_of<ValueError>([] { nn::Embedding(10, 3, 10); }), "padding_idx");
 }
 
 TEST(Sequential, ChainsAndIndexes) {
@@ -211,7 +211,7 @@ TEST(Sequential, ChainsAndIndexes) {
   EXPECT_TRUE(equal(seq(x), (*l2)(relu((*l1)(x)))));
   // A shape error deep inside names the module that raised it.
   nn::Sequential bad{std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::Linear>(7, 2)};
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { bad(x); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { bad(x); }),
                      "[Linear(7 -> 2)] input has 8 features in its last dimension, expected 7");
 }
 

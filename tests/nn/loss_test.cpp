@@ -21,11 +21,11 @@ TEST(MSELoss, ValuesAndReductions) {
 }
 
 TEST(MSELoss, Errors) {
-  const std::string shape = nn_error_of<ValueError>([] {
+  const std::string shape = error_of<ValueError>([] {
     nn::mse_loss(zeros({4, 1}), zeros({4}));
   });
-  NN_EXPECT_CONTAINS(shape, "[mse_loss] input shape [4, 1] and target shape [4] differ");
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([] { nn::mse_loss(zeros({4}), zeros({4}, kFloat64)); }),
+  EXPECT_CONTAINS(shape, "[mse_loss] input shape [4, 1] and target shape [4] differ");
+  EXPECT_CONTAINS(error_of<TypeError>([] { nn::mse_loss(zeros({4}), zeros({4}, kFloat64)); }),
                      "input dtype float32 and target dtype float64 differ");
 }
 
@@ -68,7 +68,7 @@ TEST(CrossEntropyLoss, ValuesSmoothingAndReduction) {
   EXPECT_NEAR(nn::cross_entropy_loss(x, t, ignore).item<double>(), l0, 1e-12);
   nn::CrossEntropyOptions bad;
   bad.label_smoothing = 1.5;
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { nn::cross_entropy_loss(x, t, bad); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { nn::cross_entropy_loss(x, t, bad); }),
                      "label_smoothing");
 }
 

@@ -94,23 +94,23 @@ TEST(Module, NestedNamesBuffersAndSharedParameters) {
 TEST(Module, RegistrationErrors) {
   Module m;
   m.register_parameter("w", zeros({2}));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { m.register_parameter("w", zeros({2})); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_parameter("w", zeros({2})); }),
                      "attribute \"w\" already exists");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { m.register_buffer("a.b", zeros({2})); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_buffer("a.b", zeros({2})); }),
                      "can't contain");
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] { m.register_parameter("i", zeros({2}, kInt64)); }),
+  EXPECT_CONTAINS(error_of<TypeError>([&] { m.register_parameter("i", zeros({2}, kInt64)); }),
                      "floating-point");
   Tensor leaf = ones({2});
   leaf.requires_grad_();
   Tensor non_leaf = mul(leaf, 2.0);
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { m.register_parameter("n", non_leaf); }), "leaf");
-  NN_EXPECT_CONTAINS(nn_error_of<NotImplementedError>([&] { m.forward(ones({1})); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_parameter("n", non_leaf); }), "leaf");
+  EXPECT_CONTAINS(error_of<NotImplementedError>([&] { m.forward(ones({1})); }),
                      "has no forward");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { (void)m.parameter("nope"); }), "no parameter");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { (void)m.parameter("nope"); }), "no parameter");
   Sequential s;
-  NN_EXPECT_CONTAINS(nn_error_of<IndexError>([&] { (void)s[0]; }), "out of range");
+  EXPECT_CONTAINS(error_of<IndexError>([&] { (void)s[0]; }), "out of range");
   s.push_back(std::make_shared<ReLU>());
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] { (void)s.at<Linear>(0); }), "ReLU");
+  EXPECT_CONTAINS(error_of<TypeError>([&] { (void)s.at<Linear>(0); }), "ReLU");
 }
 
 TEST(Module, TrainEvalIsRecursive) {
@@ -145,7 +145,7 @@ TEST(Module, ToDtypeConvertsParametersAndForwardFollows) {
   EXPECT_EQ(values(lin.weight()), w32);
   Tensor y = lin(ones({3, 4}, kFloat64));
   EXPECT_EQ(y.dtype(), kFloat64);
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] {
+  EXPECT_CONTAINS(error_of<TypeError>([&] {
                        lin(ones({3, 4}, kFloat32));
                      }),
                      "input dtype float32 does not match the module's parameter dtype float64");
@@ -189,22 +189,22 @@ TEST(Module, LoadStateDictErrors) {
   Linear lin(3, 2);
   nn::StateDict sd = lin.state_dict();
   nn::StateDict bad_shape = {{"weight", zeros({2, 4})}, {"bias", zeros({2})}};
-  const std::string shape_msg = nn_error_of<ValueError>([&] { lin.load_state_dict(bad_shape); });
-  NN_EXPECT_CONTAINS(shape_msg, "size mismatch for \"weight\"");
-  NN_EXPECT_CONTAINS(shape_msg, "[2, 4]");
-  NN_EXPECT_CONTAINS(shape_msg, "[2, 3]");
+  const std::string shape_msg = error_of<ValueError>([&] { lin.load_state_dict(bad_shape); });
+  EXPECT_CONTAINS(shape_msg, "size mismatch for \"weight\"");
+  EXPECT_CONTAINS(shape_msg, "[2, 4]");
+  EXPECT_CONTAINS(shape_msg, "[2, 3]");
   nn::StateDict bad_dtype = {{"weight", zeros({2, 3}, kFloat64)}, {"bias", zeros({2})}};
-  const std::string dtype_msg = nn_error_of<TypeError>([&] { lin.load_state_dict(bad_dtype); });
-  NN_EXPECT_CONTAINS(dtype_msg, "dtype mismatch for \"weight\"");
-  NN_EXPECT_CONTAINS(dtype_msg, "float64");
-  NN_EXPECT_CONTAINS(dtype_msg, "float32");
+  const std::string dtype_msg = error_of<TypeError>([&] { lin.load_state_dict(bad_dtype); });
+  EXPECT_CONTAINS(dtype_msg, "dtype mismatch for \"weight\"");
+  EXPECT_CONTAINS(dtype_msg, "float64");
+  EXPECT_CONTAINS(dtype_msg, "float32");
   // Validation happens before any copy: the bias was not overwritten.
   EXPECT_NE(sum(abs(lin.bias())).item<double>(), 0.0);
 
   nn::StateDict partial = {{"weight", zeros({2, 3})}, {"extra", zeros({1})}};
-  const std::string strict_msg = nn_error_of<ValueError>([&] { lin.load_state_dict(partial); });
-  NN_EXPECT_CONTAINS(strict_msg, "missing keys [\"bias\"]");
-  NN_EXPECT_CONTAINS(strict_msg, "unexpected keys [\"extra\"]");
+  const std::string strict_msg = error_of<ValueError>([&] { lin.load_state_dict(partial); });
+  EXPECT_CONTAINS(strict_msg, "missing keys [\"bias\"]");
+  EXPECT_CONTAINS(strict_msg, "unexpected keys [\"extra\"]");
   auto r = lin.load_state_dict(partial, /*strict=*/false);
   EXPECT_EQ(r.missing_keys, std::vector<std::string>{"bias"});
   EXPECT_EQ(r.unexpected_keys, std::vector<std::string>{"extra"});

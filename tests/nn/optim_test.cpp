@@ -213,20 +213,20 @@ TEST(Optimizer, SkipsParametersWithoutGradAndGroups) {
 
 TEST(Optimizer, OptionAndParameterErrors) {
   Tensor p = make_param(kFloat32, false);
-  NN_EXPECT_CONTAINS(
-      nn_error_of<ValueError>([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
+  EXPECT_CONTAINS(
+      error_of<ValueError>([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
       "nesterov momentum requires a momentum > 0");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::SGD({p}, {.lr = -1}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::SGD({p}, {.lr = -1}); }),
                      "invalid learning rate");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        optim::Adam({p}, {.betas = {0.9, 1.0}});
                      }),
                      "invalid beta parameter at index 1");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::Adam({}, {}); }), "empty parameter list");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::Adam({p, p}, {}); }), "appears twice");
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::Adam({mul(p, 2.0)}, {}); }), "non-leaf");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({}, {}); }), "empty parameter list");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({p, p}, {}); }), "appears twice");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({mul(p, 2.0)}, {}); }), "non-leaf");
   optim::SGD opt({p});
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { opt.add_param_group({p}, {}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { opt.add_param_group({p}, {}); }),
                      "already is in another parameter group");
 }
 
@@ -316,28 +316,28 @@ TEST(Optimizer, LoadStateDictErrors) {
   optim::SGD sgd(ps, {.lr = 0.1, .momentum = 0.9});
   run_steps(sgd, ps, 1, 1);
   optim::Adam adam(ps);
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { adam.load_state_dict(sgd.state_dict()); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { adam.load_state_dict(sgd.state_dict()); }),
                      "unexpected key \"param_groups.0.momentum\"");
 
   run_steps(adam, ps, 1, 1);
   auto st = adam.state_dict();
   auto bad_shape = clone_state(st);
   bad_shape.tensors[1].second = zeros({3, 2});
-  const std::string shape_msg = nn_error_of<ValueError>([&] { adam.load_state_dict(bad_shape); });
-  NN_EXPECT_CONTAINS(shape_msg, "size mismatch for \"state.0.exp_avg\"");
-  NN_EXPECT_CONTAINS(shape_msg, "[3, 2]");
+  const std::string shape_msg = error_of<ValueError>([&] { adam.load_state_dict(bad_shape); });
+  EXPECT_CONTAINS(shape_msg, "size mismatch for \"state.0.exp_avg\"");
+  EXPECT_CONTAINS(shape_msg, "[3, 2]");
   auto bad_dtype = clone_state(st);
   bad_dtype.tensors[2].second = zeros({2, 3}, kInt64);
-  NN_EXPECT_CONTAINS(nn_error_of<TypeError>([&] { adam.load_state_dict(bad_dtype); }),
+  EXPECT_CONTAINS(error_of<TypeError>([&] { adam.load_state_dict(bad_dtype); }),
                      "\"state.0.exp_avg_sq\" must be floating-point");
   auto bad_index = clone_state(st);
   bad_index.tensors.emplace_back("state.5.exp_avg", zeros({2, 3}));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { adam.load_state_dict(bad_index); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { adam.load_state_dict(bad_index); }),
                      "refers to parameter 5");
 
   std::vector<Tensor> two = {make_param(kFloat32, false), make_param(kFloat32, false)};
   optim::Adam bigger(two);
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { bigger.load_state_dict(st); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { bigger.load_state_dict(st); }),
                      "parameter group 0 has 2 parameters but the state's has 1");
   // A failed load changed nothing.
   EXPECT_EQ(adam.state(ps[0]).find("step")->item<int64_t>(), 1);
@@ -374,7 +374,7 @@ TEST(ClipGradNorm, InfAndOneNorms) {
   EXPECT_NEAR(values(b.grad())[1], 3.0 / (5.0 + 1e-6), 1e-15);
   EXPECT_EQ(optim::clip_grad_norm_({make_param(kFloat32, false)}, 1.0), 0.0);  // no gradients
   autograd::set_grad(a, f64({INFINITY}, {1}));
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        optim::clip_grad_norm_({a, b}, 1.0, 2.0, true);
                      }),
                      "non-finite");

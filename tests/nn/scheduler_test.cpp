@@ -38,7 +38,7 @@ TEST(StepLR, MatchesClosedForm) {
     EXPECT_NEAR(lrs[e], 0.1 * std::pow(0.5, e / 3), 1e-17) << e;
     EXPECT_NEAR(sched.closed_form_lr(0, e), 0.1 * std::pow(0.5, e / 3), 1e-17);
   }
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::StepLR(opt, 0); }), "step_size");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::StepLR(opt, 0); }), "step_size");
 }
 
 TEST(CosineAnnealingLR, MatchesClosedFormOverMoreThanOnePeriod) {
@@ -77,7 +77,7 @@ TEST(LinearWarmup, HandsOverToCosine) {
     EXPECT_NEAR(sched.closed_form_lr(0, e), want, 1e-15) << e;
   }
   optim::SGD other({param()});
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] {
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
                        optim::LinearWarmup(opt, 3, 0.5, std::make_unique<optim::StepLR>(other, 2));
                      }),
                      "different optimizer");
@@ -117,7 +117,7 @@ TEST(LRScheduler, StateRoundTripResumesTheSchedule) {
     EXPECT_EQ(a.param_groups()[0].lr(), b.param_groups()[0].lr()) << e;
   }
   optim::SchedulerState missing = {{"last_epoch", 1}};
-  NN_EXPECT_CONTAINS(nn_error_of<ValueError>([&] { optim::StepLR(b, 2).load_state_dict(missing); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::StepLR(b, 2).load_state_dict(missing); }),
                      "the state has no \"base_lrs.0\"");
 }
 

@@ -8,24 +8,9 @@
 #include <vector>
 
 #include "loom/ops.h"
+#include "test_errors.h"
 
 namespace loom::testing {
-
-// The message of the E that f() throws; "no exception" or "wrong exception type: ..." otherwise.
-template <class E, class F>
-std::string nn_error_of(const F& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
-
-#define NN_EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 inline std::vector<double> values(const Tensor& t) {
   return to_vector<double>(t);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/ops.h"
+#include "test_errors.h"
 #include "ops/reference.h"
 
 namespace loom::testing {
@@ -52,23 +53,6 @@ OpCase binary_case(const std::string& name, std::function<Tensor(const Tensor&, 
                    std::function<double(double, double)> ref,
                    std::vector<int64_t> a = {4, 1, 3}, std::vector<int64_t> b = {5, 3},
                    double lo = -2, double hi = 2);
-
-// The message of the E that f() throws; "no exception" or "wrong exception type: ..." otherwise, so
-// that a check on the message fails with a readable reason.
-template <class E, class F>
-std::string error_of(const F& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no exception";
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 // A strided (non-contiguous) tensor with the same values as t.
 Tensor noncontiguous_copy(const Tensor& t);
