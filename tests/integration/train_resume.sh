@@ -7,7 +7,7 @@ loom=$1
 sig=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common=(--model mlp --epochs 2 --train-samples 12000 --batch 64 --seed 7 --threads 1 --no-progress)
+common=(--model mlp --schedule cosine --epochs 2 --train-samples 12000 --batch 64 --seed 7 --threads 1 --no-progress)
 
 "$loom" train "${common[@]}" --save-final "$tmp/a.safetensors" > "$tmp/a.log"
 

@@ -40,6 +40,7 @@ void on_signal(int sig) { g_stop_signal.store(sig); }
 
 struct Config {
   std::string model = "mlp";
+  std::string schedule = "none";  // or "cosine" (per step, to 0 at the end of the last epoch)
   int64_t epochs = 3;
   int64_t batch = 128;
   double lr = 1e-3;
@@ -57,7 +58,7 @@ struct Config {
   // The fields a resumed run must share with the run that wrote the checkpoint.
   Json identity() const {
     return Json::object({{"model", model}, {"batch", batch}, {"lr", lr}, {"seed", static_cast<int64_t>(seed)},
-                         {"train_samples", train_samples}});
+                         {"train_samples", train_samples}, {"schedule", schedule}});
   }
 };
 
@@ -196,18 +197,42 @@ io::TensorMap gather_state(nn::Module& model, optim::Optimizer& opt, Json& optim
   return t;
 }
 
-void save(const Config& cfg, nn::Module& model, optim::Optimizer& opt, const Loop& loop) {
+Json scalars_json(const std::vector<std::pair<std::string, double>>& v) {
+  Json j = Json::object();
+  for (auto& [name, x] : v) j.set(name, x);
+  return j;
+}
+
+Json rng_json(const Generator& g) {
+  GeneratorState st = g.state();
+  return Json::object({{"seed", st.seed}, {"offset", st.offset}});
+}
+void rng_restore(const Generator& g, const Json& j) {
+  GeneratorState st;
+  st.seed = static_cast<uint64_t>(j.at("seed").as_int());
+  st.offset = static_cast<uint64_t>(j.at("offset").as_int());
+  g.set_state(st);
+}
+
+// Everything that is not a tensor goes to the JSON sidecar: configuration (checked on resume), the
+// loop position, optimizer hyperparameters, scheduler state, and the generators' (seed, offset).
+void save(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim::LRScheduler* sched,
+          const Generator& gen, const Loop& loop) {
   Json scalars;
   io::TensorMap tensors = gather_state(model, opt, scalars);
   Json side = Json::object({{"config", cfg.identity()},
                             {"loop", Json::object({{"epoch", loop.epoch},
                                                    {"batch_in_epoch", loop.batch_in_epoch},
                                                    {"global_step", loop.global_step}})},
-                            {"optimizer", scalars}});
+                            {"optimizer", scalars},
+                            {"scheduler", sched ? scalars_json(sched->state_dict()) : Json()},
+                            {"rng", Json::object({{"model", rng_json(gen)},
+                                                  {"default", rng_json(default_generator())}})}});
   io::save_checkpoint(cfg.checkpoint_dir, loop.global_step, tensors, side);
 }
 
-bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, Loop& loop) {
+bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim::LRScheduler* sched,
+             const Generator& gen, Loop& loop) {
   auto ck = io::load_latest_checkpoint(cfg.checkpoint_dir);
   if (!ck) return false;
   const Json& saved = ck->sidecar.at("config");
@@ -228,6 +253,13 @@ bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, Loop& 
   for (const auto& [name, v] : ck->sidecar.at("optimizer").as_object()) os.scalars.emplace_back(name, v.as_double());
   model.load_state_dict(model_state, /*strict=*/true);
   opt.load_state_dict(os);
+  if (sched) {
+    optim::SchedulerState ss;
+    for (const auto& [name, v] : ck->sidecar.at("scheduler").as_object()) ss.emplace_back(name, v.as_double());
+    sched->load_state_dict(ss);
+  }
+  rng_restore(gen, ck->sidecar.at("rng").at("model"));
+  rng_restore(default_generator(), ck->sidecar.at("rng").at("default"));
   const Json& l = ck->sidecar.at("loop");
   loop.epoch = l.at("epoch").as_int();
   loop.batch_in_epoch = l.at("batch_in_epoch").as_int();
@@ -240,7 +272,7 @@ bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, Loop& 
 
 void usage() {
   std::printf(
-      "usage: loom train [--model mlp|cnn] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
+      "usage: loom train [--model mlp|cnn] [--schedule none|cosine] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N]\n"
       "                  [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--save-final FILE]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
@@ -250,7 +282,7 @@ void usage() {
 
 int run_train(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "resume", "no-progress"},
-            {"model", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads",
+            {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads",
              "checkpoint-dir", "checkpoint-every", "save-final", "max-steps"});
   if (args.flag("help")) {
     usage();
@@ -258,6 +290,9 @@ int run_train(const std::vector<std::string>& argv) {
   }
   Config cfg;
   cfg.model = args.get_or("model", "mlp");
+  cfg.schedule = args.get_or("schedule", "none");
+  LOOM_CHECK(cfg.schedule == "none" || cfg.schedule == "cosine", "[train] unknown --schedule '",
+             cfg.schedule, "' (expected none or cosine)");
   cfg.epochs = args.get_int("epochs", 3);
   cfg.batch = args.get_int("batch", 128);
   cfg.lr = std::stod(args.get_or("lr", "0.001"));
@@ -294,9 +329,13 @@ int run_train(const std::vector<std::string>& argv) {
   optim::AdamOptions ao;
   ao.lr = cfg.lr;
   optim::Adam opt(model->parameters(), ao);
+  std::unique_ptr<optim::LRScheduler> sched;
+  if (cfg.schedule == "cosine") {
+    sched = std::make_unique<optim::CosineAnnealingLR>(opt, cfg.epochs * steps_per_epoch);
+  }
 
   Loop loop;
-  if (cfg.resume && !restore(cfg, *model, opt, loop)) {
+  if (cfg.resume && !restore(cfg, *model, opt, sched.get(), gen, loop)) {
     std::printf("no checkpoint in %s: starting from scratch\n", cfg.checkpoint_dir.c_str());
   }
   std::printf("loom train: %s (%lld parameters), Fashion-MNIST %lld train / %lld test, batch %lld, "
@@ -330,6 +369,7 @@ int run_train(const std::vector<std::string>& argv) {
       Tensor loss = cross_entropy(model->forward(x), y);
       loss.backward();
       opt.step();
+      if (sched) sched->step();
       last_loss = loss.item<double>();
       LOOM_CHECK(std::isfinite(last_loss), "[train] the loss became ", last_loss, " at step ",
                  loop.global_step, " (epoch ", loop.epoch + 1, ", batch ", loop.batch_in_epoch,
@@ -344,13 +384,12 @@ int run_train(const std::vector<std::string>& argv) {
       if (loop.batch_in_epoch == steps_per_epoch) {
         loop.batch_in_epoch = 0;
         ++loop.epoch;
-        if (!cfg.checkpoint_dir.empty()) save(cfg, *model, opt, loop);
+        if (!cfg.checkpoint_dir.empty()) save(cfg, *model, opt, sched.get(), gen, loop);
         progress.finish();
-        if (stop) break;
         break;
       }
       if (!cfg.checkpoint_dir.empty() && (stop || loop.global_step % cfg.checkpoint_every == 0)) {
-        save(cfg, *model, opt, loop);
+        save(cfg, *model, opt, sched.get(), gen, loop);
       }
       if (stop) break;
     }
