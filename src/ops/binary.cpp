@@ -191,8 +191,10 @@ Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, c
       return result;
     }
   }
-  // Fast path: same dtype, same shape, both contiguous, a fresh output.
-  if (!out.defined() && self.dtype() == other.dtype() && self.is_cpu() && other.is_cpu() &&
+  // Fast path: same dtype, same shape, both contiguous, a fresh output. Not for two wrapped numbers:
+  // their result takes the default dtype (TensorIterator's promotion), not their own.
+  const bool both_wrapped = self.impl()->is_wrapped_number() && other.impl()->is_wrapped_number();
+  if (!out.defined() && !both_wrapped && self.dtype() == other.dtype() && self.is_cpu() && other.is_cpu() &&
       self.is_contiguous() && other.is_contiguous() && self.sizes() == other.sizes() &&
       !(Op::int_to_float && !is_floating(self.dtype())) &&
       !(std::is_same_v<Op, SubOp> && self.dtype() == kBool)) {

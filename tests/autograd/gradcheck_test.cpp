@@ -1,6 +1,8 @@
 // Runs every registered gradcheck case, and checks that every differentiable operator has one.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "autograd/gradcheck_cases.h"
@@ -20,6 +22,7 @@ TEST(Gradcheck, EveryCase) {
   ASSERT_FALSE(grad_cases().empty());
   for (const GradCase& c : grad_cases()) {
     SCOPED_TRACE(c.op + " [" + c.label + "]");
+    if (std::getenv("LOOM_GRADCHECK_VERBOSE")) std::fprintf(stderr, "case %s [%s]\n", c.op.c_str(), c.label.c_str());
     autograd::GradcheckOptions opt;
     opt.atol = c.atol;
     opt.rtol = c.rtol;

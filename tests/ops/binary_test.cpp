@@ -115,3 +115,16 @@ TEST(Binary, BoolSubtractionIsRejected) {
 
 }  // namespace
 }  // namespace loom::testing
+
+namespace loom {
+namespace {
+// Two wrapped numbers (e.g. the base of pow(2.5, t) compared with 0.0 in its derivative) take the
+// default dtype; the same-dtype fast path once read them with the wrong element size.
+TEST(BinaryWrapped, TwoWrappedNumbers) {
+  Tensor s = add(wrap_scalar(1.5), wrap_scalar(2.25));
+  EXPECT_EQ(s.item<double>(), 3.75);
+  EXPECT_FALSE(eq(wrap_scalar(2.5), wrap_scalar(0.0)).item<bool>());
+  EXPECT_TRUE(eq(wrap_scalar(2.5), wrap_scalar(2.5)).item<bool>());
+}
+}  // namespace
+}  // namespace loom
