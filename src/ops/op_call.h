@@ -74,6 +74,10 @@ struct OpMath<BFloat16> {
 template <class T>
 using opmath_t = typename OpMath<T>::type;
 
+// True for the 16-bit float types, which kernels compute in float.
+template <class T>
+constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
 // Checks that an op's tensor argument is defined, naming the op and the argument.
 inline void check_defined(const Tensor& t, const char* op, const char* arg) {
   LOOM_CHECK(t.defined(), "[", op, "] argument '", arg, "' is an undefined tensor");
