@@ -7,6 +7,8 @@
 // busy-waiting after each product slowed loom's elementwise ops between products up to 3x.
 #include "loom/parallel.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -160,13 +162,30 @@ int default_width() {
   return hw > 0 ? hw : 1;
 }
 
+// The pool is created on first use. A child process made by fork() has none of the parent's worker
+// threads, so the child forgets the parent's pool (leaking it: its mutexes may be held by threads that
+// do not exist here) and makes its own on first use, as PyTorch does.
+std::atomic<ThreadPool*> g_pool{nullptr};
+std::mutex g_pool_mu;
+
+void forget_pool_in_child() {
+  g_pool.store(nullptr, std::memory_order_relaxed);
+  new (&g_pool_mu) std::mutex();
+}
+
 ThreadPool& pool() {
-  // Leaked on purpose: worker threads must not be joined during static destruction.
-  static ThreadPool* p = [] {
+  ThreadPool* p = g_pool.load(std::memory_order_acquire);
+  if (LOOM_LIKELY(p != nullptr)) return *p;
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  p = g_pool.load(std::memory_order_acquire);
+  if (!p) {
+    static bool registered = (pthread_atfork(nullptr, nullptr, &forget_pool_in_child), true);
+    (void)registered;
     int w = default_width();
     openblas_set_num_threads(1);
-    return new ThreadPool(w);
-  }();
+    p = new ThreadPool(w);
+    g_pool.store(p, std::memory_order_release);
+  }
   return *p;
 }
 

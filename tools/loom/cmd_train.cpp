@@ -20,7 +20,10 @@
 #include <sstream>
 
 #include "cli.h"
+#include "dist/launch.h"
 #include "loom/autograd.h"
+#include "loom/dist/ddp.h"
+#include "loom/dist/process_group.h"
 #include "loom/checkpoint.h"
 #include "loom/datasets.h"
 #include "loom/error.h"
@@ -270,24 +273,78 @@ bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim:
   return true;
 }
 
+// `loom train --nproc N`: this process becomes the launcher of N workers running the same command
+// (without --nproc), joined through torchrun's environment variables.
+int launch_workers(const std::vector<std::string>& argv, int64_t nproc) {
+  dist::LaunchOptions lo;
+  lo.nproc = static_cast<int>(nproc);
+  lo.command = {self_dir() + "/loom"};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    lo.command.push_back(a);
+  }
+  ::setenv("LOOM_TRAIN_WORKER", "1", 1);
+  return dist::launch(lo);
+}
+
+// Data parallelism of one training process: rank and world from the launcher's environment.
+struct Parallel {
+  std::shared_ptr<dist::ProcessGroup> group;
+  int rank = 0;
+  int world = 1;
+  bool leader() const { return rank == 0; }
+  // This rank's share [lo, hi) of a global batch of `len` samples.
+  std::pair<int64_t, int64_t> share(int64_t len) const {
+    return {len * rank / world, len * (rank + 1) / world};
+  }
+  // Whether any rank wants to stop (signals reach ranks at different steps; all must stop together).
+  bool any(bool flag) const {
+    if (!group) return flag;
+    Tensor t = full({1}, Scalar(int64_t{flag ? 1 : 0}), TensorOptions(kInt64));
+    group->allreduce(t, dist::ReduceOp::MAX);
+    return t.data_ptr<int64_t>()[0] != 0;
+  }
+};
+
+Parallel init_parallel() {
+  Parallel par;
+  const char* ws = std::getenv("WORLD_SIZE");
+  if (ws && std::atoi(ws) > 1) {
+    par.group = dist::init_process_group("env://");
+    par.rank = par.group->rank();
+    par.world = par.group->size();
+  }
+  return par;
+}
+
 void usage() {
   std::printf(
       "usage: loom train [--model mlp|cnn] [--schedule none|cosine] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N]\n"
       "                  [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--save-final FILE]\n"
+      "                  [--nproc N]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
       "  with Adam and reports test accuracy, time and samples/s. SIGINT/SIGTERM save a checkpoint and\n"
-      "  stop; --resume continues from the last checkpoint bit-identically.\n");
+      "  stop; --resume continues from the last checkpoint bit-identically. --nproc N trains data-parallel\n"
+      "  on N local processes (each takes 1/N of every batch; gradients are averaged).\n");
 }
 
 int run_train(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "resume", "no-progress"},
             {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads",
-             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps"});
+             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc"});
   if (args.flag("help")) {
     usage();
     return 0;
   }
+  const int64_t nproc = args.get_int("nproc", 1);
+  LOOM_CHECK(nproc >= 1, "[train] --nproc must be >= 1 but is ", nproc);
+  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) return launch_workers(argv, nproc);
   Config cfg;
   cfg.model = args.get_or("model", "mlp");
   cfg.schedule = args.get_or("schedule", "none");
@@ -335,15 +392,32 @@ int run_train(const std::vector<std::string>& argv) {
   }
 
   Loop loop;
-  if (cfg.resume && !restore(cfg, *model, opt, sched.get(), gen, loop)) {
+  const bool resumed = cfg.resume && restore(cfg, *model, opt, sched.get(), gen, loop);
+  if (cfg.resume && !resumed) {
     std::printf("no checkpoint in %s: starting from scratch\n", cfg.checkpoint_dir.c_str());
   }
-  std::printf("loom train: %s (%lld parameters), Fashion-MNIST %lld train / %lld test, batch %lld, "
-              "Adam lr %g, %lld epochs, %d threads, seed %llu\n",
-              cfg.model.c_str(), static_cast<long long>(nparams), static_cast<long long>(n),
-              static_cast<long long>(test_images.size(0)), static_cast<long long>(cfg.batch), cfg.lr,
-              static_cast<long long>(cfg.epochs), get_num_threads(),
-              static_cast<unsigned long long>(cfg.seed));
+  Parallel par = init_parallel();
+  std::shared_ptr<nn::Module> net = model;
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (par.group) {
+    ddp = std::make_shared<dist::DistributedDataParallel>(model, par.group);
+    net = ddp;
+    if (!par.leader()) cfg.progress_bar = false;
+  }
+  if (par.leader()) {
+    std::printf("loom train: %s (%lld parameters), Fashion-MNIST %lld train / %lld test, batch %lld, "
+                "Adam lr %g, %lld epochs, %d threads, seed %llu\n",
+                cfg.model.c_str(), static_cast<long long>(nparams), static_cast<long long>(n),
+                static_cast<long long>(test_images.size(0)), static_cast<long long>(cfg.batch), cfg.lr,
+                static_cast<long long>(cfg.epochs), get_num_threads(),
+                static_cast<unsigned long long>(cfg.seed));
+    if (par.group) {
+      std::printf("data parallel: %d processes, %lld samples per rank per step, %zu gradient bucket(s); %s\n",
+                  par.world, static_cast<long long>(cfg.batch / par.world), ddp->bucket_names().size(),
+                  par.group->describe().c_str());
+    }
+    std::fflush(stdout);
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -362,11 +436,12 @@ int run_train(const std::vector<std::string>& argv) {
     for (; loop.batch_in_epoch < steps_per_epoch; ) {
       const int64_t b0 = loop.batch_in_epoch * cfg.batch;
       const int64_t len = std::min(cfg.batch, n - b0);
-      std::vector<int64_t> idx(order.begin() + b0, order.begin() + b0 + len);
+      auto [lo, hi] = par.share(len);
+      std::vector<int64_t> idx(order.begin() + b0 + lo, order.begin() + b0 + hi);
       Tensor index = from_vector(idx);
       Tensor x = index_select(images, 0, index), y = index_select(labels, 0, index);
       opt.zero_grad();
-      Tensor loss = cross_entropy(model->forward(x), y);
+      Tensor loss = cross_entropy(net->forward(x), y);
       loss.backward();
       opt.step();
       if (sched) sched->step();
@@ -379,16 +454,19 @@ int run_train(const std::vector<std::string>& argv) {
       ++steps_here;
       samples += len;
       epoch_samples += len;
-      progress.update(loop.batch_in_epoch, last_loss, epoch_samples, loop.batch_in_epoch == steps_per_epoch);
-      const bool stop = g_stop_signal.load() != 0 || (cfg.max_steps > 0 && steps_here >= cfg.max_steps);
+      if (par.leader()) {
+        progress.update(loop.batch_in_epoch, last_loss, epoch_samples, loop.batch_in_epoch == steps_per_epoch);
+      }
+      const bool stop = par.any(g_stop_signal.load() != 0 || (cfg.max_steps > 0 && steps_here >= cfg.max_steps));
+      if (stop && g_stop_signal.load() == 0) g_stop_signal.store(cfg.max_steps > 0 && steps_here >= cfg.max_steps ? 0 : SIGTERM);
       if (loop.batch_in_epoch == steps_per_epoch) {
         loop.batch_in_epoch = 0;
         ++loop.epoch;
-        if (!cfg.checkpoint_dir.empty()) save(cfg, *model, opt, sched.get(), gen, loop);
-        progress.finish();
+        if (!cfg.checkpoint_dir.empty() && par.leader()) save(cfg, *model, opt, sched.get(), gen, loop);
+        if (par.leader()) progress.finish();
         break;
       }
-      if (!cfg.checkpoint_dir.empty() && (stop || loop.global_step % cfg.checkpoint_every == 0)) {
+      if (!cfg.checkpoint_dir.empty() && par.leader() && (stop || loop.global_step % cfg.checkpoint_every == 0)) {
         save(cfg, *model, opt, sched.get(), gen, loop);
       }
       if (stop) break;
@@ -405,10 +483,17 @@ int run_train(const std::vector<std::string>& argv) {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!par.leader()) return 0;
   const double acc = evaluate(*model, test_images, test.labels);
   std::printf("test accuracy %.2f%% | final loss %.4f | %lld steps in %.1f s | %.0f samples/s\n",
               100.0 * acc, last_loss, static_cast<long long>(steps_here), secs,
               secs > 0 ? static_cast<double>(samples) / secs : 0.0);
+  if (ddp) {
+    auto st = ddp->stats();
+    std::printf("data parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for gradients\n",
+                static_cast<long long>(st.reductions), static_cast<double>(st.bytes_reduced) / 1e6,
+                st.wait_seconds);
+  }
   if (!cfg.save_final.empty()) {
     io::TensorMap params;
     for (auto& [name, p] : model->named_parameters()) params.emplace_back(name, p.detach());

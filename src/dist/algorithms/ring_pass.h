@@ -1,0 +1,24 @@
+// The ring pass shared by reduce_scatter_ring, allgather_ring and allreduce_ring (dist algorithms,
+// internal). See Note [Ring pass] in ring_pass.cpp.
+#pragma once
+
+#include <cstddef>
+
+#include "dist/algorithms.h"
+
+namespace loom::dist {
+
+struct RingReduce {
+  DType dtype;
+  ReduceOp op;
+};
+
+// Block b is off[b] .. off[b+1] (in elements of elem_bytes) within data; off has size+1 entries.
+// At step s (0 .. size-2) this rank sends block (rank+shift-s) to rank+1 and receives block
+// (rank+shift-s-1) from rank-1, reducing it into place when `reduce` is set and writing it in place
+// otherwise. After the pass, with `reduce`, block (rank+shift+1) holds the full reduction; without,
+// every block is filled when rank r started owning block r+shift.
+void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int shift,
+               const RingReduce* reduce, size_t chunk_bytes);
+
+}  // namespace loom::dist

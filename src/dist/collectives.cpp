@@ -1,0 +1,562 @@
+// The collectives of ProcessGroup: argument checks, fingerprints, buffers in the dtype the algorithms
+// reduce in, and the calls into src/dist/algorithms/.
+#include <algorithm>
+#include <cstring>
+
+#include "dist/process_group_impl.h"
+#include "loom/autograd.h"
+#include "loom/dist/rendezvous.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+
+namespace loom::dist {
+
+namespace {
+
+using WorkPtr = ProcessGroup::WorkPtr;
+
+void check_tensor(const char* op, const Tensor& t, const char* what = "tensor") {
+  LOOM_CHECK(t.defined(), "[dist] ", op, ": ", what, " is undefined");
+  if (!t.is_cpu()) {
+    throw NotImplementedError(detail::str_cat("[dist] ", op, ": ", what, " is on ", t.device().str(),
+                                              "; GPU tensors need the NCCL backend, which is not "
+                                              "available in this build"));
+  }
+}
+
+void check_root(const char* op, int root, int size, const std::string& group) {
+  LOOM_CHECK(root >= 0 && root < size, "[dist] ", op, ": root ", root, " is not a rank of group '", group,
+             "' (size ", size, ")");
+}
+
+void check_op(const char* op, DType dt, ReduceOp r) {
+  if (r == ReduceOp::AVG && !is_floating(dt)) {
+    throw TypeError(detail::str_cat("[dist] ", op, ": ReduceOp.AVG needs a floating dtype but the tensor is ",
+                                    dtype_name(dt)));
+  }
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const Tensor& b, const char* what) {
+  if (a.dtype() != b.dtype()) {
+    throw TypeError(detail::str_cat("[dist] ", op, ": ", what, " is ", dtype_name(b.dtype()),
+                                    " but the input is ", dtype_name(a.dtype())));
+  }
+}
+
+// bf16 and f16 sums and products are accumulated in f32.
+DType work_dtype(DType dt, ReduceOp op) {
+  bool half = dt == kFloat16 || dt == kBFloat16;
+  return half && (op == ReduceOp::SUM || op == ReduceOp::PROD || op == ReduceOp::AVG) ? kFloat32 : dt;
+}
+
+ReduceOp algo_op(ReduceOp op) { return op == ReduceOp::AVG ? ReduceOp::SUM : op; }
+
+void divide(void* data, size_t n, DType dt, int size) {
+  if (dt == kFloat32) {
+    float* p = static_cast<float*>(data);
+    float s = static_cast<float>(size);
+    for (size_t i = 0; i < n; ++i) p[i] /= s;
+  } else if (dt == kFloat64) {
+    double* p = static_cast<double*>(data);
+    for (size_t i = 0; i < n; ++i) p[i] /= size;
+  } else {
+    LOOM_INTERNAL_ASSERT(false, "AVG in ", dtype_name(dt));
+  }
+}
+
+// Copies a tensor's elements, converted to `dt`, to dst (contiguous).
+void read_into(const Tensor& t, void* dst, DType dt) {
+  if (t.numel() == 0) return;
+  Tensor src = t.dtype() == dt ? t.contiguous() : t.to(dt).contiguous();
+  std::memcpy(dst, src.data_ptr(), static_cast<size_t>(src.numel()) * element_size(dt));
+}
+
+// Writes contiguous elements of dtype `dt` into a tensor (any layout and dtype).
+void write_from(const Tensor& t, const void* src, DType dt) {
+  if (t.numel() == 0) return;
+  if (t.dtype() == dt && t.is_contiguous()) {
+    if (t.data_ptr() != src) std::memcpy(t.data_ptr(), src, static_cast<size_t>(t.numel()) * element_size(dt));
+    t.storage()->bump_version();
+    return;
+  }
+  Tensor tmp = empty(t.sizes(), TensorOptions(dt));
+  std::memcpy(tmp.data_ptr(), src, static_cast<size_t>(t.numel()) * element_size(dt));
+  autograd::NoGradGuard no_grad;
+  t.copy_(tmp);
+}
+
+// A contiguous working copy of a tensor in the dtype the algorithms reduce in (the tensor itself when
+// it already qualifies), written back by finish().
+struct Buffer {
+  Tensor user;
+  Tensor work;
+  DType dt;
+  Buffer(const Tensor& t, DType want) : user(t), dt(want) {
+    if (t.dtype() == want && t.is_contiguous()) {
+      work = t;
+    } else {
+      work = t.dtype() == want ? t.contiguous() : t.to(want).contiguous();
+    }
+  }
+  void* data() const { return work.data_ptr(); }
+  size_t count() const { return static_cast<size_t>(work.numel()); }
+  size_t bytes() const { return count() * element_size(dt); }
+  void finish() const { write_from(user, work.data_ptr(), dt); }
+};
+
+std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
+  std::vector<size_t> off(bytes.size());
+  size_t o = 0;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    off[i] = o;
+    o += bytes[i];
+  }
+  return off;
+}
+
+size_t sum_of(const std::vector<size_t>& v) {
+  size_t s = 0;
+  for (size_t x : v) s += x;
+  return s;
+}
+
+}  // namespace
+
+WorkPtr ProcessGroup::broadcast(Tensor& tensor, int root, CollectiveOptions o) {
+  check_tensor("broadcast", tensor);
+  check_root("broadcast", root, size(), name());
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kBroadcast, tensor.dtype(), tensor.sizes(),
+                                   static_cast<uint64_t>(tensor.numel()), root, -1);
+  Tensor t = tensor;
+  return im->submit(fp, false, [t, root](Comm& c) {
+    Buffer b(t, t.dtype());
+    broadcast_binomial(c, b.data(), b.bytes(), root);
+    c.wait_all();
+    if (c.rank() != root) b.finish();
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::allreduce(Tensor& tensor, ReduceOp op, CollectiveOptions o) {
+  check_tensor("allreduce", tensor);
+  check_op("allreduce", tensor.dtype(), op);
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kAllreduce, tensor.dtype(), tensor.sizes(),
+                                   static_cast<uint64_t>(tensor.numel()), -1, static_cast<int>(op));
+  Tensor t = tensor;
+  return im->submit(fp, false, [im, t, op](Comm& c) {
+    Buffer b(t, work_dtype(t.dtype(), op));
+    std::string why;
+    Algo a = choose_allreduce(b.bytes(), c.size(), im->algo, &why);
+    im->current_algo = std::string(algo_name(a)) + " (" + why + ")";
+    dist::allreduce(c, a, b.data(), b.count(), b.dt, algo_op(op));
+    c.wait_all();
+    if (op == ReduceOp::AVG) divide(b.data(), b.count(), b.dt, c.size());
+    b.finish();
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp op, CollectiveOptions o) {
+  LOOM_CHECK(!tensors.empty(), "[dist] allreduce_coalesced: no tensors");
+  uint64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    check_tensor("allreduce_coalesced", tensors[i]);
+    check_same_dtype("allreduce_coalesced", tensors[0], tensors[i], "a tensor");
+    total += static_cast<uint64_t>(tensors[i].numel());
+  }
+  DType dt = tensors[0].dtype();
+  check_op("allreduce_coalesced", dt, op);
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kAllreduce, dt, {}, total, -1, static_cast<int>(op));
+  std::vector<Tensor> ts = tensors;
+  return im->submit(fp, false, [im, ts, op, dt, total](Comm& c) {
+    DType wdt = work_dtype(dt, op);
+    size_t es = element_size(wdt);
+    char* buf = c.scratch(total * es, 1);
+    size_t off = 0;
+    for (const Tensor& t : ts) {
+      read_into(t, buf + off, wdt);
+      off += static_cast<size_t>(t.numel()) * es;
+    }
+    std::string why;
+    Algo a = choose_allreduce(total * es, c.size(), im->algo, &why);
+    im->current_algo = std::string(algo_name(a)) + " (" + why + ")";
+    dist::allreduce(c, a, buf, total, wdt, algo_op(op));
+    c.wait_all();
+    if (op == ReduceOp::AVG) divide(buf, total, wdt, c.size());
+    off = 0;
+    for (const Tensor& t : ts) {
+      write_from(t, buf + off, wdt);
+      off += static_cast<size_t>(t.numel()) * es;
+    }
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::reduce(Tensor& tensor, int root, ReduceOp op, CollectiveOptions o) {
+  check_tensor("reduce", tensor);
+  check_root("reduce", root, size(), name());
+  check_op("reduce", tensor.dtype(), op);
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kReduce, tensor.dtype(), tensor.sizes(),
+                                   static_cast<uint64_t>(tensor.numel()), root, static_cast<int>(op));
+  Tensor t = tensor;
+  return im->submit(fp, false, [t, root, op](Comm& c) {
+    Buffer b(t, work_dtype(t.dtype(), op));
+    reduce_binomial(c, b.data(), b.count(), b.dt, algo_op(op), root);
+    c.wait_all();
+    if (c.rank() == root) {
+      if (op == ReduceOp::AVG) divide(b.data(), b.count(), b.dt, c.size());
+      b.finish();
+    }
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& input, CollectiveOptions o) {
+  check_tensor("allgather", input, "input");
+  LOOM_CHECK(static_cast<int>(outputs.size()) == size(), "[dist] allgather: ", outputs.size(),
+             " output tensors given but group '", name(), "' has ", size(), " ranks");
+  uint64_t total = 0;
+  std::vector<size_t> bytes;
+  for (int r = 0; r < size(); ++r) {
+    const Tensor& out = outputs[static_cast<size_t>(r)];
+    check_tensor("allgather", out, "an output");
+    check_same_dtype("allgather", input, out, "an output");
+    total += static_cast<uint64_t>(out.numel());
+    bytes.push_back(static_cast<size_t>(out.numel()) * input.element_size());
+  }
+  LOOM_CHECK(outputs[static_cast<size_t>(rank())].numel() == input.numel(), "[dist] allgather: output ",
+             rank(), " has ", outputs[static_cast<size_t>(rank())].numel(), " elements but this rank's input has ",
+             input.numel());
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kAllgather, input.dtype(), {}, total, -1, -1);
+  std::vector<Tensor> outs = outputs;
+  Tensor in = input;
+  return im->submit(fp, false, [outs, in, bytes](Comm& c) {
+    std::vector<size_t> off = offsets_of(bytes);
+    char* buf = c.scratch(sum_of(bytes), 1);
+    read_into(in, buf + off[static_cast<size_t>(c.rank())], in.dtype());
+    allgather_ring(c, buf, bytes);
+    c.wait_all();
+    for (size_t r = 0; r < outs.size(); ++r) write_from(outs[r], buf + off[r], in.dtype());
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input, CollectiveOptions o) {
+  check_tensor("allgather_into_tensor", input, "input");
+  check_tensor("allgather_into_tensor", output, "output");
+  check_same_dtype("allgather_into_tensor", input, output, "the output");
+  LOOM_CHECK(output.numel() == input.numel() * size(), "[dist] allgather_into_tensor: output has ",
+             output.numel(), " elements but ", size(), " ranks x ", input.numel(), " input elements = ",
+             input.numel() * size(), " are needed");
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kAllgather, input.dtype(), input.sizes(),
+                                   static_cast<uint64_t>(input.numel()), -1, -1);
+  Tensor out = output, in = input;
+  return im->submit(fp, false, [out, in](Comm& c) {
+    Buffer b(out, out.dtype());
+    size_t each = static_cast<size_t>(in.numel()) * in.element_size();
+    read_into(in, static_cast<char*>(b.data()) + each * static_cast<size_t>(c.rank()), in.dtype());
+    allgather_ring(c, b.data(), std::vector<size_t>(static_cast<size_t>(c.size()), each));
+    c.wait_all();
+    b.finish();
+  }, o.async_op);
+}
+
+namespace {
+
+// Shared by reduce_scatter and reduce_scatter_tensor: buf holds every block (counts[r] elements of
+// wdt); the reduced block of this rank is written to `output`.
+void run_reduce_scatter(Comm& c, char* buf, const std::vector<size_t>& counts, DType wdt, ReduceOp op,
+                        const Tensor& output) {
+  reduce_scatter_ring(c, buf, counts, wdt, algo_op(op));
+  c.wait_all();
+  size_t off = 0;
+  for (int r = 0; r < c.rank(); ++r) off += counts[static_cast<size_t>(r)];
+  char* mine = buf + off * element_size(wdt);
+  if (op == ReduceOp::AVG) divide(mine, counts[static_cast<size_t>(c.rank())], wdt, c.size());
+  write_from(output, mine, wdt);
+}
+
+}  // namespace
+
+WorkPtr ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
+                                     CollectiveOptions o) {
+  check_tensor("reduce_scatter", output, "output");
+  check_op("reduce_scatter", output.dtype(), op);
+  LOOM_CHECK(static_cast<int>(inputs.size()) == size(), "[dist] reduce_scatter: ", inputs.size(),
+             " input tensors given but group '", name(), "' has ", size(), " ranks");
+  std::vector<size_t> counts;
+  uint64_t total = 0;
+  for (const Tensor& t : inputs) {
+    check_tensor("reduce_scatter", t, "an input");
+    check_same_dtype("reduce_scatter", output, t, "an input");
+    counts.push_back(static_cast<size_t>(t.numel()));
+    total += static_cast<uint64_t>(t.numel());
+  }
+  LOOM_CHECK(static_cast<int64_t>(counts[static_cast<size_t>(rank())]) == output.numel(),
+             "[dist] reduce_scatter: output has ", output.numel(), " elements but input ", rank(),
+             " (this rank's block) has ", counts[static_cast<size_t>(rank())]);
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kReduceScatter, output.dtype(), {}, total, -1, static_cast<int>(op));
+  Tensor out = output;
+  std::vector<Tensor> ins = inputs;
+  return im->submit(fp, false, [out, ins, counts, total, op](Comm& c) {
+    DType wdt = work_dtype(out.dtype(), op);
+    size_t es = element_size(wdt);
+    char* buf = c.scratch(total * es, 1);
+    size_t off = 0;
+    for (const Tensor& t : ins) {
+      read_into(t, buf + off, wdt);
+      off += static_cast<size_t>(t.numel()) * es;
+    }
+    run_reduce_scatter(c, buf, counts, wdt, op, out);
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op,
+                                            CollectiveOptions o) {
+  check_tensor("reduce_scatter_tensor", output, "output");
+  check_tensor("reduce_scatter_tensor", input, "input");
+  check_same_dtype("reduce_scatter_tensor", input, output, "the output");
+  check_op("reduce_scatter_tensor", input.dtype(), op);
+  LOOM_CHECK(input.numel() == output.numel() * size(), "[dist] reduce_scatter_tensor: input has ",
+             input.numel(), " elements but ", size(), " ranks x ", output.numel(), " output elements = ",
+             output.numel() * size(), " are needed");
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kReduceScatter, input.dtype(), input.sizes(),
+                                   static_cast<uint64_t>(input.numel()), -1, static_cast<int>(op));
+  Tensor out = output, in = input;
+  return im->submit(fp, false, [out, in, op](Comm& c) {
+    DType wdt = work_dtype(in.dtype(), op);
+    char* buf = c.scratch(static_cast<size_t>(in.numel()) * element_size(wdt), 1);
+    read_into(in, buf, wdt);
+    run_reduce_scatter(c, buf, std::vector<size_t>(static_cast<size_t>(c.size()), static_cast<size_t>(out.numel())),
+                       wdt, op, out);
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::alltoall(Tensor& output, const Tensor& input, CollectiveOptions o) {
+  LOOM_CHECK(input.defined() && input.numel() % size() == 0, "[dist] alltoall: input has ",
+             input.defined() ? input.numel() : 0, " elements, not divisible by the group size ", size());
+  std::vector<int64_t> splits(static_cast<size_t>(size()), input.numel() / size());
+  return alltoallv(output, input, splits, splits, o);
+}
+
+WorkPtr ProcessGroup::alltoallv(Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+                                const std::vector<int64_t>& input_splits, CollectiveOptions o) {
+  check_tensor("alltoall", input, "input");
+  check_tensor("alltoall", output, "output");
+  check_same_dtype("alltoall", input, output, "the output");
+  auto check_splits = [&](const std::vector<int64_t>& s, int64_t numel, const char* what) {
+    LOOM_CHECK(static_cast<int>(s.size()) == size(), "[dist] alltoall: ", s.size(), " ", what,
+               " splits for ", size(), " ranks");
+    int64_t sum = 0;
+    for (int64_t x : s) {
+      LOOM_CHECK(x >= 0, "[dist] alltoall: negative ", what, " split ", x);
+      sum += x;
+    }
+    LOOM_CHECK(sum == numel, "[dist] alltoall: ", what, " splits sum to ", sum, " but the ", what,
+               " has ", numel, " elements");
+  };
+  check_splits(input_splits, input.numel(), "input");
+  check_splits(output_splits, output.numel(), "output");
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kAlltoall, input.dtype(), {}, static_cast<uint64_t>(size()), -1, -1);
+  Tensor out = output, in = input;
+  size_t es = input.element_size();
+  std::vector<size_t> sb, rb;
+  for (int64_t x : input_splits) sb.push_back(static_cast<size_t>(x) * es);
+  for (int64_t x : output_splits) rb.push_back(static_cast<size_t>(x) * es);
+  return im->submit(fp, false, [out, in, sb, rb](Comm& c) {
+    char* src = c.scratch(sum_of(sb), 0);
+    read_into(in, src, in.dtype());
+    Buffer b(out, out.dtype());
+    alltoallv_pairwise(c, src, sb, offsets_of(sb), b.data(), rb, offsets_of(rb));
+    c.wait_all();
+    b.finish();
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root, CollectiveOptions o) {
+  check_tensor("gather", input, "input");
+  check_root("gather", root, size(), name());
+  size_t es = input.element_size();
+  std::vector<size_t> bytes(static_cast<size_t>(size()), static_cast<size_t>(input.numel()) * es);
+  if (rank() == root) {
+    LOOM_CHECK(static_cast<int>(outputs.size()) == size(), "[dist] gather: root got ", outputs.size(),
+               " output tensors for ", size(), " ranks");
+    for (size_t r = 0; r < outputs.size(); ++r) {
+      check_tensor("gather", outputs[r], "an output");
+      check_same_dtype("gather", input, outputs[r], "an output");
+      LOOM_CHECK(outputs[r].numel() == input.numel(), "[dist] gather: output ", r, " has ",
+                 outputs[r].numel(), " elements but the input has ", input.numel());
+    }
+  }
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kGather, input.dtype(), input.sizes(),
+                                   static_cast<uint64_t>(input.numel()), root, -1);
+  std::vector<Tensor> outs = outputs;
+  Tensor in = input;
+  return im->submit(fp, false, [outs, in, root, bytes](Comm& c) {
+    std::vector<size_t> off = offsets_of(bytes);
+    char* src = c.scratch(bytes[0], 0);
+    read_into(in, src, in.dtype());
+    char* dst = c.rank() == root ? c.scratch(sum_of(bytes), 1) : nullptr;
+    gather_linear(c, src, dst, bytes, root);
+    c.wait_all();
+    if (c.rank() == root) {
+      for (size_t r = 0; r < outs.size(); ++r) write_from(outs[r], dst + off[r], in.dtype());
+    }
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root, CollectiveOptions o) {
+  check_tensor("scatter", output, "output");
+  check_root("scatter", root, size(), name());
+  size_t es = output.element_size();
+  std::vector<size_t> bytes(static_cast<size_t>(size()), static_cast<size_t>(output.numel()) * es);
+  if (rank() == root) {
+    LOOM_CHECK(static_cast<int>(inputs.size()) == size(), "[dist] scatter: root got ", inputs.size(),
+               " input tensors for ", size(), " ranks");
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      check_tensor("scatter", inputs[r], "an input");
+      check_same_dtype("scatter", output, inputs[r], "an input");
+      LOOM_CHECK(inputs[r].numel() == output.numel(), "[dist] scatter: input ", r, " has ",
+                 inputs[r].numel(), " elements but the output has ", output.numel());
+    }
+  }
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kScatter, output.dtype(), output.sizes(),
+                                   static_cast<uint64_t>(output.numel()), root, -1);
+  Tensor out = output;
+  std::vector<Tensor> ins = inputs;
+  return im->submit(fp, false, [out, ins, root, bytes](Comm& c) {
+    char* src = nullptr;
+    if (c.rank() == root) {
+      src = c.scratch(sum_of(bytes), 1);
+      std::vector<size_t> off = offsets_of(bytes);
+      for (size_t r = 0; r < ins.size(); ++r) read_into(ins[r], src + off[r], out.dtype());
+    }
+    Buffer b(out, out.dtype());
+    scatter_linear(c, src, b.data(), bytes, root);
+    c.wait_all();
+    b.finish();
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::barrier(CollectiveOptions o) {
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kBarrier, kUInt8, {}, 0, -1, -1);
+  fp.dtype = -1;
+  return im->submit(fp, false, [](Comm& c) {
+    barrier_dissemination(c);
+    c.wait_all();
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, CollectiveOptions o) {
+  check_tensor("send", tensor);
+  LOOM_CHECK(dst >= 0 && dst < size() && dst != rank(), "[dist] send: destination ", dst,
+             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(), ")");
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kSend, tensor.dtype(), tensor.sizes(),
+                                   static_cast<uint64_t>(tensor.numel()), dst, -1);
+  Tensor t = tensor.contiguous();
+  return im->submit(fp, true, [t, dst](Comm& c) {
+    c.send(dst, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  }, o.async_op);
+}
+
+WorkPtr ProcessGroup::recv(Tensor& tensor, int src, CollectiveOptions o) {
+  check_tensor("recv", tensor);
+  LOOM_CHECK(src >= 0 && src < size() && src != rank(), "[dist] recv: source ", src,
+             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(), ")");
+  Impl* im = impl_.get();
+  Fingerprint fp = im->fingerprint(CollKind::kRecv, tensor.dtype(), tensor.sizes(),
+                                   static_cast<uint64_t>(tensor.numel()), src, -1);
+  Tensor t = tensor;
+  return im->submit(fp, true, [t, src](Comm& c) {
+    Buffer b(t, t.dtype());
+    c.recv(src, b.data(), b.bytes());
+    b.finish();
+  }, o.async_op);
+}
+
+// ---- sub-groups ----
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks, ProcessGroupOptions o) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  LOOM_CHECK(!sorted.empty(), "[dist] new_group: no ranks given");
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    LOOM_CHECK(sorted[i] >= 0 && sorted[i] < size(), "[dist] new_group: rank ", sorted[i],
+               " is not in group '", name(), "' (size ", size(), ")");
+    LOOM_CHECK(i == 0 || sorted[i] != sorted[i - 1], "[dist] new_group: rank ", sorted[i], " is listed twice");
+  }
+  auto it = std::find(sorted.begin(), sorted.end(), rank());
+  if (it == sorted.end()) return nullptr;
+  std::string key = "g[";
+  for (size_t i = 0; i < sorted.size(); ++i) key += (i ? "," : "") + std::to_string(sorted[i]);
+  key += "]";
+  int n;
+  {
+    std::lock_guard<std::mutex> g(impl_->submit_mu);
+    n = impl_->subgroup_counts[key]++;
+  }
+  o.name = name() + "/" + key + (n ? "#" + std::to_string(n) : "");
+  if (o.timeout == default_timeout()) o.timeout = impl_->opts.timeout;
+  return create(impl_->root_store, static_cast<int>(it - sorted.begin()), static_cast<int>(sorted.size()), o);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, ProcessGroupOptions o) {
+  uint64_t seq = sequence_number();
+  Tensor mine = empty({2}, TensorOptions(kInt64));
+  mine.data_ptr<int64_t>()[0] = color;
+  mine.data_ptr<int64_t>()[1] = key;
+  Tensor all = empty({2 * static_cast<int64_t>(size())}, TensorOptions(kInt64));
+  allgather_into_tensor(all, mine)->wait();
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int64_t, int>> members;  // (key, rank)
+  const int64_t* a = all.data_ptr<int64_t>();
+  for (int r = 0; r < size(); ++r) {
+    if (a[2 * r] == color) members.push_back({a[2 * r + 1], r});
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank()) new_rank = static_cast<int>(i);
+  }
+  o.name = name() + "/split" + std::to_string(seq) + ":" + std::to_string(color);
+  if (o.timeout == default_timeout()) o.timeout = impl_->opts.timeout;
+  return create(impl_->root_store, new_rank, static_cast<int>(members.size()), o);
+}
+
+// ---- the default group ----
+
+namespace {
+std::mutex g_default_mu;
+std::shared_ptr<ProcessGroup> g_default;
+}  // namespace
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& init_method, int rank, int world_size,
+                                                 ProcessGroupOptions options) {
+  RendezvousInfo info = rendezvous(init_method, rank, world_size, options.timeout);
+  auto pg = ProcessGroup::create(info.store, info.rank, info.world_size, options);
+  std::lock_guard<std::mutex> g(g_default_mu);
+  g_default = pg;
+  return pg;
+}
+
+std::shared_ptr<ProcessGroup> default_group() {
+  std::lock_guard<std::mutex> g(g_default_mu);
+  LOOM_CHECK_AS(DistError, g_default != nullptr,
+                "[dist] no default process group: call init_process_group() first");
+  return g_default;
+}
+
+void destroy_process_group() {
+  std::lock_guard<std::mutex> g(g_default_mu);
+  g_default.reset();
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,131 @@
+// Comm: request bookkeeping and the progress loop shared by every transport.
+#include "dist/comm.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <thread>
+
+#include "loom/error.h"
+
+namespace loom::dist {
+
+Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
+    : rank_(rank), size_(size), links_(std::move(links)) {
+  LOOM_INTERNAL_ASSERT(static_cast<int>(links_.size()) == size, "links for every rank");
+}
+
+Comm::~Comm() = default;
+
+const char* Comm::link_kind(int peer) const {
+  return peer == rank_ || !links_[static_cast<size_t>(peer)] ? "self"
+                                                             : links_[static_cast<size_t>(peer)]->kind();
+}
+
+Request* Comm::isend(int peer, const void* data, size_t bytes) {
+  LOOM_INTERNAL_ASSERT(peer >= 0 && peer < size_ && peer != rank_, "send to rank ", peer, " from ",
+                       rank_);
+  if (closed_) fail(peer, "the group was aborted");
+  requests_.push_back(Request{Request::kSend, peer, static_cast<char*>(const_cast<void*>(data)), bytes});
+  Request* r = &requests_.back();
+  links_[static_cast<size_t>(peer)]->post(r);
+  return r;
+}
+
+Request* Comm::irecv(int peer, void* data, size_t bytes) {
+  LOOM_INTERNAL_ASSERT(peer >= 0 && peer < size_ && peer != rank_, "recv from rank ", peer, " at ",
+                       rank_);
+  if (closed_) fail(peer, "the group was aborted");
+  requests_.push_back(Request{Request::kRecv, peer, static_cast<char*>(data), bytes});
+  Request* r = &requests_.back();
+  links_[static_cast<size_t>(peer)]->post(r);
+  return r;
+}
+
+void Comm::fail(int peer, const std::string& why) {
+  std::string msg = detail::str_cat("[dist] ", context_, ": rank ", rank_, " lost rank ", peer, ": ", why);
+  if (probe_) {
+    std::string cause = probe_(probe_arg_);
+    if (!cause.empty()) msg += " (" + cause + ")";
+  }
+  throw DistError(msg);
+}
+
+bool Comm::progress_once() {
+  bool moved = false;
+  for (int p = 0; p < size_; ++p) {
+    Link* l = links_[static_cast<size_t>(p)].get();
+    if (!l || !l->has_pending()) continue;
+    try {
+      moved |= l->progress();
+    } catch (const DistError& e) {
+      fail(p, e.what());
+    }
+  }
+  return moved;
+}
+
+void Comm::wait(Request* r) {
+  if (r->complete) return;
+  // Spin briefly (shared-memory latency is a few hundred ns), then yield, then block in poll() on
+  // the TCP descriptors with a short timeout so shared-memory links are still re-checked.
+  int idle = 0;
+  std::vector<pollfd> fds;
+  while (!r->complete) {
+    if (closed_) fail(r->peer, "the group was aborted");
+    if (progress_once()) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (idle < 2000) continue;
+    if ((idle & 255) == 0 && Clock::now() > deadline_) {
+      fail(r->peer, detail::str_cat("timed out waiting to ", r->kind == Request::kSend ? "send " : "receive ",
+                                    r->bytes, " bytes (", r->done, " moved)"));
+    }
+    if (idle < 20000) {
+      sched_yield();
+      continue;
+    }
+    fds.clear();
+    bool spin_links = false;
+    for (int p = 0; p < size_; ++p) {
+      Link* l = links_[static_cast<size_t>(p)].get();
+      if (!l || !l->has_pending()) continue;
+      if (!l->add_poll_fds(fds)) spin_links = true;
+    }
+    if (!fds.empty()) {
+      ::poll(fds.data(), fds.size(), spin_links ? 0 : 1);
+      if (spin_links) sched_yield();
+    } else {
+      // Only memory-polled links: sleep a little so oversubscribed hosts make progress.
+      std::this_thread::sleep_for(std::chrono::microseconds(idle < 100000 ? 20 : 200));
+    }
+  }
+}
+
+void Comm::wait_all() {
+  for (Request& r : requests_) wait(&r);
+}
+
+void Comm::reset() { requests_.clear(); }
+
+void Comm::set_context(std::string what, Clock::time_point deadline) {
+  context_ = std::move(what);
+  deadline_ = deadline;
+}
+
+char* Comm::scratch(size_t bytes, int slot) {
+  auto& s = scratch_[slot];
+  if (s.size() < bytes) s.resize(bytes);
+  return s.data();
+}
+
+void Comm::close_all() {
+  closed_ = true;
+  for (auto& l : links_) {
+    if (l) l->close();
+  }
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,127 @@
+// What collective algorithms see (dist layer, internal): a communicator of `size` ranks connected
+// pairwise by links, with non-blocking sends and receives of byte messages.
+//
+// Rules an algorithm relies on:
+//   - Messages from rank a to rank b arrive in the order a posted them, and are matched to b's
+//     receives from a in the order b posted those. Each receive must have exactly the size of its
+//     matching send; a mismatch is a DistError naming both ranks and the sizes (a safety net under the
+//     contract checker).
+//   - A message may arrive before its receive is posted (the transport keeps it), so posting order
+//     between different peers cannot deadlock. Algorithms still post receives before waiting on sends
+//     so that large messages go straight into their destination.
+//   - wait() drives progress on every link with pending requests and blocks (spin, then yield or
+//     poll) until the request completes. It throws DistError when a peer's link breaks and when the
+//     deadline passes, naming the peer and the running collective (set_context).
+//   - Sending to or receiving from oneself is not allowed: algorithms copy locally.
+//
+// Ownership: the Comm owns its links. Request pointers stay valid until reset() (called by the process
+// group at the start of each collective). Thread-safety: one thread at a time (the group's worker).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/export.h"
+
+struct pollfd;
+
+namespace loom::dist {
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  enum Kind : uint8_t { kSend, kRecv };
+  Kind kind = kSend;
+  int peer = -1;
+  char* data = nullptr;  // for sends, the bytes are only read
+  size_t bytes = 0;
+  size_t done = 0;       // bytes moved so far (transport-private meaning while in flight)
+  uint32_t parts = 0;    // transport-private (e.g. TCP channel slices still in flight)
+  bool complete = false;
+};
+
+// One peer. Implementations: TCP (src/dist/tcp_link.cpp), shared memory (shm_link.cpp), in-process
+// (local_link.cpp, for tests).
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Queues a request. Requests of one kind complete in posting order.
+  virtual void post(Request* r) = 0;
+  // Advances queued requests without blocking; returns true if any byte moved. Throws DistError when
+  // the peer is gone or sent a message of the wrong size.
+  virtual bool progress() = 0;
+  // Appends descriptors that poll() can wait on when nothing moves, with the events wanted now.
+  // Returns false when the link must instead be polled by calling progress() (shared memory,
+  // in-process).
+  virtual bool add_poll_fds(std::vector<struct pollfd>& out) const { return false; }
+  virtual bool has_pending() const = 0;
+  virtual const char* kind() const = 0;
+  // Tears the link down; pending and later requests fail with DistError.
+  virtual void close() = 0;
+};
+
+class LOOM_API Comm {
+ public:
+  // links[peer] for every peer, null at links[rank].
+  Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  Request* isend(int peer, const void* data, size_t bytes);
+  Request* irecv(int peer, void* data, size_t bytes);
+  void wait(Request* r);
+  void wait_all();  // every request posted since reset()
+  // Blocking conveniences.
+  void send(int peer, const void* data, size_t bytes) { wait(isend(peer, data, bytes)); }
+  void recv(int peer, void* data, size_t bytes) { wait(irecv(peer, data, bytes)); }
+
+  // Forgets completed requests; called between collectives.
+  void reset();
+  // What is running, for error messages ("allreduce #7 in group 'world'"), and its deadline.
+  void set_context(std::string what, Clock::time_point deadline);
+  const std::string& context() const { return context_; }
+  // Text appended to link-failure errors (e.g. the root cause another rank published).
+  void set_failure_probe(std::string (*probe)(void*), void* arg) {
+    probe_ = probe;
+    probe_arg_ = arg;
+  }
+
+  Link* link(int peer) const { return links_[static_cast<size_t>(peer)].get(); }
+  const char* link_kind(int peer) const;
+  // A scratch buffer of at least `bytes`, reused across collectives (so large collectives do not
+  // page-fault fresh memory each call). Slot 0 and 1 are independent buffers.
+  char* scratch(size_t bytes, int slot = 0);
+
+  // Abort: any thread may call request_abort(); waits then fail with DistError. close_all() tears the
+  // links down and is called by the owning thread.
+  void request_abort() { closed_.store(true); }
+  void close_all();
+  bool closed() const { return closed_.load(); }
+
+ private:
+  [[noreturn]] void fail(int peer, const std::string& why);
+  bool progress_once();
+
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::deque<Request> requests_;
+  std::string context_ = "collective";
+  Clock::time_point deadline_ = Clock::time_point::max();
+  std::string (*probe_)(void*) = nullptr;
+  void* probe_arg_ = nullptr;
+  std::atomic<bool> closed_{false};
+  std::vector<char> scratch_[2];
+};
+
+}  // namespace loom::dist

@@ -1,0 +1,310 @@
+// ProcessGroup: ordering, execution (inline or on the worker), contract checks, the flight recorder
+// and failure handling. The collectives themselves are in collectives.cpp.
+#include "dist/process_group_impl.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <thread>
+
+#include "loom/error.h"
+
+namespace loom::dist {
+
+Work::~Work() = default;
+
+bool WorkImpl::wait(Duration timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (timeout == Duration::max()) {
+    cv_.wait(lk, [&] { return done_; });
+  } else if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
+    return false;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool WorkImpl::is_completed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return done_;
+}
+
+std::exception_ptr WorkImpl::exception() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return error_;
+}
+
+void WorkImpl::finish(std::exception_ptr e) {
+  std::lock_guard<std::mutex> g(mu_);
+  done_ = true;
+  error_ = std::move(e);
+  cv_.notify_all();
+}
+
+namespace {
+
+int env_flag_detail() {
+  const char* v = std::getenv("LOOM_DIST_DEBUG");
+  if (!v || !*v) return 0;
+  std::string s(v);
+  if (s == "detail" || s == "DETAIL") return 1;
+  if (s == "off" || s == "OFF" || s == "0") return 0;
+  throw ValueError(detail::str_cat("[dist] LOOM_DIST_DEBUG=", s, " must be 'detail' or 'off'"));
+}
+
+// Reads the group's published root cause without blocking on a store that may be gone.
+std::string probe_root_cause(void* arg) {
+  auto store = static_cast<ProcessGroup::Impl*>(arg)->store;
+  auto p = std::make_shared<std::promise<std::string>>();
+  auto fut = p->get_future();
+  std::thread([store, p] {
+    try {
+      p->set_value(store->check({"error"}) ? store->get("error") : std::string());
+    } catch (...) {
+      p->set_value(std::string());
+    }
+  }).detach();
+  if (fut.wait_for(std::chrono::milliseconds(300)) != std::future_status::ready) return {};
+  std::string cause = fut.get();
+  return cause.empty() ? cause : "first failure in the group: " + cause;
+}
+
+}  // namespace
+
+std::string flight_dir() {
+  if (const char* d = std::getenv("LOOM_FLIGHT_DIR"); d && *d) return d;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp && *tmp ? tmp : "/tmp";
+  const char* run = std::getenv("LOOM_RUN_ID");
+  return base + "/loom-flight-" + (run && *run ? run : std::to_string(::getuid()));
+}
+
+ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, ProcessGroupOptions o)
+    : root_store(std::move(root)), rank(rank_), size(size_), name(o.name), opts(std::move(o)),
+      flight(static_cast<size_t>(opts.flight_entries)) {}
+
+ProcessGroup::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> g(q_mu);
+    stopping = true;
+  }
+  q_cv.notify_all();
+  if (worker.joinable()) worker.join();
+  if (comm) comm->close_all();
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   ProcessGroupOptions options) {
+  LOOM_CHECK(store != nullptr, "[dist] ProcessGroup::create: no store");
+  LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
+             " is not in [0, ", size, ")");
+  if (const char* e = std::getenv("LOOM_FLIGHT_ENTRIES"); e && *e) options.flight_entries = std::atoi(e);
+  auto impl = std::make_unique<Impl>(store, rank, size, options);
+  impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
+  impl->store->set_timeout(options.timeout);
+  impl->detail = options.debug_detail >= 0 ? options.debug_detail == 1 : env_flag_detail() == 1;
+  std::string algo = options.algo;
+  if (algo.empty()) {
+    const char* a = std::getenv("LOOM_ALGO");
+    algo = a && *a ? a : "auto";
+  }
+  impl->algo = parse_algo(algo);
+  TransportOptions to = transport_options_from_env();
+  if (!options.transport.empty()) to.transport = options.transport;
+  if (options.tcp_channels > 0) to.tcp_channels = options.tcp_channels;
+  to.deadline = Clock::now() + options.timeout;
+  auto links = connect_links(*impl->store, rank, size, to, &impl->transport_desc);
+  impl->comm = std::make_unique<Comm>(rank, size, std::move(links));
+  impl->comm->set_failure_probe(&probe_root_cause, impl.get());
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::size() const { return impl_->size; }
+const std::string& ProcessGroup::name() const { return impl_->name; }
+
+uint64_t ProcessGroup::sequence_number() const {
+  std::lock_guard<std::mutex> g(impl_->submit_mu);
+  return impl_->next_seq;
+}
+
+std::string ProcessGroup::describe() const {
+  std::lock_guard<std::mutex> g(impl_->exec_mu);
+  std::string s = "group '" + impl_->name + "' rank " + std::to_string(impl_->rank) + "/" +
+                  std::to_string(impl_->size) + ": " + impl_->transport_desc;
+  if (!impl_->last_algo.empty()) s += "; last allreduce: " + impl_->last_algo;
+  return s;
+}
+
+void ProcessGroup::abort() {
+  impl_->comm->request_abort();
+  // Close the links now unless a collective is running: that one sees the flag, fails and closes.
+  if (impl_->exec_mu.try_lock()) {
+    impl_->broken = true;
+    if (impl_->broken_reason.empty()) impl_->broken_reason = "abort() was called";
+    impl_->comm->close_all();
+    impl_->exec_mu.unlock();
+  }
+  std::lock_guard<std::mutex> g(impl_->q_mu);
+  impl_->stopping = true;
+  impl_->q_cv.notify_all();
+}
+
+std::string ProcessGroup::flight_record_json() const {
+  return impl_->flight.json(impl_->name, impl_->rank, impl_->size);
+}
+
+std::string ProcessGroup::dump_flight_record(const std::string& dir) const {
+  return impl_->dump_flight(dir);
+}
+
+// ---- execution ----
+
+void ProcessGroup::Impl::worker_loop() {
+  for (;;) {
+    std::shared_ptr<WorkImpl> w;
+    {
+      std::unique_lock<std::mutex> lk(q_mu);
+      q_cv.wait(lk, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      w = queue.front();
+      queue.pop_front();
+      inflight = true;
+    }
+    try {
+      std::lock_guard<std::mutex> g(exec_mu);
+      w->run();
+      w->finish(nullptr);
+    } catch (...) {
+      w->finish(std::current_exception());
+    }
+    {
+      std::lock_guard<std::mutex> g(q_mu);
+      inflight = false;
+    }
+    q_cv.notify_all();
+  }
+}
+
+std::shared_ptr<Work> ProcessGroup::Impl::submit(Fingerprint fp, bool p2p, Body body, bool async) {
+  if (comm->closed()) {
+    std::lock_guard<std::mutex> g(exec_mu);
+    throw DistError(detail::str_cat("[dist] ", dist::describe(fp), " in group '", name, "': ",
+                                    broken ? "the group failed earlier: " + broken_reason
+                                           : std::string("the group was aborted")));
+  }
+  std::unique_lock<std::mutex> sl(submit_mu);
+  fp.seq = p2p ? p2p_seq++ : next_seq++;
+  uint64_t ticket = flight.scheduled(fp);
+  auto w = std::make_shared<WorkImpl>(fp.seq);
+  w->run = [this, fp, p2p, ticket, body = std::move(body)] { execute(fp, p2p, ticket, body); };
+  bool busy;
+  {
+    std::lock_guard<std::mutex> g(q_mu);
+    busy = !queue.empty() || inflight;
+    if (async || busy) {
+      queue.push_back(w);
+      if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+    }
+  }
+  if (async || busy) {
+    q_cv.notify_all();
+    sl.unlock();
+    if (!async) w->wait();
+    return w;
+  }
+  std::unique_lock<std::mutex> el(exec_mu);
+  sl.unlock();
+  try {
+    w->run();
+    w->finish(nullptr);
+  } catch (...) {
+    w->finish(std::current_exception());
+    throw;
+  }
+  return w;
+}
+
+void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticket, const Body& body) {
+  std::string what = detail::str_cat(dist::describe(fp), " #", fp.seq, " in group '", name, "'");
+  if (broken) {
+    flight.failed(ticket, "group already failed");
+    throw DistError(detail::str_cat("[dist] ", what, ": the group failed earlier: ", broken_reason));
+  }
+  comm->reset();
+  comm->set_context(what, Clock::now() + opts.timeout);
+  flight.started(ticket);
+  bool contract_error = false;
+  try {
+    if (detail && !p2p && size > 1) {
+      std::vector<Fingerprint> all(static_cast<size_t>(size));
+      all[static_cast<size_t>(rank)] = fp;
+      allgather_ring(*comm, all.data(), std::vector<size_t>(static_cast<size_t>(size), sizeof(Fingerprint)));
+      comm->wait_all();
+      comm->reset();
+      std::string msg = contract_mismatch(name, all);
+      if (!msg.empty()) {
+        contract_error = true;
+        throw DistError(msg);
+      }
+    }
+    current_algo.clear();
+    body(*comm);
+    comm->wait_all();
+    flight.completed(ticket);
+    if (!current_algo.empty()) last_algo = current_algo;
+  } catch (const Error& e) {
+    flight.failed(ticket, e.what());
+    if (contract_error) throw;
+    fail(e.what());
+    std::string path = dump_flight(flight_dir());
+    if (path.empty()) throw;
+    std::string msg = std::string(e.what()) + " [flight record: " + path + "]";
+    if (dynamic_cast<const DistError*>(&e) || dynamic_cast<const TimeoutError*>(&e)) throw DistError(msg);
+    throw;
+  }
+}
+
+void ProcessGroup::Impl::fail(const std::string& why) {
+  broken = true;
+  broken_reason = why;
+  // Publish the first failure so that ranks that only see a closed link can name the cause.
+  auto s = store;
+  std::string msg = detail::str_cat("rank ", rank, ": ", why);
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  std::thread([s, msg, done] {
+    try {
+      s->compare_set("error", "", msg);
+    } catch (...) {
+    }
+    done->set_value();
+  }).detach();
+  fut.wait_for(std::chrono::milliseconds(300));
+  comm->close_all();
+}
+
+std::string ProcessGroup::Impl::dump_flight(const std::string& dir) const {
+  try {
+    ::mkdir(dir.c_str(), 0755);
+    std::string safe = name;
+    for (char& c : safe) {
+      if (c == '/' || c == ' ') c = '_';
+    }
+    std::string path = dir + "/flight-" + safe + "-rank" + std::to_string(rank) + ".json";
+    std::ofstream f(path, std::ios::trunc);
+    f << flight.json(name, rank, size);
+    return f ? path : std::string();
+  } catch (...) {
+    return {};
+  }
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,179 @@
+// Allreduce algorithms (ring, tree, double binary tree, recursive halving-doubling) on in-process
+// groups of 1..8 ranks: every dtype and op against a reference computed in the test, counts 0, 1,
+// odd, not divisible by the world size, and large enough for many pipeline pieces. Every rank must
+// also end with the same bits.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dist/algorithms.h"
+#include "dist/local_ranks.h"
+#include "dist/reduce_reference.h"
+#include "loom/config.h"
+#include "loom/error.h"
+#include "test_errors.h"
+
+namespace loom::dist {
+namespace {
+
+using loom::testing::check_reduced;
+using loom::testing::ChunkBytes;
+using loom::testing::make_input;
+using loom::testing::op_label;
+using loom::testing::run_ranks;
+
+struct Case {
+  DType dt;
+  ReduceOp op;
+  size_t count;
+};
+
+using AllreduceFn = void (*)(Comm&, void*, size_t, DType, ReduceOp);
+
+AllreduceFn algorithm(Algo a) {
+  switch (a) {
+    case Algo::kRing:
+      return allreduce_ring;
+    case Algo::kTree:
+      return allreduce_tree;
+    case Algo::kDbt:
+      return allreduce_dbt;
+    case Algo::kRhd:
+      return allreduce_rhd;
+    case Algo::kAuto:
+      break;
+  }
+  return nullptr;
+}
+
+// Runs every case on one group (one thread per rank for all of them) and checks the results.
+void run_cases(int size, const std::vector<Case>& cases,
+               const std::function<void(Comm&, void*, const Case&)>& call) {
+  std::vector<std::vector<std::vector<char>>> got(cases.size(),
+                                                  std::vector<std::vector<char>>(size));
+  run_ranks(size, [&](Comm& c) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& cs = cases[k];
+      std::vector<char> buf = make_input(cs.dt, c.rank(), cs.count, cs.op);
+      c.reset();
+      call(c, buf.data(), cs);
+      got[k][static_cast<size_t>(c.rank())] = std::move(buf);
+    }
+  });
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Case& cs = cases[k];
+    for (int r = 0; r < size; ++r) {
+      const std::vector<char>& g = got[k][static_cast<size_t>(r)];
+      EXPECT_EQ(check_reduced(cs.dt, g.data(), size, cs.count, cs.op), "")
+          << dtype_name(cs.dt) << " " << op_label(cs.op) << " count " << cs.count << " rank " << r
+          << " of " << size;
+      EXPECT_TRUE(g == got[k][0]) << "ranks 0 and " << r << " disagree: " << dtype_name(cs.dt)
+                                  << " " << op_label(cs.op) << " count " << cs.count;
+    }
+  }
+}
+
+std::vector<Case> small_cases(int size) {
+  std::vector<Case> cases;
+  const ReduceOp all_ops[] = {ReduceOp::SUM, ReduceOp::PROD, ReduceOp::MIN, ReduceOp::MAX};
+  for (size_t count :
+       {size_t{0}, size_t{1}, size_t{7}, static_cast<size_t>(size) * 3 + 1, size_t{1001}}) {
+    for (DType dt : {kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBool}) {
+      for (ReduceOp op : all_ops) cases.push_back({dt, op, count});
+    }
+    for (DType dt : {kFloat16, kBFloat16}) {
+      for (ReduceOp op : {ReduceOp::MIN, ReduceOp::MAX}) cases.push_back({dt, op, count});
+    }
+  }
+  return cases;
+}
+
+class AllreduceTest : public ::testing::TestWithParam<std::tuple<Algo, int>> {};
+
+TEST_P(AllreduceTest, EveryDtypeOpAndSmallCount) {
+  auto [algo, size] = GetParam();
+  ChunkBytes chunk(64);  // 1001 elements make 63..126 pieces
+  AllreduceFn fn = algorithm(algo);
+  run_cases(size, small_cases(size),
+            [&](Comm& c, void* p, const Case& cs) { fn(c, p, cs.count, cs.dt, cs.op); });
+}
+
+TEST_P(AllreduceTest, LargeCountInManyPieces) {
+  auto [algo, size] = GetParam();
+  ChunkBytes chunk(4096);
+  AllreduceFn fn = algorithm(algo);
+  const size_t n = 100003;
+  run_cases(
+      size,
+      {{kFloat32, ReduceOp::SUM, n}, {kFloat32, ReduceOp::MAX, n}, {kInt64, ReduceOp::SUM, n}},
+      [&](Comm& c, void* p, const Case& cs) { fn(c, p, cs.count, cs.dt, cs.op); });
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
+                         ::testing::Combine(::testing::Values(Algo::kRing, Algo::kTree, Algo::kDbt,
+                                                              Algo::kRhd),
+                                            ::testing::Range(1, 9)),
+                         [](const ::testing::TestParamInfo<AllreduceTest::ParamType>& info) {
+                           return std::string(algo_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+TEST(AllreduceSelect, ThresholdsAndReasons) {
+  std::string why;
+  EXPECT_EQ(choose_allreduce(1 << 20, 2, Algo::kAuto, &why), Algo::kRing);
+  EXPECT_CONTAINS(why, "ring");
+  EXPECT_EQ(choose_allreduce(1024, 8, Algo::kAuto, &why), Algo::kRhd);
+  EXPECT_CONTAINS(why, "latency-bound");
+  EXPECT_EQ(choose_allreduce(64 << 10, 8, Algo::kAuto, &why), Algo::kRing);
+  EXPECT_CONTAINS(why, "bandwidth-bound");
+  EXPECT_EQ(choose_allreduce(16, 5, Algo::kDbt, &why), Algo::kDbt);
+  EXPECT_CONTAINS(why, "forced");
+  EXPECT_EQ(choose_allreduce(16, 5, Algo::kTree), Algo::kTree);
+}
+
+TEST(AllreduceSelect, ParsesNames) {
+  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kTree, Algo::kDbt, Algo::kRhd}) {
+    EXPECT_EQ(parse_algo(algo_name(a)), a);
+  }
+  std::string msg = loom::testing::error_of<ValueError>([] { parse_algo("butterfly"); });
+  EXPECT_CONTAINS(msg, "[dist] unknown allreduce algorithm 'butterfly'");
+}
+
+TEST(AllreduceSelect, ChunkBytesFromConfig) {
+  {
+    ChunkBytes chunk(1000);
+    EXPECT_EQ(pipeline_chunk_bytes(), 1000u);
+  }
+  {
+    ChunkBytes chunk(1);  // kept at a floor
+    EXPECT_GE(pipeline_chunk_bytes(), 8u);
+  }
+  EXPECT_GE(pipeline_chunk_bytes(), 64u << 10);  // the default
+  config::set("LOOM_DIST_CHUNK_BYTES", "-5");
+  EXPECT_THROW(pipeline_chunk_bytes(), ValueError);
+  config::set("LOOM_DIST_CHUNK_BYTES", "");
+}
+
+TEST(AllreduceSelect, DispatchHonoursLoomAlgo) {
+  ChunkBytes chunk(64);
+  for (const char* name : {"", "ring", "tree", "dbt", "rhd"}) {
+    config::set("LOOM_ALGO", name);
+    run_cases(5, {{kFloat32, ReduceOp::SUM, 300}, {kInt32, ReduceOp::MAX, 17}},
+              [](Comm& c, void* p, const Case& cs) {
+                allreduce(c, Algo::kAuto, p, cs.count, cs.dt, cs.op);
+              });
+  }
+  config::set("LOOM_ALGO", "nope");
+  std::vector<char> one(4);
+  std::string msg = loom::testing::error_of<ValueError>([&] {
+    run_ranks(1,
+              [&](Comm& c) { allreduce(c, Algo::kAuto, one.data(), 1, kFloat32, ReduceOp::SUM); });
+  });
+  EXPECT_CONTAINS(msg, "unknown allreduce algorithm 'nope'");
+  config::set("LOOM_ALGO", "");
+}
+
+}  // namespace
+}  // namespace loom::dist
