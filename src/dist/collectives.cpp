@@ -146,9 +146,8 @@ WorkPtr ProcessGroup::allreduce(Tensor& tensor, ReduceOp op, CollectiveOptions o
   Tensor t = tensor;
   return im->submit(fp, false, [im, t, op](Comm& c) {
     Buffer b(t, work_dtype(t.dtype(), op));
-    std::string why;
-    Algo a = choose_allreduce(b.bytes(), c.size(), im->algo, &why);
-    im->current_algo = std::string(algo_name(a)) + " (" + why + ")";
+    Algo a = choose_allreduce(b.bytes(), c.size(), im->algo);
+    im->note_allreduce(a, b.bytes());
     dist::allreduce(c, a, b.data(), b.count(), b.dt, algo_op(op));
     c.wait_all();
     if (op == ReduceOp::AVG) divide(b.data(), b.count(), b.dt, c.size());
@@ -178,9 +177,8 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp
       read_into(t, buf + off, wdt);
       off += static_cast<size_t>(t.numel()) * es;
     }
-    std::string why;
-    Algo a = choose_allreduce(total * es, c.size(), im->algo, &why);
-    im->current_algo = std::string(algo_name(a)) + " (" + why + ")";
+    Algo a = choose_allreduce(total * es, c.size(), im->algo);
+    im->note_allreduce(a, total * es);
     dist::allreduce(c, a, buf, total, wdt, algo_op(op));
     c.wait_all();
     if (op == ReduceOp::AVG) divide(buf, total, wdt, c.size());

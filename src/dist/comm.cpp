@@ -43,7 +43,7 @@ Request* Comm::irecv(int peer, void* data, size_t bytes) {
 }
 
 void Comm::fail(int peer, const std::string& why) {
-  std::string msg = detail::str_cat("[dist] ", context_, ": rank ", rank_, " lost rank ", peer, ": ", why);
+  std::string msg = detail::str_cat("[dist] ", context(), ": rank ", rank_, " lost rank ", peer, ": ", why);
   if (probe_) {
     std::string cause = probe_(probe_arg_);
     if (!cause.empty()) msg += " (" + cause + ")";
@@ -112,6 +112,13 @@ void Comm::reset() { requests_.clear(); }
 
 void Comm::set_context(std::string what, Clock::time_point deadline) {
   context_ = std::move(what);
+  describe_ = nullptr;
+  deadline_ = deadline;
+}
+
+void Comm::set_context(std::string (*describe)(const void*), const void* arg, Clock::time_point deadline) {
+  describe_ = describe;
+  describe_arg_ = arg;
   deadline_ = deadline;
 }
 

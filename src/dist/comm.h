@@ -87,9 +87,12 @@ class LOOM_API Comm {
 
   // Forgets completed requests; called between collectives.
   void reset();
-  // What is running, for error messages ("allreduce #7 in group 'world'"), and its deadline.
+  // What is running, for error messages ("allreduce #7 in group 'world'"), and its deadline. The
+  // second form formats the text only when an error needs it (describe(arg)), so the hot path of a
+  // small collective builds no strings.
   void set_context(std::string what, Clock::time_point deadline);
-  const std::string& context() const { return context_; }
+  void set_context(std::string (*describe)(const void*), const void* arg, Clock::time_point deadline);
+  std::string context() const { return describe_ ? describe_(describe_arg_) : context_; }
   // Text appended to link-failure errors (e.g. the root cause another rank published).
   void set_failure_probe(std::string (*probe)(void*), void* arg) {
     probe_ = probe;
@@ -117,6 +120,8 @@ class LOOM_API Comm {
   std::vector<std::unique_ptr<Link>> links_;
   std::deque<Request> requests_;
   std::string context_ = "collective";
+  std::string (*describe_)(const void*) = nullptr;
+  const void* describe_arg_ = nullptr;
   Clock::time_point deadline_ = Clock::time_point::max();
   std::string (*probe_)(void*) = nullptr;
   void* probe_arg_ = nullptr;

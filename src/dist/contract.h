@@ -17,6 +17,7 @@
 #include "loom/array_ref.h"
 #include "loom/dist/reduce_op.h"
 #include "loom/dtype.h"
+#include "loom/export.h"
 
 namespace loom::dist {
 
@@ -34,7 +35,7 @@ enum class CollKind : uint8_t {
   kRecv,
   kSplit,
 };
-const char* coll_name(CollKind k);
+LOOM_API const char* coll_name(CollKind k);
 
 struct Fingerprint {
   uint64_t group_hash = 0;
@@ -50,16 +51,16 @@ struct Fingerprint {
 };
 static_assert(sizeof(Fingerprint) == 72);
 
-uint64_t hash_string(const std::string& s);
-Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype, IntArrayRef sizes,
+LOOM_API uint64_t hash_string(const std::string& s);
+LOOM_API Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype, IntArrayRef sizes,
                              uint64_t count, int root, int reduce_op);
 // "allreduce(float32[1024], sum)" etc.
-std::string describe(const Fingerprint& f);
+LOOM_API std::string describe(const Fingerprint& f);
 // Empty when every rank's fingerprint matches rank 0's; else a message naming the sequence number,
 // the groups of ranks that agree, and each field that differs.
-std::string contract_mismatch(const std::string& group, const std::vector<Fingerprint>& all);
+LOOM_API std::string contract_mismatch(const std::string& group, const std::vector<Fingerprint>& all);
 
-class FlightRecorder {
+class LOOM_API FlightRecorder {
  public:
   enum State : uint8_t { kScheduled = 0, kStarted, kCompleted, kFailed };
   struct Entry {
@@ -91,11 +92,11 @@ class FlightRecorder {
   std::vector<Entry> ring_;  // ring_[ticket % capacity]
 };
 
-const char* flight_state_name(FlightRecorder::State s);
+LOOM_API const char* flight_state_name(FlightRecorder::State s);
 
 // Reads every flight-*.json file under dir and explains, per group, which rank did not join which
 // collective, which collectives disagree, and where each rank stopped. DataError on a malformed file
 // (naming it and the line).
-std::string analyze_flight_records(const std::string& dir);
+LOOM_API std::string analyze_flight_records(const std::string& dir);
 
 }  // namespace loom::dist

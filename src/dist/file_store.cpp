@@ -4,7 +4,8 @@
 // The file is an append-only log:
 //
 //   "LOOMFS1\n"                       8-byte header, written by whoever finds the file empty
-//   record*                           u8 kind ('S' set, 'D' delete), u32 key length, u32 value length
+//   record*                           u8 kind ('S' set, 'D' delete), u32 key length, u32 value
+//   length
 //                                     (0 for 'D'), key bytes, value bytes; lengths little-endian
 //
 // Every operation takes flock(LOCK_EX) on the file, replays the records appended since this process
@@ -12,8 +13,8 @@
 // record with one write(). A process mutex serialises threads, since flock locks belong to the open
 // file description that the threads share. After fork() the child reopens the file, so parent and
 // child hold separate descriptions and exclude each other. Waits poll with short sleeps. A record
-// that does not parse (a writer died mid-write, or the file is not a store) is a DataError naming the
-// file and the record's offset; the log is never rewritten.
+// that does not parse (a writer died mid-write, or the file is not a store) is a DataError naming
+// the file and the record's offset; the log is never rewritten.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -42,11 +43,14 @@ void put_u32(std::string& out, uint32_t v) {
 
 uint32_t get_u32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 // Holds flock(LOCK_EX) for its lifetime.
 class FileLock {
@@ -152,7 +156,8 @@ struct FileStore::State {
       const uint32_t klen = get_u32(&buf[pos + 1]);
       const uint32_t vlen = get_u32(&buf[pos + 5]);
       if (kind != 'S' && kind != 'D') {
-        corrupt(path, at, "unknown record kind " + std::to_string(static_cast<unsigned char>(kind)));
+        corrupt(path, at,
+                "unknown record kind " + std::to_string(static_cast<unsigned char>(kind)));
       }
       if (kind == 'D' && vlen != 0) corrupt(path, at, "delete record with a value");
       if (static_cast<uint64_t>(klen) + vlen > left - kRecordHeader) {
@@ -218,7 +223,8 @@ struct FileStore::State {
   }
 };
 
-FileStore::FileStore(std::string path) : path_(std::move(path)), state_(std::make_unique<State>(path_)) {
+FileStore::FileStore(std::string path)
+    : path_(std::move(path)), state_(std::make_unique<State>(path_)) {
   LOOM_CHECK(!path_.empty(), "[store] FileStore needs a file path");
   state_->with_log([] { return 0; });  // creates the file, checks its header
 }
@@ -247,7 +253,8 @@ std::string FileStore::get(const std::string& key) {
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   return state_->with_log([&] {
     auto it = state_->map.find(key);
-    const int64_t v = (it == state_->map.end() ? 0 : detail::parse_counter(key, it->second)) + delta;
+    const int64_t v =
+        (it == state_->map.end() ? 0 : detail::parse_counter(key, it->second)) + delta;
     state_->append('S', key, std::to_string(v));
     return v;
   });

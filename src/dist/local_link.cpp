@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -14,25 +15,37 @@
 namespace loom::dist {
 namespace {
 
-// Messages from one rank to another, in sending order. `ready` is an eventfd the sender bumps
-// after each message, so a receiver blocked in Comm::wait's poll() wakes at once instead of
-// sleeping (tests run up to 8 rank threads on 2 cores).
+// Messages from one rank to another, in sending order. `ready` is a semaphore eventfd whose count
+// equals the number of queued messages (both change under `mu`), so it is readable exactly while a
+// message waits: a receiver blocked in Comm::wait's poll() wakes at once instead of sleeping, which
+// matters when tests run 8 rank threads on 2 cores. `size` lets the spinning receiver look without
+// the lock or a system call.
 struct Queue {
-  Queue() : ready(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  Queue() : ready(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC | EFD_SEMAPHORE)) {}
   ~Queue() {
     if (ready >= 0) ::close(ready);
   }
-  void notify() const {
+  Queue(const Queue&) = delete;
+  Queue& operator=(const Queue&) = delete;
+
+  // Both with `mu` held.
+  void push(const char* data, size_t bytes) {
+    messages.emplace_back(data, data + bytes);
+    size.fetch_add(1, std::memory_order_release);
     uint64_t one = 1;
     if (ready >= 0) (void)!::write(ready, &one, sizeof one);
   }
-  void clear_notification() const {
-    uint64_t n;
-    if (ready >= 0) (void)!::read(ready, &n, sizeof n);
+  void pop() {
+    messages.pop_front();
+    size.fetch_sub(1, std::memory_order_relaxed);
+    uint64_t one;
+    if (ready >= 0) (void)!::read(ready, &one, sizeof one);
   }
+
   std::mutex mu;
   std::deque<std::vector<char>> messages;  // GUARDED_BY(mu)
-  bool closed = false;                     // GUARDED_BY(mu): either end closed its link
+  std::atomic<size_t> size{0};
+  std::atomic<bool> closed{false};  // either end closed its link
   const int ready;
 };
 
@@ -59,19 +72,14 @@ class LocalLink : public Link {
       recvs_.push_back(r);
       return;
     }
-    {
-      std::lock_guard<std::mutex> lock(out_.mu);
-      if (!out_.closed && !closed_) {
-        out_.messages.emplace_back(r->data, r->data + r->bytes);
-        r->done = r->bytes;
-        r->complete = true;
-      }
-    }
-    if (r->complete) {
-      out_.notify();
+    std::lock_guard<std::mutex> lock(out_.mu);
+    if (out_.closed || closed_) {
+      failed_send_ = true;  // reported by the next progress()
       return;
     }
-    failed_send_ = true;  // reported by the next progress()
+    out_.push(r->data, r->bytes);
+    r->done = r->bytes;
+    r->complete = true;
   }
 
   bool progress() override {
@@ -80,9 +88,12 @@ class LocalLink : public Link {
       throw DistError(detail::str_cat("rank ", peer_, " closed its local link; rank ", rank_,
                                       " cannot send to it"));
     }
+    if (recvs_.empty()) return false;
+    if (in_.size.load(std::memory_order_acquire) == 0) {
+      if (in_.closed) throw DistError(detail::str_cat("rank ", peer_, " closed its local link"));
+      return false;
+    }
     bool moved = false;
-    // Cleared before looking, so a message queued after the look wakes the next poll().
-    in_.clear_notification();
     std::lock_guard<std::mutex> lock(in_.mu);
     while (!recvs_.empty() && !in_.messages.empty()) {
       Request* r = recvs_.front();
@@ -94,19 +105,17 @@ class LocalLink : public Link {
       if (!m.empty()) std::memcpy(r->data, m.data(), m.size());
       r->done = r->bytes;
       r->complete = true;
-      in_.messages.pop_front();
+      in_.pop();
       recvs_.pop_front();
       moved = true;
-    }
-    if (!recvs_.empty() && in_.closed) {
-      throw DistError(detail::str_cat("rank ", peer_, " closed its local link"));
     }
     return moved;
   }
 
   bool has_pending() const override { return !recvs_.empty() || failed_send_; }
   bool add_poll_fds(std::vector<pollfd>& out) const override {
-    if (failed_send_ || in_.ready < 0) return false;
+    // A closed queue is reported by progress(), which Comm calls often enough while polling.
+    if (failed_send_ || in_.ready < 0 || in_.closed) return false;
     out.push_back(pollfd{in_.ready, POLLIN, 0});
     return true;
   }
@@ -115,13 +124,8 @@ class LocalLink : public Link {
   void close() override {
     if (closed_) return;
     closed_ = true;
-    for (Queue* q : {&out_, &in_}) {
-      {
-        std::lock_guard<std::mutex> lock(q->mu);
-        q->closed = true;
-      }
-      q->notify();  // the peer's pending receives fail now rather than at its next poll timeout
-    }
+    out_.closed = true;
+    in_.closed = true;
   }
 
  private:

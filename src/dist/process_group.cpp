@@ -139,7 +139,12 @@ std::string ProcessGroup::describe() const {
   std::lock_guard<std::mutex> g(impl_->exec_mu);
   std::string s = "group '" + impl_->name + "' rank " + std::to_string(impl_->rank) + "/" +
                   std::to_string(impl_->size) + ": " + impl_->transport_desc;
-  if (!impl_->last_algo.empty()) s += "; last allreduce: " + impl_->last_algo;
+  if (impl_->last_algo != Algo::kAuto) {
+    std::string why;
+    choose_allreduce(impl_->last_algo_bytes, impl_->size, impl_->algo, &why);
+    s += "; last allreduce: " + std::string(algo_name(impl_->last_algo)) + " for " +
+         std::to_string(impl_->last_algo_bytes) + " bytes (" + why + ")";
+  }
   return s;
 }
 
@@ -233,13 +238,20 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(Fingerprint fp, bool p2p, Body 
 }
 
 void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticket, const Body& body) {
-  std::string what = detail::str_cat(dist::describe(fp), " #", fp.seq, " in group '", name, "'");
+  struct Ctx {
+    const Fingerprint* fp;
+    const std::string* group;
+  } ctx{&fp, &name};
+  auto what_of = [](const void* a) {
+    auto* c = static_cast<const Ctx*>(a);
+    return detail::str_cat(dist::describe(*c->fp), " #", c->fp->seq, " in group '", *c->group, "'");
+  };
   if (broken) {
     flight.failed(ticket, "group already failed");
-    throw DistError(detail::str_cat("[dist] ", what, ": the group failed earlier: ", broken_reason));
+    throw DistError(detail::str_cat("[dist] ", what_of(&ctx), ": the group failed earlier: ", broken_reason));
   }
   comm->reset();
-  comm->set_context(what, Clock::now() + opts.timeout);
+  comm->set_context(+what_of, &ctx, Clock::now() + opts.timeout);
   flight.started(ticket);
   bool contract_error = false;
   try {
@@ -255,11 +267,9 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
         throw DistError(msg);
       }
     }
-    current_algo.clear();
     body(*comm);
     comm->wait_all();
     flight.completed(ticket);
-    if (!current_algo.empty()) last_algo = current_algo;
   } catch (const Error& e) {
     flight.failed(ticket, e.what());
     if (contract_error) throw;

@@ -77,8 +77,13 @@ struct ProcessGroup::Impl {
   mutable std::mutex exec_mu;  // the one thread using comm; guards the fields below
   bool broken = false;
   std::string broken_reason;
-  std::string current_algo;
-  std::string last_algo;
+  // The last allreduce's algorithm and size; described in words only by describe().
+  Algo last_algo = Algo::kAuto;
+  size_t last_algo_bytes = 0;
+  void note_allreduce(Algo a, size_t bytes) {
+    last_algo = a;
+    last_algo_bytes = bytes;
+  }
 
   std::mutex q_mu;
   std::condition_variable q_cv;

@@ -22,7 +22,9 @@ struct Ranks {
   std::string source;
 };
 
-const char* env(const char* name) { return std::getenv(name); }
+const char* env(const char* name) {
+  return std::getenv(name);
+}
 
 int parse_int(const std::string& name, const std::string& value) {
   errno = 0;
@@ -35,7 +37,9 @@ int parse_int(const std::string& name, const std::string& value) {
   return static_cast<int>(v);
 }
 
-int env_int(const char* name) { return parse_int(name, env(name)); }
+int env_int(const char* name) {
+  return parse_int(name, env(name));
+}
 
 // "2(x3),1" -> 2: Slurm's tasks per node, first node.
 int first_count(const char* name, const std::string& value) {
@@ -168,7 +172,9 @@ std::string identity() {
   return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(rd());
 }
 
-std::string rank_key(int r) { return "rdzv/rank/" + std::to_string(r); }
+std::string rank_key(int r) {
+  return "rdzv/rank/" + std::to_string(r);
+}
 
 // Claims this rank's key, counts in, and waits for everyone.
 void register_rank(Store& store, const Ranks& r, Duration timeout, const std::string& via) {
@@ -247,10 +253,9 @@ RendezvousInfo rendezvous(const std::string& init_method, int rank, int world_si
     opt.timeout = timeout;
     base = std::make_shared<TCPStore>(opt);
   }
-  const std::string via =
-      is_env ? "env:// (" + r.source + ", " + info.master_addr + ":" +
-                   std::to_string(info.master_port) + ")"
-             : init;
+  const std::string via = is_env ? "env:// (" + r.source + ", " + info.master_addr + ":" +
+                                       std::to_string(info.master_port) + ")"
+                                 : init;
   register_rank(*base, r, timeout, via);
   info.store = std::make_shared<PrefixStore>("default_pg", base);
   return info;

@@ -15,7 +15,8 @@
 
 namespace loom::dist {
 
-// ---- helpers --------------------------------------------------------------------------------------
+// ---- helpers
+// --------------------------------------------------------------------------------------
 
 namespace detail {
 
@@ -95,7 +96,8 @@ Duration default_timeout() {
   return Duration(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000.0))));
 }
 
-// ---- Store ----------------------------------------------------------------------------------------
+// ---- Store
+// ----------------------------------------------------------------------------------------
 
 Store::~Store() = default;
 
@@ -106,13 +108,15 @@ std::vector<std::string> Store::multi_get(const std::vector<std::string>& keys) 
   return values;
 }
 
-void Store::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+void Store::multi_set(const std::vector<std::string>& keys,
+                      const std::vector<std::string>& values) {
   LOOM_CHECK(keys.size() == values.size(), "[store] multi_set: ", keys.size(), " keys but ",
              values.size(), " values");
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
 }
 
-// ---- HashStore ------------------------------------------------------------------------------------
+// ---- HashStore
+// ------------------------------------------------------------------------------------
 
 struct HashStore::State {
   std::mutex mu;
@@ -209,7 +213,8 @@ int64_t HashStore::num_keys() {
   return static_cast<int64_t>(state_->map.size());
 }
 
-// ---- PrefixStore ----------------------------------------------------------------------------------
+// ---- PrefixStore
+// ----------------------------------------------------------------------------------
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {
@@ -217,7 +222,9 @@ PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
   timeout_ = base_->timeout();
 }
 
-void PrefixStore::set(const std::string& k, const std::string& value) { base_->set(key(k), value); }
+void PrefixStore::set(const std::string& k, const std::string& value) {
+  base_->set(key(k), value);
+}
 
 std::string PrefixStore::get(const std::string& k) {
   // get() waits with the store's own timeout: honour this one when it was changed from the base's.
@@ -225,7 +232,9 @@ std::string PrefixStore::get(const std::string& k) {
   return base_->get(key(k));
 }
 
-int64_t PrefixStore::add(const std::string& k, int64_t delta) { return base_->add(key(k), delta); }
+int64_t PrefixStore::add(const std::string& k, int64_t delta) {
+  return base_->add(key(k), delta);
+}
 
 std::string PrefixStore::compare_set(const std::string& k, const std::string& expected,
                                      const std::string& desired) {
@@ -249,9 +258,13 @@ bool PrefixStore::check(const std::vector<std::string>& keys) {
   return base_->check(prefixed(prefix_, keys));
 }
 
-bool PrefixStore::delete_key(const std::string& k) { return base_->delete_key(key(k)); }
+bool PrefixStore::delete_key(const std::string& k) {
+  return base_->delete_key(key(k));
+}
 
-int64_t PrefixStore::num_keys() { return base_->num_keys(); }
+int64_t PrefixStore::num_keys() {
+  return base_->num_keys();
+}
 
 std::vector<std::string> PrefixStore::multi_get(const std::vector<std::string>& keys) {
   return base_->multi_get(prefixed(prefix_, keys));

@@ -13,8 +13,8 @@ namespace loom::dist::detail {
 
 // "5.0 s", "0.25 s": seconds with at least one decimal.
 std::string format_seconds(Duration d);
-// Bytes as text for messages: control and non-ASCII bytes as \xNN, cut after `max` bytes with "...".
-// (Exception messages are C strings, so a raw NUL would end them.)
+// Bytes as text for messages: control and non-ASCII bytes as \xNN, cut after `max` bytes with
+// "...". (Exception messages are C strings, so a raw NUL would end them.)
 std::string printable(const std::string& bytes, size_t max = 64);
 // "'a', 'b'" (printable; at most 8 keys, then "... (N more)").
 std::string quote_keys(const std::vector<std::string>& keys);

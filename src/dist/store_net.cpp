@@ -41,7 +41,8 @@ int ms_until(Clock::time_point deadline) {
   return left > INT_MAX ? INT_MAX : static_cast<int>(left);
 }
 
-int connect_once(const std::string& host, int port, Clock::time_point deadline, std::string* error) {
+int connect_once(const std::string& host, int port, Clock::time_point deadline,
+                 std::string* error) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -16,7 +16,8 @@ void put_u32(std::string& out, uint32_t v) {
 
 uint32_t get_u32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -34,24 +35,42 @@ bool is_reply(Op op) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kHello: return "hello";
-    case Op::kSet: return "set";
-    case Op::kGet: return "get";
-    case Op::kAdd: return "add";
-    case Op::kCompareSet: return "compare_set";
-    case Op::kWait: return "wait";
-    case Op::kCheck: return "check";
-    case Op::kDelete: return "delete_key";
-    case Op::kNumKeys: return "num_keys";
-    case Op::kMultiGet: return "multi_get";
-    case Op::kMultiSet: return "multi_set";
-    case Op::kPing: return "ping";
-    case Op::kOk: return "ok";
-    case Op::kValue: return "value";
-    case Op::kInt: return "int";
-    case Op::kBool: return "bool";
-    case Op::kTimeout: return "timeout";
-    case Op::kError: return "error";
+    case Op::kHello:
+      return "hello";
+    case Op::kSet:
+      return "set";
+    case Op::kGet:
+      return "get";
+    case Op::kAdd:
+      return "add";
+    case Op::kCompareSet:
+      return "compare_set";
+    case Op::kWait:
+      return "wait";
+    case Op::kCheck:
+      return "check";
+    case Op::kDelete:
+      return "delete_key";
+    case Op::kNumKeys:
+      return "num_keys";
+    case Op::kMultiGet:
+      return "multi_get";
+    case Op::kMultiSet:
+      return "multi_set";
+    case Op::kPing:
+      return "ping";
+    case Op::kOk:
+      return "ok";
+    case Op::kValue:
+      return "value";
+    case Op::kInt:
+      return "int";
+    case Op::kBool:
+      return "bool";
+    case Op::kTimeout:
+      return "timeout";
+    case Op::kError:
+      return "error";
   }
   static thread_local char buf[16];
   std::snprintf(buf, sizeof(buf), "op#%u", static_cast<unsigned>(op));
@@ -62,8 +81,9 @@ void encode(Op op, const std::vector<std::string_view>& fields, std::string& out
             size_t max_frame_bytes, std::string_view what) {
   size_t body = 1;
   for (const auto& f : fields) body += kLengthBytes + f.size();
-  LOOM_CHECK(body <= max_frame_bytes && body <= UINT32_MAX, "[store] ", what.empty() ? op_name(op) : what,
-             ": request of ", body, " bytes exceeds the frame limit of ", max_frame_bytes, " bytes");
+  LOOM_CHECK(body <= max_frame_bytes && body <= UINT32_MAX, "[store] ",
+             what.empty() ? op_name(op) : what, ": request of ", body,
+             " bytes exceeds the frame limit of ", max_frame_bytes, " bytes");
   out.reserve(out.size() + kLengthBytes + body);
   put_u32(out, static_cast<uint32_t>(body));
   out.push_back(static_cast<char>(op));
@@ -104,7 +124,8 @@ DecodeStatus decode(const char* buf, size_t size, size_t max_frame_bytes, Frame*
     const size_t index = frame->fields.size();
     if (left < kLengthBytes) {
       *error = std::string(op_name(op)) + " frame: field " + std::to_string(index) +
-               " has a truncated length (" + std::to_string(left) + " of 4 bytes left in the frame)";
+               " has a truncated length (" + std::to_string(left) +
+               " of 4 bytes left in the frame)";
       return DecodeStatus::kError;
     }
     const uint32_t n = get_u32(p);
@@ -134,7 +155,8 @@ std::string encode_int(int64_t v) {
 bool decode_int(std::string_view field, int64_t* v) {
   if (field.size() != 8) return false;
   uint64_t u = 0;
-  for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(static_cast<unsigned char>(field[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    u |= static_cast<uint64_t>(static_cast<unsigned char>(field[i])) << (8 * i);
   *v = static_cast<int64_t>(u);
   return true;
 }

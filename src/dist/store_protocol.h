@@ -7,10 +7,11 @@
 //   u8  opcode            an Op below
 //   field*                each: u32 length (little-endian) + that many bytes
 //
-// A frame carries a list of byte strings; integers travel as 8-byte little-endian fields. The number
-// of fields each opcode takes is fixed (or, for key lists, at least some minimum) and is checked by
-// the server after decoding. Decoding validates every length against the frame before touching the
-// bytes, so a malformed frame is reported as an error string and never read out of bounds.
+// A frame carries a list of byte strings; integers travel as 8-byte little-endian fields. The
+// number of fields each opcode takes is fixed (or, for key lists, at least some minimum) and is
+// checked by the server after decoding. Decoding validates every length against the frame before
+// touching the bytes, so a malformed frame is reported as an error string and never read out of
+// bounds.
 //
 // Requests (client -> server) and their replies:
 //   kHello     token                      -> kOk, or kError and close when the token is wrong
@@ -81,7 +82,8 @@ enum class DecodeStatus { kNeedMore, kFrame, kError };
 
 // Decodes the frame at the start of buf[0, size). kNeedMore: not all of it has arrived (a length
 // header above max_frame_bytes is already an error). kFrame: *frame is filled and *consumed is its
-// encoded size. kError: *error says why (opcode, field index, lengths); the stream cannot be resynced.
+// encoded size. kError: *error says why (opcode, field index, lengths); the stream cannot be
+// resynced.
 DecodeStatus decode(const char* buf, size_t size, size_t max_frame_bytes, Frame* frame,
                     size_t* consumed, std::string* error);
 

@@ -2,8 +2,8 @@
 //
 // Note [TCP store client]
 // Requests are serialised by a mutex: one frame out, one reply in. The connection is opened lazily
-// and re-opened after a failure with exponential backoff (10 ms doubling to 1 s, each sleep scaled by
-// a random factor in [0.5, 1.5) so that many ranks do not retry in lockstep) until the store's
+// and re-opened after a failure with exponential backoff (10 ms doubling to 1 s, each sleep scaled
+// by a random factor in [0.5, 1.5) so that many ranks do not retry in lockstep) until the store's
 // timeout, which also covers a server that starts after its clients. When a connection breaks
 // mid-request, idempotent requests (all but add) are sent again on a new connection; add is not,
 // since the server may already have applied it. Waiting requests carry their timeout to the server,
@@ -43,7 +43,9 @@ struct ConnectionLost {
 struct DeadlinePassed {};
 
 // How long the client waits past the server-side timeout of a waiting request.
-Duration grace(Duration timeout) { return std::max<Duration>(Duration(1000), timeout / 10); }
+Duration grace(Duration timeout) {
+  return std::max<Duration>(Duration(1000), timeout / 10);
+}
 
 }  // namespace
 
@@ -55,8 +57,8 @@ struct TCPStore::Impl {
   std::string where;  // "server 127.0.0.1:29500"
 
   std::mutex mu;
-  int fd = -1;         // GUARDED_BY(mu)
-  std::string in;      // GUARDED_BY(mu): bytes received and not yet decoded
+  int fd = -1;     // GUARDED_BY(mu)
+  std::string in;  // GUARDED_BY(mu): bytes received and not yet decoded
   std::mt19937_64 rng{std::random_device{}()};
 
   ~Impl() { drop(); }
@@ -173,11 +175,11 @@ struct TCPStore::Impl {
     std::string lost_reason;
     for (;;) {
       if (fd < 0) {
-        const auto deadline = reconnect_deadline == Clock::time_point{}
-                                  ? Clock::now() + timeout
-                                  : reconnect_deadline;
-        connect(timeout, deadline, lost_reason.empty() ? std::string()
-                                              : " (to retry " + what + " after: " + lost_reason + ")");
+        const auto deadline =
+            reconnect_deadline == Clock::time_point{} ? Clock::now() + timeout : reconnect_deadline;
+        connect(timeout, deadline,
+                lost_reason.empty() ? std::string()
+                                    : " (to retry " + what + " after: " + lost_reason + ")");
       }
       const auto deadline = Clock::now() + reply_timeout;
       bool sent = false;
@@ -244,8 +246,12 @@ TCPStore::TCPStore(TCPStoreOptions options) : impl_(std::make_unique<Impl>()) {
 
 TCPStore::~TCPStore() = default;
 
-const std::string& TCPStore::host() const { return impl_->opt.host; }
-int TCPStore::port() const { return impl_->port; }
+const std::string& TCPStore::host() const {
+  return impl_->opt.host;
+}
+int TCPStore::port() const {
+  return impl_->port;
+}
 
 void TCPStore::set(const std::string& key, const std::string& value) {
   impl_->call(Op::kSet, {key, value}, Impl::key_call("set", key), {key}, Duration(0), timeout_);
@@ -254,8 +260,8 @@ void TCPStore::set(const std::string& key, const std::string& value) {
 std::string TCPStore::get(const std::string& key) {
   auto r = impl_->call(Op::kGet, {proto::encode_int(timeout_.count()), key},
                        Impl::key_call("get", key), {key}, timeout_, timeout_);
-  LOOM_CHECK_AS(DistError, r.op == Op::kValue && r.fields.size() == 1, "[store] ",
-                impl_->where, " sent a malformed reply to get('", key, "')");
+  LOOM_CHECK_AS(DistError, r.op == Op::kValue && r.fields.size() == 1, "[store] ", impl_->where,
+                " sent a malformed reply to get('", key, "')");
   return std::move(r.fields[0]);
 }
 
@@ -263,7 +269,8 @@ int64_t TCPStore::add(const std::string& key, int64_t delta) {
   auto r = impl_->call(Op::kAdd, {key, proto::encode_int(delta)}, Impl::key_call("add", key), {key},
                        Duration(0), timeout_);
   int64_t v = 0;
-  LOOM_CHECK_AS(DistError, r.op == Op::kInt && r.fields.size() == 1 && proto::decode_int(r.fields[0], &v),
+  LOOM_CHECK_AS(DistError,
+                r.op == Op::kInt && r.fields.size() == 1 && proto::decode_int(r.fields[0], &v),
                 "[store] ", impl_->where, " sent a malformed reply to add('", key, "')");
   return v;
 }
@@ -297,7 +304,8 @@ bool TCPStore::check(const std::vector<std::string>& keys) {
 }
 
 bool TCPStore::delete_key(const std::string& key) {
-  auto r = impl_->call(Op::kDelete, {key}, Impl::key_call("delete_key", key), {key}, Duration(0), timeout_);
+  auto r = impl_->call(Op::kDelete, {key}, Impl::key_call("delete_key", key), {key}, Duration(0),
+                       timeout_);
   LOOM_CHECK_AS(DistError, r.op == Op::kBool && r.fields.size() == 1 && r.fields[0].size() == 1,
                 "[store] ", impl_->where, " sent a malformed reply to delete_key('", key, "')");
   return r.fields[0][0] != 0;
@@ -306,7 +314,8 @@ bool TCPStore::delete_key(const std::string& key) {
 int64_t TCPStore::num_keys() {
   auto r = impl_->call(Op::kNumKeys, {}, "num_keys()", {}, Duration(0), timeout_);
   int64_t v = 0;
-  LOOM_CHECK_AS(DistError, r.op == Op::kInt && r.fields.size() == 1 && proto::decode_int(r.fields[0], &v),
+  LOOM_CHECK_AS(DistError,
+                r.op == Op::kInt && r.fields.size() == 1 && proto::decode_int(r.fields[0], &v),
                 "[store] ", impl_->where, " sent a malformed reply to num_keys");
   return v;
 }
@@ -323,7 +332,8 @@ std::vector<std::string> TCPStore::multi_get(const std::vector<std::string>& key
   return std::move(r.fields);
 }
 
-void TCPStore::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+void TCPStore::multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values) {
   LOOM_CHECK(keys.size() == values.size(), "[store] multi_set: ", keys.size(), " keys but ",
              values.size(), " values");
   if (keys.empty()) return;

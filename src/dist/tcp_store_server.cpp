@@ -3,13 +3,14 @@
 // Note [TCP store server loop]
 // One background thread runs an epoll loop (level-triggered) over the listening socket, an eventfd
 // that stop() writes, and every client socket (non-blocking, with its own input and output buffer).
-// Frames (Note [TCP store frames]) are decoded as they arrive; a frame that is oversized or malformed,
-// or a first frame without the right token, closes that client only, with a line on stderr and a
-// counter. GET / WAIT / MULTI_GET on missing keys park the request: the waiter is registered under
-// one missing key at a time and re-examined when that key is set, and its deadline (the timeout the
-// client sent) sits in an ordered set that bounds epoll_wait. While a client's request is parked its
-// further frames are buffered, not served, so replies stay in order. All state below "loop thread
-// only" is touched by the loop thread alone; the counters are atomics read by stats().
+// Frames (Note [TCP store frames]) are decoded as they arrive; a frame that is oversized or
+// malformed, or a first frame without the right token, closes that client only, with a line on
+// stderr and a counter. GET / WAIT / MULTI_GET on missing keys park the request: the waiter is
+// registered under one missing key at a time and re-examined when that key is set, and its deadline
+// (the timeout the client sent) sits in an ordered set that bounds epoll_wait. While a client's
+// request is parked its further frames are buffered, not served, so replies stay in order. All
+// state below "loop thread only" is touched by the loop thread alone; the counters are atomics read
+// by stats().
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -102,7 +103,8 @@ struct TCPStoreServer::Impl {
   std::unordered_map<uint64_t, Waiter> waiters;
   std::unordered_map<std::string, std::vector<uint64_t>> waiters_by_key;
   std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
-  std::vector<uint64_t> resume;  // clients whose parked request completed: serve their buffered frames
+  std::vector<uint64_t>
+      resume;  // clients whose parked request completed: serve their buffered frames
   uint64_t next_id = 2;
   bool accept_paused = false;
   Clock::time_point accept_resume_at;
@@ -134,7 +136,8 @@ struct TCPStoreServer::Impl {
   int next_timeout_ms();
 };
 
-// ---- setup ----------------------------------------------------------------------------------------
+// ---- setup
+// ----------------------------------------------------------------------------------------
 
 void TCPStoreServer::Impl::bind_and_listen() {
   addrinfo hints{};
@@ -150,7 +153,8 @@ void TCPStoreServer::Impl::bind_and_listen() {
   }
   std::string error = "no address";
   for (addrinfo* ai = res; ai && listen_fd < 0; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
       error = std::strerror(errno);
       continue;
@@ -188,7 +192,8 @@ void TCPStoreServer::Impl::bind_and_listen() {
   ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
 }
 
-// ---- the loop -------------------------------------------------------------------------------------
+// ---- the loop
+// -------------------------------------------------------------------------------------
 
 int TCPStoreServer::Impl::next_timeout_ms() {
   Clock::time_point next = Clock::time_point::max();
@@ -366,7 +371,8 @@ void TCPStoreServer::Impl::process(uint64_t id) {
   }
 }
 
-// ---- requests -------------------------------------------------------------------------------------
+// ---- requests
+// -------------------------------------------------------------------------------------
 
 bool TCPStoreServer::Impl::handle(Client& c, proto::Frame& f) {
   const uint64_t id = c.id;
@@ -503,13 +509,15 @@ void TCPStoreServer::Impl::answer(Client& c, Op op, const std::vector<std::strin
   }
 }
 
-void TCPStoreServer::Impl::park(Client& c, Op op, std::vector<std::string> keys, int64_t timeout_ms) {
+void TCPStoreServer::Impl::park(Client& c, Op op, std::vector<std::string> keys,
+                                int64_t timeout_ms) {
   const uint64_t wid = next_id++;
   Waiter& w = waiters[wid];
   w.client = c.id;
   w.op = op;
   w.keys = std::move(keys);
-  w.deadline = Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(timeout_ms, 0, kMaxWaitMs));
+  w.deadline =
+      Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(timeout_ms, 0, kMaxWaitMs));
   for (const auto& k : w.keys) {
     if (!kv.count(k)) {
       w.registered_key = k;
@@ -576,7 +584,8 @@ void TCPStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
   resume.push_back(w.client);
 }
 
-// ---- output and closing ---------------------------------------------------------------------------
+// ---- output and closing
+// ---------------------------------------------------------------------------
 
 void TCPStoreServer::Impl::reply(Client& c, Op op, const std::vector<std::string_view>& fields) {
   try {
@@ -654,7 +663,8 @@ void TCPStoreServer::Impl::reject(uint64_t id, const std::string& reason, bool b
   close_client(id);
 }
 
-// ---- public API -----------------------------------------------------------------------------------
+// ---- public API
+// -----------------------------------------------------------------------------------
 
 TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
@@ -662,7 +672,8 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
   LOOM_CHECK(s.opt.port >= 0 && s.opt.port <= 65535, "[store] server port ", s.opt.port,
              " is out of range 0..65535");
   LOOM_CHECK(s.opt.max_frame_bytes >= 64 && s.opt.max_frame_bytes <= UINT32_MAX,
-             "[store] max_frame_bytes ", s.opt.max_frame_bytes, " is out of range 64..", UINT32_MAX);
+             "[store] max_frame_bytes ", s.opt.max_frame_bytes, " is out of range 64..",
+             UINT32_MAX);
   LOOM_CHECK(s.opt.max_clients >= 1, "[store] max_clients must be at least 1 but is ",
              s.opt.max_clients);
   s.token = s.opt.token;
@@ -674,10 +685,16 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
   s.thread = std::thread([this] { impl_->loop(); });
 }
 
-TCPStoreServer::~TCPStoreServer() { stop(); }
+TCPStoreServer::~TCPStoreServer() {
+  stop();
+}
 
-int TCPStoreServer::port() const { return impl_->port; }
-const std::string& TCPStoreServer::host() const { return impl_->opt.host; }
+int TCPStoreServer::port() const {
+  return impl_->port;
+}
+const std::string& TCPStoreServer::host() const {
+  return impl_->opt.host;
+}
 
 void TCPStoreServer::stop() {
   Impl& s = *impl_;

@@ -197,9 +197,9 @@ TEST(TCPStoreServerTest, ClientTimesOutWhenTheServerNeverAnswers) {
   std::thread mute([&] {
     int fd = ::accept(lfd, nullptr, nullptr);
     char buf[256];
-    ::recv(fd, buf, sizeof(buf), 0);              // the hello
+    ::recv(fd, buf, sizeof(buf), 0);                // the hello
     testing::raw_send(fd, testing::frame(64, {}));  // kOk
-    testing::raw_wait_closed(fd, 5000);           // swallow everything until the client leaves
+    testing::raw_wait_closed(fd, 5000);             // swallow everything until the client leaves
     ::close(fd);
   });
   {

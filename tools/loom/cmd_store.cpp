@@ -15,15 +15,16 @@ namespace {
 
 int check_server(const std::string& target, const Args& args) {
   const size_t colon = target.rfind(':');
-  LOOM_CHECK(colon != std::string::npos && colon > 0, "[loom store] --check expects HOST:PORT but got '",
-             target, "'");
+  LOOM_CHECK(colon != std::string::npos && colon > 0,
+             "[loom store] --check expects HOST:PORT but got '", target, "'");
   dist::TCPStoreOptions opt;
   opt.host = target.substr(0, colon);
-  if (opt.host.size() >= 2 && opt.host.front() == '[') opt.host = opt.host.substr(1, opt.host.size() - 2);
+  if (opt.host.size() >= 2 && opt.host.front() == '[')
+    opt.host = opt.host.substr(1, opt.host.size() - 2);
   char* end = nullptr;
   const long port = std::strtol(target.c_str() + colon + 1, &end, 10);
-  LOOM_CHECK(*end == '\0' && port > 0 && port <= 65535, "[loom store] --check: bad port in '", target,
-             "'");
+  LOOM_CHECK(*end == '\0' && port > 0 && port <= 65535, "[loom store] --check: bad port in '",
+             target, "'");
   opt.port = static_cast<int>(port);
   opt.token = args.get_or("token", "");
   const double seconds = std::strtod(args.get_or("timeout", "5").c_str(), nullptr);

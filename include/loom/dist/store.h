@@ -185,6 +185,10 @@ struct TCPStoreOptions {
   size_t max_frame_bytes = 64u << 20;
 };
 
+// One connection; requests from several threads take turns on it, so a get() blocked on a missing
+// key delays this client's other requests (the thread that sets the key needs its own TCPStore).
+// The constructor connects (retrying until options.timeout) and throws DistError if it cannot.
+// With is_server, the embedded server binds options.host:options.port.
 class LOOM_API TCPStore final : public Store {
  public:
   explicit TCPStore(TCPStoreOptions options);

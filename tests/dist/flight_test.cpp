@@ -1,0 +1,84 @@
+// The flight recorder and `loom dist-debug`'s analysis: a ring of the last N collectives; records
+// dumped by ranks that timed out name the rank that never joined; malformed records are DataErrors.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "dist/contract.h"
+#include "dist/multiprocess.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+#include "test_errors.h"
+
+namespace loom::dist {
+namespace {
+
+TEST(FlightRecorder, KeepsTheLastEntriesWithStates) {
+  FlightRecorder fr(3);
+  for (int i = 0; i < 5; ++i) {
+    Fingerprint f = make_fingerprint("g", CollKind::kAllreduce, kFloat32, {4}, 4, -1, 0);
+    f.seq = static_cast<uint64_t>(i);
+    uint64_t t = fr.scheduled(f);
+    if (i < 4) fr.started(t, "ring");
+    if (i < 3) fr.completed(t);
+  }
+  auto e = fr.entries();
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0].fp.seq, 2u);
+  EXPECT_EQ(e[0].state, FlightRecorder::kCompleted);
+  EXPECT_EQ(e[1].state, FlightRecorder::kStarted);
+  EXPECT_EQ(e[2].state, FlightRecorder::kScheduled);
+  std::string j = fr.json("g", 1, 2);
+  EXPECT_CONTAINS(j, "\"rank\":1");
+  EXPECT_CONTAINS(j, "\"desc\":\"allreduce(float32[4], count=4, op=sum)\"");
+}
+
+TEST(FlightRecorder, ContractMismatchNamesFields) {
+  Fingerprint a = make_fingerprint("world", CollKind::kAllreduce, kFloat32, {8}, 8, -1, 0);
+  Fingerprint b = make_fingerprint("world", CollKind::kAllreduce, kFloat64, {8}, 8, -1, 3);
+  a.seq = b.seq = 4;
+  EXPECT_EQ(contract_mismatch("world", {a, a}), "");
+  std::string m = contract_mismatch("world", {a, a, b});
+  EXPECT_CONTAINS(m, "sequence number 4");
+  EXPECT_CONTAINS(m, "ranks 0,1 called allreduce(float32[8]");
+  EXPECT_CONTAINS(m, "dtype (ranks 0,1: float32, rank 2: float64)");
+  EXPECT_CONTAINS(m, "reduce op (ranks 0,1: sum, rank 2: max)");
+}
+
+TEST(DistDebug, NamesTheRankThatDidNotJoin) {
+  std::string dir = loom::testing::make_temp_dir();
+  auto res = loom::testing::run_processes(3, [&](int rank, const std::string& path) {
+    setenv("LOOM_FLIGHT_DIR", dir.c_str(), 1);
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::milliseconds(1500);
+    auto pg = loom::testing::make_group(rank, 3, path, o);
+    Tensor t = full({32}, Scalar(1.0), TensorOptions(kFloat32));
+    pg->allreduce(t);
+    pg->broadcast(t, 0);
+    if (rank == 1) {  // hangs outside loom before the third collective
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      return;
+    }
+    try {
+      pg->allreduce(t);
+    } catch (const DistError&) {
+    }
+  }, 30);
+  for (auto& r : res) EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string report = analyze_flight_records(dir);
+  EXPECT_CONTAINS(report, "group 'world' (3 ranks, records from 2)");
+  EXPECT_CONTAINS(report, "rank 1 did not join allreduce(float32[32], count=32, op=sum) #2; ranks 0,2 waited in it");
+  EXPECT_CONTAINS(report, "rank 1 wrote no record");
+  EXPECT_CONTAINS(report, "rank 0: last allreduce(float32[32], count=32, op=sum) #2 failed");
+  // A corrupt record is a DataError naming the file and line.
+  std::ofstream(dir + "/flight-world-rank1.json") << "{\"group\":\"world\",\"rank\":1,\"size\":3}\n{not json\n";
+  std::string err = loom::testing::error_of<DataError>([&] { analyze_flight_records(dir); });
+  EXPECT_CONTAINS(err, "flight-world-rank1.json line 2");
+  EXPECT_CONTAINS(loom::testing::error_of<DataError>([&] { analyze_flight_records(dir + "/nope"); }),
+                  "cannot open directory");
+  (void)!std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+}  // namespace
+}  // namespace loom::dist
