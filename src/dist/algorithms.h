@@ -4,7 +4,8 @@
 //
 // Reductions here never see AVG (the group sums, then divides) and never see bf16/f16 for SUM, PROD
 // or AVG (the group accumulates those in an f32 copy). Every function handles count 0 and any world
-// size >= 1, including counts not divisible by the world size.
+// size >= 1, including counts not divisible by the world size. Algorithms use Comm::scratch slot 0
+// only; slot 1 is the caller's (the group stages buffers there).
 #pragma once
 
 #include <cstddef>

@@ -124,10 +124,14 @@ TEST(AllreduceSelect, ThresholdsAndReasons) {
   std::string why;
   EXPECT_EQ(choose_allreduce(1 << 20, 2, Algo::kAuto, &why), Algo::kRing);
   EXPECT_CONTAINS(why, "ring");
+  EXPECT_EQ(choose_allreduce(16, 2, Algo::kAuto), Algo::kRing);
   EXPECT_EQ(choose_allreduce(1024, 8, Algo::kAuto, &why), Algo::kRhd);
-  EXPECT_CONTAINS(why, "latency-bound");
-  EXPECT_EQ(choose_allreduce(64 << 10, 8, Algo::kAuto, &why), Algo::kRing);
-  EXPECT_CONTAINS(why, "bandwidth-bound");
+  EXPECT_CONTAINS(why, "latency dominates");
+  // The boundary: blocks of 2 KiB.
+  EXPECT_EQ(choose_allreduce((16 << 10) - 1, 8, Algo::kAuto), Algo::kRhd);
+  EXPECT_EQ(choose_allreduce(16 << 10, 8, Algo::kAuto, &why), Algo::kRing);
+  EXPECT_CONTAINS(why, "blocks of 2048 >= 2048");
+  EXPECT_EQ(choose_allreduce(64 << 10, 3, Algo::kAuto), Algo::kRing);
   EXPECT_EQ(choose_allreduce(16, 5, Algo::kDbt, &why), Algo::kDbt);
   EXPECT_CONTAINS(why, "forced");
   EXPECT_EQ(choose_allreduce(16, 5, Algo::kTree), Algo::kTree);

@@ -16,6 +16,7 @@ void allgather_ring(Comm& c, void* out, const std::vector<size_t>& bytes) {
   std::vector<size_t> off(bytes.size() + 1);
   for (size_t b = 0; b < bytes.size(); ++b) off[b + 1] = off[b] + bytes[b];
   ring_pass(c, static_cast<char*>(out), off.data(), 1, 0, nullptr, pipeline_chunk_bytes());
+  c.wait_all();
 }
 
 }  // namespace loom::dist

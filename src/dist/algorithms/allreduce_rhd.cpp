@@ -44,8 +44,9 @@ struct Exchange {
     }
   }
   // Receives n elements from peer into kWindow scratch slots and reduces them into dst as they
-  // come.
-  void recv_reduce(int peer, char* dst, size_t n, char* scratch) {
+  // come. The first receives are posted before sending send_n elements from `out` to the peer.
+  void exchange_reduce(int peer, char* dst, size_t n, char* scratch, const char* out = nullptr,
+                       size_t send_n = 0) {
     const size_t k = pieces(n), slot_bytes = piece_bytes(n);
     Request* req[kWindow] = {};
     auto post = [&](size_t j) {
@@ -53,6 +54,7 @@ struct Exchange {
       req[j % kWindow] = c.irecv(peer, scratch + (j % kWindow) * slot_bytes, s.len * elem_bytes);
     };
     for (size_t j = 0; j < std::min(k, kWindow); ++j) post(j);
+    send(peer, out, send_n);
     for (size_t j = 0; j < k; ++j) {
       Span s = split_part(n, k, j);
       c.wait(req[j % kWindow]);
@@ -60,7 +62,7 @@ struct Exchange {
       if (j + kWindow < k) post(j + kWindow);
     }
   }
-  // Enough for recv_reduce of any n <= count: a piece never exceeds the chunk nor n.
+  // Enough for exchange_reduce of any n <= count: a piece never exceeds the chunk nor n.
   size_t scratch_bytes(size_t count) const {
     return kWindow * std::min(std::max<size_t>(1, chunk / elem_bytes), count) * elem_bytes;
   }
@@ -79,7 +81,7 @@ void allreduce_rhd(Comm& c, void* data, size_t count, DType dt, ReduceOp op) {
   int p2 = 1;
   while (p2 * 2 <= size) p2 *= 2;
   const int extra = size - p2;
-  // Rank within the power-of-two group, or -1 for a rank that folded its data into a partner.
+  // Rank within the power-of-two group (ranks that fold their data into a partner return early).
   int vrank;
   if (rank < 2 * extra) {
     if (rank % 2 == 0) {
@@ -88,7 +90,7 @@ void allreduce_rhd(Comm& c, void* data, size_t count, DType dt, ReduceOp op) {
       c.wait_all();
       return;
     }
-    x.recv_reduce(rank - 1, bytes, count, scratch);
+    x.exchange_reduce(rank - 1, bytes, count, scratch);
     vrank = rank / 2;
   } else {
     vrank = rank - extra;
@@ -108,9 +110,9 @@ void allreduce_rhd(Comm& c, void* data, size_t count, DType dt, ReduceOp op) {
     const bool lower = (vrank & d) == 0;
     const int keep_lo = lower ? lo : mid, keep_hi = lower ? mid : hi;
     const int give_lo = lower ? mid : lo, give_hi = lower ? hi : mid;
-    x.send(peer, bytes + block_start(give_lo) * es, block_start(give_hi) - block_start(give_lo));
-    x.recv_reduce(peer, bytes + block_start(keep_lo) * es,
-                  block_start(keep_hi) - block_start(keep_lo), scratch);
+    x.exchange_reduce(
+        peer, bytes + block_start(keep_lo) * es, block_start(keep_hi) - block_start(keep_lo),
+        scratch, bytes + block_start(give_lo) * es, block_start(give_hi) - block_start(give_lo));
     lo = keep_lo;
     hi = keep_hi;
   }

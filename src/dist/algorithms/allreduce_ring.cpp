@@ -20,7 +20,10 @@ void allreduce_ring(Comm& c, void* data, size_t count, DType dt, ReduceOp op) {
   const RingReduce reduce{dt, op};
   char* bytes = static_cast<char*>(data);
   ring_pass(c, bytes, off.data(), element_size(dt), 0, &reduce, chunk);
+  // The allgather may start while reduce-scatter sends are in flight: it sends block r+1, which
+  // those never read, and receives only blocks whose reduction needed those sends to arrive.
   ring_pass(c, bytes, off.data(), element_size(dt), 1, nullptr, chunk);
+  c.wait_all();
 }
 
 }  // namespace loom::dist

@@ -30,8 +30,10 @@ void reduce_binomial(Comm& c, void* data, size_t count, DType dt, ReduceOp op, i
     c.wait_all();
     return;
   }
-  char* acc = node.parent < 0 ? own : c.scratch(count * es, 1);
-  char* slots = c.scratch(static_cast<size_t>(node.num_children) * 2 * piece_bytes, 0);
+  // Scratch slot 0 holds the children's pieces, then (off the root) the accumulator.
+  const size_t slots_bytes = static_cast<size_t>(node.num_children) * 2 * piece_bytes;
+  char* slots = c.scratch(slots_bytes + (node.parent < 0 ? 0 : count * es));
+  char* acc = node.parent < 0 ? own : slots + slots_bytes;
   // children[] is largest subtree first; reduce from the back.
   auto slot = [&](int i, size_t j) {
     return slots + (static_cast<size_t>(i) * 2 + j % 2) * piece_bytes;

@@ -19,6 +19,7 @@ void reduce_scatter_ring(Comm& c, void* data, const std::vector<size_t>& counts,
   const RingReduce reduce{dt, op};
   ring_pass(c, static_cast<char*>(data), off.data(), element_size(dt), -1, &reduce,
             pipeline_chunk_bytes());
+  c.wait_all();
 }
 
 }  // namespace loom::dist

@@ -67,7 +67,6 @@ void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int sh
     c.wait(req[k]);
     if (reduce) reduce_into(dst[k], scratch + k * piece_bytes, len[k], reduce->dtype, reduce->op);
   }
-  c.wait_all();  // our sends read from data, which the caller owns again on return
 }
 
 }  // namespace loom::dist

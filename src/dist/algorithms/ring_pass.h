@@ -17,7 +17,8 @@ struct RingReduce {
 // At step s (0 .. size-2) this rank sends block (rank+shift-s) to rank+1 and receives block
 // (rank+shift-s-1) from rank-1, reducing it into place when `reduce` is set and writing it in place
 // otherwise. After the pass, with `reduce`, block (rank+shift+1) holds the full reduction; without,
-// every block is filled when rank r started owning block r+shift.
+// every block is filled when rank r started owning block r+shift. Sends may still be in flight on
+// return: the caller waits for them (Comm::wait_all) before handing `data` back.
 void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int shift,
                const RingReduce* reduce, size_t chunk_bytes);
 
