@@ -23,7 +23,7 @@ namespace loom::dist {
 // for the float types).
 LOOM_API void reduce_into(void* dst, const void* src, size_t n, DType dt, ReduceOp op);
 
-enum class Algo : int8_t { kAuto = 0, kRing, kTree, kDbt, kRhd };
+enum class Algo : int8_t { kAuto = 0, kRing, kTree, kDbt, kRhd, kOneShot };
 LOOM_API const char* algo_name(Algo a);
 // "ring" | "tree" | "dbt" | "rhd" | "auto"; ValueError otherwise.
 LOOM_API Algo parse_algo(const std::string& name);
@@ -43,6 +43,8 @@ LOOM_API void allreduce_ring(Comm& c, void* data, size_t count, DType dt, Reduce
 LOOM_API void allreduce_tree(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 LOOM_API void allreduce_dbt(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 LOOM_API void allreduce_rhd(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
+// Every rank sends its buffer to every other and reduces locally (small messages).
+LOOM_API void allreduce_oneshot(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 LOOM_API void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp op);
 
 // ---- ring allgather: rank r's block (bytes[r] long) sits at out + sum(bytes[0..r)) on entry (its

@@ -65,11 +65,22 @@ bool Comm::progress_once() {
   return moved;
 }
 
+// Note [Waiting]
+// A rank waiting for a peer spins on progress() while it has a core to itself: a shared-memory
+// message arrives a few hundred nanoseconds after it is written, and a futex or poll() round trip
+// would cost several microseconds. After kSpin of idling it yields, and after kYield it blocks (poll()
+// on TCP descriptors, short sleeps for memory links) so that a long wait (a peer still computing)
+// gives the core back. When more ranks share the host than it has cores (oversubscribed), spinning
+// steals the time slice of the very peer being waited for, so every idle iteration yields instead,
+// as Open MPI does when oversubscribed.
 void Comm::wait(Request* r) {
   if (r->complete) return;
-  // Spin briefly (shared-memory latency is a few hundred ns), then yield, then block in poll() on
-  // the TCP descriptors with a short timeout so shared-memory links are still re-checked.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kYield = std::chrono::milliseconds(2);
+  constexpr auto kYieldOversubscribed = std::chrono::milliseconds(20);
   int idle = 0;
+  Clock::time_point idle_since{};
+  Clock::duration idle_for{};
   std::vector<pollfd> fds;
   while (!r->complete) {
     if (closed_) fail(r->peer, "the group was aborted");
@@ -77,15 +88,26 @@ void Comm::wait(Request* r) {
       idle = 0;
       continue;
     }
-    ++idle;
-    if (idle < 2000) continue;
-    if ((idle & 255) == 0 && Clock::now() > deadline_) {
-      fail(r->peer, detail::str_cat("timed out waiting to ", r->kind == Request::kSend ? "send " : "receive ",
-                                    r->bytes, " bytes (", r->done, " moved)"));
+    if ((idle++ & 63) == 0) {
+      Clock::time_point now = Clock::now();
+      if (idle == 1) idle_since = now;
+      idle_for = now - idle_since;
+      if (now > deadline_) {
+        fail(r->peer, detail::str_cat("timed out waiting to ", r->kind == Request::kSend ? "send " : "receive ",
+                                      r->bytes, " bytes (", r->done, " moved)"));
+      }
     }
-    if (idle < 20000) {
-      sched_yield();
-      continue;
+    if (oversubscribed_) {
+      if (idle_for < kYieldOversubscribed) {
+        sched_yield();
+        continue;
+      }
+    } else {
+      if (idle_for < kSpin) continue;
+      if (idle_for < kYield) {
+        sched_yield();
+        continue;
+      }
     }
     fds.clear();
     bool spin_links = false;
@@ -98,8 +120,7 @@ void Comm::wait(Request* r) {
       ::poll(fds.data(), fds.size(), spin_links ? 0 : 1);
       if (spin_links) sched_yield();
     } else {
-      // Only memory-polled links: sleep a little so oversubscribed hosts make progress.
-      std::this_thread::sleep_for(std::chrono::microseconds(idle < 100000 ? 20 : 200));
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 }

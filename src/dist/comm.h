@@ -105,6 +105,10 @@ class LOOM_API Comm {
   // page-fault fresh memory each call). Slot 0 and 1 are independent buffers.
   char* scratch(size_t bytes, int slot = 0);
 
+  // More ranks than cores on this host: waits yield at once instead of spinning (Note [Waiting]).
+  void set_oversubscribed(bool on) { oversubscribed_ = on; }
+  bool oversubscribed() const { return oversubscribed_; }
+
   // Abort: any thread may call request_abort(); waits then fail with DistError. close_all() tears the
   // links down and is called by the owning thread.
   void request_abort() { closed_.store(true); }
@@ -126,6 +130,7 @@ class LOOM_API Comm {
   std::string (*probe_)(void*) = nullptr;
   void* probe_arg_ = nullptr;
   std::atomic<bool> closed_{false};
+  bool oversubscribed_ = false;
   std::vector<char> scratch_[2];
 };
 

@@ -198,8 +198,10 @@ TransportOptions transport_options_from_env() {
 }
 
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
-                                                 const TransportOptions& opts, std::string* describe) {
+                                                 const TransportOptions& opts, std::string* describe,
+                                                 int* local_ranks) {
   std::vector<std::unique_ptr<Link>> links(static_cast<size_t>(size));
+  if (local_ranks) *local_ranks = 1;
   if (size == 1) {
     if (describe) *describe = "single rank";
     return links;
@@ -272,6 +274,7 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
                                       recs[static_cast<size_t>(p)].host, ")"));
     }
     local[static_cast<size_t>(p)] = want_shm && same_host;
+    if (same_host && local_ranks) ++*local_ranks;
   }
 
   // Shared memory: map the peers' inboxes and test single-copy reads.

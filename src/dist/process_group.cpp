@@ -2,6 +2,7 @@
 // and failure handling. The collectives themselves are in collectives.cpp.
 #include "dist/process_group_impl.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,8 +118,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   if (!options.transport.empty()) to.transport = options.transport;
   if (options.tcp_channels > 0) to.tcp_channels = options.tcp_channels;
   to.deadline = Clock::now() + options.timeout;
-  auto links = connect_links(*impl->store, rank, size, to, &impl->transport_desc);
+  int local_ranks = 1;
+  auto links = connect_links(*impl->store, rank, size, to, &impl->transport_desc, &local_ranks);
   impl->comm = std::make_unique<Comm>(rank, size, std::move(links));
+  // Oversubscribed when the host's ranks outnumber the cores this process may run on.
+  cpu_set_t cpus;
+  int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  impl->comm->set_oversubscribed(local_ranks > cores);
+  if (local_ranks > cores) {
+    impl->transport_desc += " (" + std::to_string(local_ranks) + " ranks on " + std::to_string(cores) +
+                            " cores: waits yield)";
+  }
   impl->comm->set_failure_probe(&probe_root_cause, impl.get());
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }

@@ -34,8 +34,10 @@ TransportOptions transport_options_from_env();
 
 // `store` should be prefixed for the group (keys written: "tp/<rank>/..."). `describe` receives a
 // summary such as "shm x3, tcp x4 (2 channels)".
+// `local_ranks` receives how many ranks of the group (this one included) share this host.
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
-                                                 const TransportOptions& opts, std::string* describe);
+                                                 const TransportOptions& opts, std::string* describe,
+                                                 int* local_ranks = nullptr);
 
 // Host identity used to decide which peers share memory: hostname + boot id.
 std::string host_identity();

@@ -42,6 +42,8 @@ AllreduceFn algorithm(Algo a) {
       return allreduce_dbt;
     case Algo::kRhd:
       return allreduce_rhd;
+    case Algo::kOneShot:
+      return allreduce_oneshot;
     case Algo::kAuto:
       break;
   }
@@ -113,7 +115,7 @@ TEST_P(AllreduceTest, LargeCountInManyPieces) {
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
                          ::testing::Combine(::testing::Values(Algo::kRing, Algo::kTree, Algo::kDbt,
-                                                              Algo::kRhd),
+                                                              Algo::kRhd, Algo::kOneShot),
                                             ::testing::Range(1, 9)),
                          [](const ::testing::TestParamInfo<AllreduceTest::ParamType>& info) {
                            return std::string(algo_name(std::get<0>(info.param))) + "_" +
@@ -124,8 +126,11 @@ TEST(AllreduceSelect, ThresholdsAndReasons) {
   std::string why;
   EXPECT_EQ(choose_allreduce(1 << 20, 2, Algo::kAuto, &why), Algo::kRing);
   EXPECT_CONTAINS(why, "ring");
-  EXPECT_EQ(choose_allreduce(16, 2, Algo::kAuto), Algo::kRing);
-  EXPECT_EQ(choose_allreduce(1024, 8, Algo::kAuto, &why), Algo::kRhd);
+  EXPECT_EQ(choose_allreduce(16, 2, Algo::kAuto, &why), Algo::kOneShot);
+  EXPECT_CONTAINS(why, "one step");
+  EXPECT_EQ(choose_allreduce(16 << 10, 2, Algo::kAuto), Algo::kOneShot);
+  EXPECT_EQ(choose_allreduce((16 << 10) + 4, 2, Algo::kAuto), Algo::kRing);
+  EXPECT_EQ(choose_allreduce(4096, 8, Algo::kAuto, &why), Algo::kRhd);
   EXPECT_CONTAINS(why, "latency dominates");
   // The boundary: blocks of 2 KiB.
   EXPECT_EQ(choose_allreduce((16 << 10) - 1, 8, Algo::kAuto), Algo::kRhd);
@@ -138,7 +143,7 @@ TEST(AllreduceSelect, ThresholdsAndReasons) {
 }
 
 TEST(AllreduceSelect, ParsesNames) {
-  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kTree, Algo::kDbt, Algo::kRhd}) {
+  for (Algo a : {Algo::kAuto, Algo::kRing, Algo::kTree, Algo::kDbt, Algo::kRhd, Algo::kOneShot}) {
     EXPECT_EQ(parse_algo(algo_name(a)), a);
   }
   std::string msg = loom::testing::error_of<ValueError>([] { parse_algo("butterfly"); });
