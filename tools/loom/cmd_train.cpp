@@ -275,17 +275,18 @@ bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim:
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command
 // (without --nproc), joined through torchrun's environment variables.
-int launch_workers(const std::vector<std::string>& argv, int64_t nproc) {
+int launch_workers(const std::vector<std::string>& argv, int64_t nproc, int max_restarts) {
   dist::LaunchOptions lo;
   lo.nproc = static_cast<int>(nproc);
+  lo.max_restarts = max_restarts;
   lo.command = {self_dir() + "/loom"};
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    if (a == "--nproc") {
+    if (a == "--nproc" || a == "--max-restarts") {
       ++i;
       continue;
     }
-    if (a.rfind("--nproc=", 0) == 0) continue;
+    if (a.rfind("--nproc=", 0) == 0 || a.rfind("--max-restarts=", 0) == 0) continue;
     lo.command.push_back(a);
   }
   ::setenv("LOOM_TRAIN_WORKER", "1", 1);
@@ -327,24 +328,27 @@ void usage() {
       "usage: loom train [--model mlp|cnn] [--schedule none|cosine] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N]\n"
       "                  [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--save-final FILE]\n"
-      "                  [--nproc N]\n"
+      "                  [--nproc N [--max-restarts R]]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
       "  with Adam and reports test accuracy, time and samples/s. SIGINT/SIGTERM save a checkpoint and\n"
       "  stop; --resume continues from the last checkpoint bit-identically. --nproc N trains data-parallel\n"
-      "  on N local processes (each takes 1/N of every batch; gradients are averaged).\n");
+      "  on N local processes (each takes 1/N of every batch; gradients are averaged); with\n"
+      "  --max-restarts a failed group is restarted and resumes from its last checkpoint.\n");
 }
 
 int run_train(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "resume", "no-progress"},
             {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads",
-             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc"});
+             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc", "max-restarts"});
   if (args.flag("help")) {
     usage();
     return 0;
   }
   const int64_t nproc = args.get_int("nproc", 1);
   LOOM_CHECK(nproc >= 1, "[train] --nproc must be >= 1 but is ", nproc);
-  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) return launch_workers(argv, nproc);
+  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) {
+    return launch_workers(argv, nproc, static_cast<int>(args.get_int("max-restarts", 0)));
+  }
   Config cfg;
   cfg.model = args.get_or("model", "mlp");
   cfg.schedule = args.get_or("schedule", "none");
@@ -359,7 +363,9 @@ int run_train(const std::vector<std::string>& argv) {
   cfg.data_dir = args.get_or("data", data::default_fashion_mnist_dir());
   cfg.checkpoint_dir = args.get_or("checkpoint-dir", "");
   cfg.checkpoint_every = args.get_int("checkpoint-every", 100);
-  cfg.resume = args.flag("resume");
+  // A group restarted by the launcher (--max-restarts) resumes from its last checkpoint.
+  const char* restarts = std::getenv("LOOM_RESTART_COUNT");
+  cfg.resume = args.flag("resume") || (restarts && std::atoi(restarts) > 0 && args.get("checkpoint-dir"));
   cfg.save_final = args.get_or("save-final", "");
   cfg.max_steps = args.get_int("max-steps", 0);
   cfg.progress_bar = isatty(STDOUT_FILENO) && !args.flag("no-progress");
