@@ -33,6 +33,10 @@ struct Suite {
   std::string anchor_binary;  // built beside `loom`; empty: no anchor
   std::string anchor_name;    // e.g. "libtorch 1.13 (OpenBLAS)"
   std::function<std::vector<Measure>(const SuiteOptions&)> setup;
+  // Optional: a suite with its own command line and table (collectives). When set, `loom bench NAME
+  // ARGS...` calls run({NAME, ARGS...}) and returns its exit status; setup and the anchor fields are
+  // unused.
+  std::function<int(const std::vector<std::string>& args)> run;
 };
 
 std::vector<Suite>& suites();

@@ -133,12 +133,18 @@ std::string json_escape(const std::string& s) {
 }
 
 int run_bench(const std::vector<std::string>& argv) {
+  if (argv.size() >= 2) {
+    for (const auto& s : suites()) {
+      if (s.name == argv[1] && s.run) return s.run({argv.begin() + 1, argv.end()});
+    }
+  }
   cli::Args args(argv, {"help", "quick", "list"}, {"json", "rounds", "threads"});
   if (args.flag("help") || args.flag("list") || args.positionals().empty()) {
     std::printf("usage: loom bench SUITE [--rounds N] [--threads 1,2] [--quick] [--json FILE]\n"
                 "  Runs loom and its anchor side by side; prints medians and loom/anchor ratios.\n"
+                "  Suites with their own options: loom bench collectives --help\n"
                 "suites:\n");
-    for (const auto& s : suites()) std::printf("  %-8s %s\n", s.name.c_str(), s.description.c_str());
+    for (const auto& s : suites()) std::printf("  %-12s %s\n", s.name.c_str(), s.description.c_str());
     return args.positionals().empty() && !args.flag("help") && !args.flag("list") ? 2 : 0;
   }
   const std::string name = args.positionals()[0];

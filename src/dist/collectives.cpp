@@ -1,6 +1,7 @@
 // The collectives of ProcessGroup: argument checks, fingerprints, buffers in the dtype the algorithms
 // reduce in, and the calls into src/dist/algorithms/.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "dist/process_group_impl.h"
@@ -103,6 +104,12 @@ struct Buffer {
   size_t bytes() const { return count() * element_size(dt); }
   void finish() const { write_from(user, work.data_ptr(), dt); }
 };
+
+// True when the bytes of a and b (contiguous) share an address.
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a && b && a_bytes > 0 && b_bytes > 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
 
 std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
   std::vector<size_t> off(bytes.size());
@@ -232,8 +239,8 @@ WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& inpu
   return im->submit(fp, false, [outs, in, bytes](Comm& c) {
     std::vector<size_t> off = offsets_of(bytes);
     char* buf = c.scratch(sum_of(bytes), 1);
-    read_into(in, buf + off[static_cast<size_t>(c.rank())], in.dtype());
-    allgather_ring(c, buf, bytes);
+    Tensor mine = in.contiguous();
+    allgather_ring(c, mine.data_ptr(), buf, bytes);
     c.wait_all();
     for (size_t r = 0; r < outs.size(); ++r) write_from(outs[r], buf + off[r], in.dtype());
   }, o.async_op);
@@ -251,10 +258,18 @@ WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input,
                                    static_cast<uint64_t>(input.numel()), -1, -1);
   Tensor out = output, in = input;
   return im->submit(fp, false, [out, in](Comm& c) {
+    // This rank's block is sent from the input and copied into the output by the algorithm, unless the
+    // input overlaps the output other than exactly at this rank's place: then it is copied first.
     Buffer b(out, out.dtype());
     size_t each = static_cast<size_t>(in.numel()) * in.element_size();
-    read_into(in, static_cast<char*>(b.data()) + each * static_cast<size_t>(c.rank()), in.dtype());
-    allgather_ring(c, b.data(), std::vector<size_t>(static_cast<size_t>(c.size()), each));
+    char* place = static_cast<char*>(b.data()) + each * static_cast<size_t>(c.rank());
+    Tensor mine = in.contiguous();
+    const void* src = mine.data_ptr();
+    if (src != place && overlaps(src, each, b.data(), b.bytes())) {
+      read_into(mine, place, mine.dtype());
+      src = place;
+    }
+    allgather_ring(c, src, b.data(), std::vector<size_t>(static_cast<size_t>(c.size()), each));
     c.wait_all();
     b.finish();
   }, o.async_op);
@@ -262,17 +277,29 @@ WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input,
 
 namespace {
 
-// Shared by reduce_scatter and reduce_scatter_tensor: buf holds every block (counts[r] elements of
-// wdt); the reduced block of this rank is written to `output`.
-void run_reduce_scatter(Comm& c, char* buf, const std::vector<size_t>& counts, DType wdt, ReduceOp op,
-                        const Tensor& output) {
-  reduce_scatter_ring(c, buf, counts, wdt, algo_op(op));
+// Shared by reduce_scatter and reduce_scatter_tensor: block r of this rank's contribution (counts[r]
+// elements of wdt) is at in_blocks[r], read in place. The ring reduces straight into `output` when it
+// is contiguous, of wdt and clear of the input; otherwise into scratch slot 1 at `staged` (room for
+// this rank's block), then converted.
+void run_reduce_scatter(Comm& c, const std::vector<const void*>& in_blocks, const std::vector<size_t>& counts,
+                        DType wdt, ReduceOp op, const Tensor& output, char* staged) {
+  const size_t n = counts[static_cast<size_t>(c.rank())];
+  char* dst = staged ? staged : static_cast<char*>(output.data_ptr());
+  reduce_scatter_ring(c, in_blocks, dst, counts, wdt, algo_op(op));
   c.wait_all();
-  size_t off = 0;
-  for (int r = 0; r < c.rank(); ++r) off += counts[static_cast<size_t>(r)];
-  char* mine = buf + off * element_size(wdt);
-  if (op == ReduceOp::AVG) divide(mine, counts[static_cast<size_t>(c.rank())], wdt, c.size());
-  write_from(output, mine, wdt);
+  if (op == ReduceOp::AVG) divide(dst, n, wdt, c.size());
+  write_from(output, dst, wdt);
+}
+
+// Whether the ring can write the output tensor directly (see run_reduce_scatter).
+bool output_direct(const Tensor& output, DType wdt, const std::vector<const void*>& in_blocks,
+                   const std::vector<size_t>& counts) {
+  if (output.dtype() != wdt || !output.is_contiguous()) return false;
+  const size_t es = element_size(wdt), out_bytes = static_cast<size_t>(output.numel()) * es;
+  for (size_t r = 0; r < in_blocks.size(); ++r) {
+    if (overlaps(output.data_ptr(), out_bytes, in_blocks[r], counts[r] * es)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -298,16 +325,29 @@ WorkPtr ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& 
   Fingerprint fp = im->fingerprint(CollKind::kReduceScatter, output.dtype(), {}, total, -1, static_cast<int>(op));
   Tensor out = output;
   std::vector<Tensor> ins = inputs;
-  return im->submit(fp, false, [out, ins, counts, total, op](Comm& c) {
+  return im->submit(fp, false, [out, ins, counts, op](Comm& c) {
+    // Inputs that are contiguous and of the working dtype are read where they are; only the others
+    // are packed (converted) into scratch slot 1, followed by room for a staged output.
     DType wdt = work_dtype(out.dtype(), op);
-    size_t es = element_size(wdt);
-    char* buf = c.scratch(total * es, 1);
-    size_t off = 0;
-    for (const Tensor& t : ins) {
-      read_into(t, buf + off, wdt);
-      off += static_cast<size_t>(t.numel()) * es;
+    size_t es = element_size(wdt), packed = 0;
+    std::vector<bool> direct(ins.size());
+    for (size_t r = 0; r < ins.size(); ++r) {
+      direct[r] = ins[r].dtype() == wdt && ins[r].is_contiguous();
+      if (!direct[r]) packed += counts[r] * es;
     }
-    run_reduce_scatter(c, buf, counts, wdt, op, out);
+    std::vector<const void*> blocks(ins.size());
+    for (size_t r = 0; r < ins.size(); ++r) blocks[r] = direct[r] ? ins[r].data_ptr() : nullptr;
+    bool out_direct = output_direct(out, wdt, blocks, counts);
+    size_t out_bytes = counts[static_cast<size_t>(c.rank())] * es;
+    char* stage = packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : out_bytes), 1) : nullptr;
+    size_t off = 0;
+    for (size_t r = 0; r < ins.size(); ++r) {
+      if (direct[r]) continue;
+      read_into(ins[r], stage + off, wdt);
+      blocks[r] = stage + off;
+      off += counts[r] * es;
+    }
+    run_reduce_scatter(c, blocks, counts, wdt, op, out, out_direct ? nullptr : stage + packed);
   }, o.async_op);
 }
 
@@ -325,11 +365,23 @@ WorkPtr ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
                                    static_cast<uint64_t>(input.numel()), -1, static_cast<int>(op));
   Tensor out = output, in = input;
   return im->submit(fp, false, [out, in, op](Comm& c) {
+    // The input is read in place when contiguous and of the working dtype, else converted into scratch
+    // slot 1 (followed by room for a staged output).
     DType wdt = work_dtype(in.dtype(), op);
-    char* buf = c.scratch(static_cast<size_t>(in.numel()) * element_size(wdt), 1);
-    read_into(in, buf, wdt);
-    run_reduce_scatter(c, buf, std::vector<size_t>(static_cast<size_t>(c.size()), static_cast<size_t>(out.numel())),
-                       wdt, op, out);
+    size_t es = element_size(wdt), each = static_cast<size_t>(out.numel());
+    std::vector<size_t> counts(static_cast<size_t>(c.size()), each);
+    bool in_direct = in.dtype() == wdt && in.is_contiguous();
+    size_t packed = in_direct ? 0 : static_cast<size_t>(in.numel()) * es;
+    const char* src = in_direct ? static_cast<const char*>(in.data_ptr()) : nullptr;
+    std::vector<const void*> blocks(counts.size());
+    for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = src ? src + r * each * es : nullptr;
+    bool out_direct = output_direct(out, wdt, blocks, counts);
+    char* stage = packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : each * es), 1) : nullptr;
+    if (!in_direct) {
+      read_into(in, stage, wdt);
+      for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = stage + r * each * es;
+    }
+    run_reduce_scatter(c, blocks, counts, wdt, op, out, out_direct ? nullptr : stage + packed);
   }, o.async_op);
 }
 

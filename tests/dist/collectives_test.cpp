@@ -3,8 +3,10 @@
 // gather and scatter, pairwise alltoallv with random splits, and the dissemination barrier.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -105,14 +107,23 @@ TEST(Allgather, UnevenBlocksWithZeros) {
       const std::vector<size_t> bytes = uneven(size, scale), off = offsets(bytes);
       const size_t total = off.back() + bytes.back();
       run_ranks(size, [&](Comm& c) {
-        std::vector<char> out(total, 'x');
         const int me = c.rank();
-        for (size_t i = 0; i < bytes[me]; ++i) out[off[me] + i] = pattern(me, 0, i);
-        c.reset();
-        allgather_ring(c, out.data(), bytes);
-        for (int r = 0; r < size; ++r) {
-          for (size_t i = 0; i < bytes[r]; ++i) {
-            ASSERT_EQ(out[off[r] + i], pattern(r, 0, i)) << "block " << r << " byte " << i;
+        // Own block in place, then sent from a separate input (copied into `out` by the algorithm).
+        for (bool separate : {false, true}) {
+          std::vector<char> out(total, 'x'), in(bytes[me]);
+          for (size_t i = 0; i < bytes[me]; ++i) in[i] = pattern(me, 0, i);
+          if (!separate) std::copy(in.begin(), in.end(), out.begin() + off[me]);
+          c.reset();
+          if (separate) {
+            allgather_ring(c, in.data(), out.data(), bytes);
+          } else {
+            allgather_ring(c, out.data(), bytes);
+          }
+          for (int r = 0; r < size; ++r) {
+            for (size_t i = 0; i < bytes[r]; ++i) {
+              ASSERT_EQ(out[off[r] + i], pattern(r, 0, i))
+                  << "block " << r << " byte " << i << (separate ? " (separate input)" : "");
+            }
           }
         }
       });
@@ -120,25 +131,62 @@ TEST(Allgather, UnevenBlocksWithZeros) {
   }
 }
 
+// Out of place: the input must come back unchanged and nothing past this rank's block of `out` may
+// be written. Pieces of 64 bytes make many pieces per block (and blocks of different lengths cut
+// into different pieces); the default chunk makes one piece per block.
 TEST(ReduceScatter, UnevenBlocksWithZeros) {
-  ChunkBytes chunk(64);
-  for (int size = 1; size <= 8; ++size) {
-    for (size_t scale : {size_t{1}, size_t{40}}) {
-      const std::vector<size_t> counts = uneven(size, scale), off = offsets(counts);
-      const size_t total = off.back() + counts.back();
-      for (auto [dt, op] : {std::pair{kFloat32, ReduceOp::SUM}, std::pair{kInt32, ReduceOp::SUM},
-                            std::pair{kUInt8, ReduceOp::MAX}, std::pair{kInt64, ReduceOp::PROD}}) {
-        run_ranks(size, [&](Comm& c) {
-          std::vector<char> buf = make_input(dt, c.rank(), total, op);
-          c.reset();
-          reduce_scatter_ring(c, buf.data(), counts, dt, op);
-          const int me = c.rank();
-          const size_t es = element_size(dt);
-          ASSERT_EQ(check_reduced(dt, buf.data() + off[me] * es, size, counts[me], op, off[me]), "")
-              << dtype_name(dt) << " block " << me << " of " << size;
-        });
+  for (size_t chunk_bytes : {size_t{64}, size_t{0}}) {
+    std::unique_ptr<ChunkBytes> chunk(chunk_bytes ? new ChunkBytes(chunk_bytes) : nullptr);
+    for (int size = 1; size <= 8; ++size) {
+      for (size_t scale : {size_t{1}, size_t{40}}) {
+        const std::vector<size_t> counts = uneven(size, scale), off = offsets(counts);
+        const size_t total = off.back() + counts.back();
+        for (auto [dt, op] : {std::pair{kFloat32, ReduceOp::SUM}, std::pair{kInt32, ReduceOp::SUM},
+                              std::pair{kUInt8, ReduceOp::MAX}, std::pair{kInt64, ReduceOp::PROD},
+                              std::pair{kFloat64, ReduceOp::MIN}}) {
+          run_ranks(size, [&](Comm& c) {
+            const int me = c.rank();
+            const size_t es = element_size(dt);
+            const std::vector<char> in = make_input(dt, me, total, op);
+            std::vector<char> out(counts[me] * es + 8, 'x');
+            c.reset();
+            reduce_scatter_ring(c, in.data(), out.data(), counts, dt, op);
+            ASSERT_EQ(check_reduced(dt, out.data(), size, counts[me], op, off[me]), "")
+                << dtype_name(dt) << " block " << me << " of " << size << " chunk " << chunk_bytes;
+            ASSERT_TRUE(in == make_input(dt, me, total, op)) << "input changed at rank " << me;
+            ASSERT_EQ(std::string(out.end() - 8, out.end()), "xxxxxxxx") << "wrote past the block";
+          });
+        }
       }
     }
+  }
+}
+
+// The same with each block in its own buffer, several collectives back to back on one Comm (the
+// scratch regions are reused).
+TEST(ReduceScatter, SeparateInputBlocks) {
+  ChunkBytes chunk(256);
+  for (int size = 1; size <= 8; ++size) {
+    const std::vector<size_t> counts = uneven(size, 97), off = offsets(counts);
+    const size_t total = off.back() + counts.back();
+    run_ranks(size, [&](Comm& c) {
+      const int me = c.rank();
+      for (int round = 0; round < 3; ++round) {
+        const ReduceOp op = round == 1 ? ReduceOp::MAX : ReduceOp::SUM;
+        const std::vector<char> all = make_input(kFloat32, me, total, op);
+        std::vector<std::vector<char>> blocks(static_cast<size_t>(size));
+        std::vector<const void*> ptrs(static_cast<size_t>(size));
+        for (int r = 0; r < size; ++r) {
+          blocks[r].assign(all.begin() + off[r] * 4, all.begin() + (off[r] + counts[r]) * 4);
+          ptrs[r] = blocks[r].data();
+        }
+        std::vector<char> out(counts[me] * 4);
+        c.reset();
+        reduce_scatter_ring(c, ptrs, out.data(), counts, kFloat32, op);
+        ASSERT_EQ(check_reduced(kFloat32, out.data(), size, counts[me], op, off[me]), "")
+            << "round " << round << " block " << me << " of " << size;
+      }
+    });
   }
 }
 

@@ -64,15 +64,6 @@ std::vector<double> reference_training(int steps) {
   return flat_params(*m);
 }
 
-#define CHILD_CHECK(cond, ...)                                  \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      std::ostringstream os_;                                   \
-      os_ << __LINE__ << ": " #cond " failed: " << __VA_ARGS__; \
-      throw std::runtime_error(os_.str());                      \
-    }                                                           \
-  } while (0)
-
 TEST(DistributedDataParallel, TwoRanksOnHalfBatchesMatchOneProcessOnWholeBatches) {
   const int steps = 6;
   std::vector<double> want = reference_training(steps);

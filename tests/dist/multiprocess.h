@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,17 @@ inline std::shared_ptr<dist::ProcessGroup> make_group(int rank, int size, const 
   store->set_timeout(o.timeout);
   return dist::ProcessGroup::create(store, rank, size, o);
 }
+
+// A check inside a child process: throws (the parent sees the message and exit code 1), since a
+// gtest assertion in a forked child would not reach the parent.
+#define CHILD_CHECK(cond, ...)                                                     \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::ostringstream os_;                                                      \
+      os_ << __FILE__ << ":" << __LINE__ << ": " #cond " failed: " << __VA_ARGS__; \
+      throw std::runtime_error(os_.str());                                         \
+    }                                                                              \
+  } while (0)
 
 // Expects every rank to have exited 0, printing the outputs otherwise.
 #define EXPECT_ALL_RANKS_OK(results)                                                       \

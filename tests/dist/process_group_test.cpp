@@ -22,16 +22,6 @@ using loom::testing::make_group;
 using loom::testing::RankResult;
 using loom::testing::run_processes;
 
-// Checks inside a child process throw (the parent sees the message and exit code 1).
-#define CHILD_CHECK(cond, ...)                                                     \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::ostringstream os_;                                                      \
-      os_ << __FILE__ << ":" << __LINE__ << ": " #cond " failed: " << __VA_ARGS__; \
-      throw std::runtime_error(os_.str());                                         \
-    }                                                                              \
-  } while (0)
-
 float value(int rank, int64_t i) {
   return static_cast<float>((rank + 1) * 0.5 + static_cast<double>(i % 7));
 }

@@ -1,7 +1,9 @@
 // Binomial-tree broadcast from any root, pipelined: the data is cut into pieces, a rank forwards
 // piece j to its children as soon as it arrived, and receives are posted a window ahead straight
 // into place. Latency log2(size) hops plus one hop per piece; the root sends the data once per
-// child (about log2(size) times), so this suits small and medium messages.
+// child (about log2(size) times), so this suits small and medium messages. On up to three ranks
+// nobody forwards (every non-root is a leaf), so pieces gain nothing and the data goes as one
+// message: see Note [Whole messages without forwarding] in allgather_ring.cpp.
 #include <algorithm>
 
 #include "dist/algorithms.h"
@@ -21,7 +23,7 @@ void broadcast_binomial(Comm& c, void* data, size_t bytes, int root) {
   if (size == 1 || bytes == 0) return;
   const BinomialNode node = binomial_node(size, c.rank(), root);
   char* p = static_cast<char*>(data);
-  const size_t pieces = piece_count(bytes, 1, pipeline_chunk_bytes());
+  const size_t pieces = size <= 3 ? 1 : piece_count(bytes, 1, pipeline_chunk_bytes());
   Request* req[kWindow] = {};
   auto post = [&](size_t j) {
     Span s = split_part(bytes, pieces, j);

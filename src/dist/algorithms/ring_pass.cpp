@@ -24,7 +24,7 @@ constexpr size_t kMaxDepth = 4;
 }  // namespace
 
 void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int shift,
-               const RingReduce* reduce, size_t chunk_bytes) {
+               const RingReduce* reduce, size_t chunk_bytes, const char* own) {
   const int size = c.size(), rank = c.rank();
   if (size == 1) return;
   size_t max_len = 0;
@@ -37,21 +37,23 @@ void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int sh
   char* scratch = reduce ? c.scratch(depth * piece_bytes) : nullptr;
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
 
-  // Piece j of the block sent (recv = false) or received (recv = true) at item t.
+  // Piece j of the block sent (recv = false) or received (recv = true) at item t: its first element
+  // within data, and its length.
   auto piece = [&](size_t t, bool recv, size_t* elems) {
     long s = static_cast<long>(t / pieces);
     int b = wrap_rank(rank + shift - s - (recv ? 1 : 0), size);
     Span sp = split_part(off[b + 1] - off[b], pieces, t % pieces);
     *elems = sp.len;
-    return data + (off[b] + sp.begin) * elem_bytes;
+    return off[b] + sp.begin;
   };
+  const size_t own_first = off[wrap_rank(rank + shift, size)];
 
   Request* req[kMaxDepth] = {};
   char* dst[kMaxDepth] = {};
   size_t len[kMaxDepth] = {};
   auto post_recv = [&](size_t t) {
     size_t k = t % depth;
-    dst[k] = piece(t, true, &len[k]);
+    dst[k] = data + piece(t, true, &len[k]) * elem_bytes;
     char* into = reduce ? scratch + k * piece_bytes : dst[k];
     req[k] = len[k] == 0 ? nullptr : c.irecv(left, into, len[k] * elem_bytes);
   };
@@ -59,7 +61,8 @@ void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int sh
   for (size_t t = 0; t + 1 < depth; ++t) post_recv(t);
   for (size_t t = 0; t < items; ++t) {
     size_t n = 0;
-    char* src = piece(t, false, &n);
+    const size_t first = piece(t, false, &n);
+    const char* src = own && t < pieces ? own + (first - own_first) * elem_bytes : data + first * elem_bytes;
     if (n > 0) c.isend(right, src, n * elem_bytes);
     if (t + depth - 1 < items) post_recv(t + depth - 1);
     size_t k = t % depth;
