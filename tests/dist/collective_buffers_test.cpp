@@ -22,15 +22,6 @@ namespace {
 using loom::testing::make_group;
 using loom::testing::run_processes;
 
-#define CHILD_CHECK(cond, ...)                                                        \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::ostringstream os_;                                                      \
-      os_ << __FILE__ << ":" << __LINE__ << ": " #cond " failed: " << __VA_ARGS__; \
-      throw std::runtime_error(os_.str());                                         \
-    }                                                                              \
-  } while (0)
-
 // Small integers: sums over a few ranks are exact in f32 and bf16's f32 accumulation.
 float value(int rank, int64_t i) { return static_cast<float>((i * 7 + rank * 3) % 17) - 8.0f; }
 
