@@ -3,6 +3,8 @@
 // it. Thread-safe.
 #pragma once
 
+#include <cstddef>
+
 #include "loom/export.h"
 
 namespace loom::cuda {
@@ -12,5 +14,11 @@ LOOM_API bool is_available();
 LOOM_API int device_count();
 // True when this build was compiled with the CUDA backend (devices may still be absent).
 LOOM_API bool is_built();
+
+// Page-locks host memory [p, p + n) for asynchronous copies (cudaHostRegister). False when no device
+// is present or the runtime refuses; the memory is then left as it was.
+LOOM_API bool host_register(void* p, size_t n);
+// Undoes host_register (no-op for memory that was not registered).
+LOOM_API void host_unregister(void* p);
 
 }  // namespace loom::cuda

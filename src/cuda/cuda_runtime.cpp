@@ -21,4 +21,17 @@ int device_count() {
 bool is_available() { return device_count() > 0; }
 bool is_built() { return true; }
 
+bool host_register(void* p, size_t n) {
+  if (!is_available()) return false;
+  if (cudaHostRegister(p, n, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+void host_unregister(void* p) {
+  if (is_available() && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 }  // namespace loom::cuda

@@ -6,5 +6,7 @@ namespace loom::cuda {
 bool is_available() { return false; }
 int device_count() { return 0; }
 bool is_built() { return false; }
+bool host_register(void*, size_t) { return false; }
+void host_unregister(void*) {}
 
 }  // namespace loom::cuda

@@ -3,10 +3,13 @@
 // checkpoints so that an interrupted run (SIGINT, SIGTERM or SIGKILL) resumes with --resume and ends
 // bit-identical to an uninterrupted run with the same seed.
 //
+// Data: the IDX files are packed once into loom shards (a cache directory, see data/pack.h) and read
+// through the data loader (data/loader.h): block-shuffled order, worker threads, pooled batch buffers.
+//
 // Determinism: initialisation draws from Generator(seed); the sample order of epoch e is a pure
-// function of (seed, e); kernels are deterministic for a fixed thread count. A resumed run restores
-// parameters, optimizer state and the loop position (epoch, batch) exactly, so every later step
-// computes the same bits.
+// function of (seed, e) whatever the number of ranks or loader workers; kernels are deterministic for
+// a fixed thread count. A resumed run restores parameters, optimizer state, the loop position and the
+// loader's state (epoch, samples consumed) exactly, so every later step computes the same bits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,7 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "cli.h"
@@ -25,6 +28,8 @@
 #include "loom/dist/ddp.h"
 #include "loom/dist/process_group.h"
 #include "loom/checkpoint.h"
+#include "loom/data/loader.h"
+#include "loom/data/pack.h"
 #include "loom/datasets.h"
 #include "loom/error.h"
 #include "loom/io.h"
@@ -50,6 +55,8 @@ struct Config {
   uint64_t seed = 0;
   int64_t train_samples = 0;  // 0: all
   int64_t threads = 0;        // 0: leave the default
+  int64_t workers = 1;        // data loader worker threads
+  bool augment = false;
   std::string data_dir;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 100;
@@ -61,35 +68,25 @@ struct Config {
   // The fields a resumed run must share with the run that wrote the checkpoint.
   Json identity() const {
     return Json::object({{"model", model}, {"batch", batch}, {"lr", lr}, {"seed", static_cast<int64_t>(seed)},
-                         {"train_samples", train_samples}, {"schedule", schedule}});
+                         {"train_samples", train_samples}, {"schedule", schedule},
+                         {"augment", augment}});
   }
 };
 
-// SplitMix64: the per-epoch permutation's random source (a pure function of seed and epoch).
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int64_t epoch) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), 0);
-  uint64_t state = seed * 0x100000001B3ull + static_cast<uint64_t>(epoch) + 1;
-  for (int64_t i = n - 1; i > 0; --i) {
-    const int64_t j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1));
-    std::swap(p[static_cast<size_t>(i)], p[static_cast<size_t>(j)]);
+// Pixels scaled to [0, 1] and standardised with the Fashion-MNIST training set's mean and standard
+// deviation; with --augment also a random 28x28 crop of the image padded by 2 and a horizontal flip
+// with probability 1/2 (each sample's draw seeded by its place in the epoch).
+std::vector<std::shared_ptr<data::FieldTransform>> train_fields(bool augment) {
+  data::ImageOptions io;
+  io.mean = {0.2860};
+  io.std = {0.3530};
+  if (augment) {
+    io.crop_h = io.crop_w = 28;
+    io.padding = 2;
+    io.random_crop = true;
+    io.flip_p = 0.5;
   }
-  return p;
-}
-
-// uint8 [N, 28, 28] -> float32 [N, 1, 28, 28], scaled to [0, 1] and standardised with the
-// Fashion-MNIST training set's mean and standard deviation.
-Tensor prepare_images(const Tensor& u8) {
-  Tensor x = div(u8.to(DType::Float32), 255.0);
-  x = div(sub(x, 0.2860), 0.3530);
-  return x.unsqueeze(1).contiguous();
+  return {data::image_column("image", io), data::copy_column("label")};
 }
 
 std::shared_ptr<nn::Sequential> build_model(const std::string& kind, Generator& gen) {
@@ -122,15 +119,19 @@ std::shared_ptr<nn::Sequential> build_model(const std::string& kind, Generator& 
   return m;
 }
 
-double evaluate(nn::Module& model, const Tensor& images, const Tensor& labels) {
+double evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test) {
   autograd::NoGradGuard ng;
   model.eval();
-  int64_t correct = 0;
-  const int64_t n = images.size(0);
-  for (int64_t i = 0; i < n; i += 1000) {
-    const int64_t len = std::min<int64_t>(1000, n - i);
-    Tensor pred = argmax(model.forward(images.narrow(0, i, len)), 1);
-    correct += sum(eq(pred, labels.narrow(0, i, len))).item<int64_t>();
+  data::LoaderOptions o;
+  o.batch_size = 1000;
+  o.order.shuffle = data::ShuffleMode::None;
+  o.fields = train_fields(false);
+  data::Loader loader(test, o);
+  int64_t correct = 0, n = 0;
+  while (auto b = loader.next()) {
+    Tensor pred = argmax(model.forward((*b)["image"]), 1);
+    correct += sum(eq(pred, (*b)["label"])).item<int64_t>();
+    n += b->size();
   }
   model.train();
   return static_cast<double>(correct) / static_cast<double>(n);
@@ -186,6 +187,7 @@ struct Loop {
   int64_t epoch = 0;
   int64_t batch_in_epoch = 0;
   int64_t global_step = 0;
+  std::optional<data::LoaderState> data;  // where the loader stands (restored on resume)
 };
 
 io::TensorMap gather_state(nn::Module& model, optim::Optimizer& opt, Json& optim_scalars) {
@@ -227,6 +229,7 @@ void save(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim::LR
                             {"loop", Json::object({{"epoch", loop.epoch},
                                                    {"batch_in_epoch", loop.batch_in_epoch},
                                                    {"global_step", loop.global_step}})},
+                            {"data", loop.data ? loop.data->to_json() : Json()},
                             {"optimizer", scalars},
                             {"scheduler", sched ? scalars_json(sched->state_dict()) : Json()},
                             {"rng", Json::object({{"model", rng_json(gen)},
@@ -267,6 +270,7 @@ bool restore(const Config& cfg, nn::Module& model, optim::Optimizer& opt, optim:
   loop.epoch = l.at("epoch").as_int();
   loop.batch_in_epoch = l.at("batch_in_epoch").as_int();
   loop.global_step = l.at("global_step").as_int();
+  loop.data = data::LoaderState::from_json(ck->sidecar.at("data"));
   std::printf("resumed from %s (epoch %lld, batch %lld, step %lld)\n", ck->path.c_str(),
               static_cast<long long>(loop.epoch + 1), static_cast<long long>(loop.batch_in_epoch),
               static_cast<long long>(loop.global_step));
@@ -299,10 +303,6 @@ struct Parallel {
   int rank = 0;
   int world = 1;
   bool leader() const { return rank == 0; }
-  // This rank's share [lo, hi) of a global batch of `len` samples.
-  std::pair<int64_t, int64_t> share(int64_t len) const {
-    return {len * rank / world, len * (rank + 1) / world};
-  }
   // Whether any rank wants to stop (signals reach ranks at different steps; all must stop together).
   bool any(bool flag) const {
     if (!group) return flag;
@@ -326,19 +326,21 @@ Parallel init_parallel() {
 void usage() {
   std::printf(
       "usage: loom train [--model mlp|cnn] [--schedule none|cosine] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
-      "                  [--data DIR] [--train-samples N] [--threads N]\n"
+      "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment]\n"
       "                  [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--save-final FILE]\n"
       "                  [--nproc N [--max-restarts R]]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
       "  with Adam and reports test accuracy, time and samples/s. SIGINT/SIGTERM save a checkpoint and\n"
       "  stop; --resume continues from the last checkpoint bit-identically. --nproc N trains data-parallel\n"
       "  on N local processes (each takes 1/N of every batch; gradients are averaged); with\n"
-      "  --max-restarts a failed group is restarted and resumes from its last checkpoint.\n");
+      "  --max-restarts a failed group is restarted and resumes from its last checkpoint.\n"
+      "  The IDX files are packed once into loom shards under $LOOM_CACHE_DIR (default ~/.cache/loom) and\n"
+      "  read by the data loader with --workers threads (default 1); --augment adds random crops and flips.\n");
 }
 
 int run_train(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "resume", "no-progress"},
-            {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads",
+  Args args(argv, {"help", "resume", "no-progress", "augment"},
+            {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads", "workers",
              "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc", "max-restarts"});
   if (args.flag("help")) {
     usage();
@@ -346,9 +348,6 @@ int run_train(const std::vector<std::string>& argv) {
   }
   const int64_t nproc = args.get_int("nproc", 1);
   LOOM_CHECK(nproc >= 1, "[train] --nproc must be >= 1 but is ", nproc);
-  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) {
-    return launch_workers(argv, nproc, static_cast<int>(args.get_int("max-restarts", 0)));
-  }
   Config cfg;
   cfg.model = args.get_or("model", "mlp");
   cfg.schedule = args.get_or("schedule", "none");
@@ -360,6 +359,8 @@ int run_train(const std::vector<std::string>& argv) {
   cfg.seed = static_cast<uint64_t>(args.get_int("seed", 0));
   cfg.train_samples = args.get_int("train-samples", 0);
   cfg.threads = args.get_int("threads", 0);
+  cfg.workers = args.get_int("workers", 1);
+  cfg.augment = args.flag("augment");
   cfg.data_dir = args.get_or("data", data::default_fashion_mnist_dir());
   cfg.checkpoint_dir = args.get_or("checkpoint-dir", "");
   cfg.checkpoint_every = args.get_int("checkpoint-every", 100);
@@ -372,18 +373,31 @@ int run_train(const std::vector<std::string>& argv) {
   LOOM_CHECK(cfg.epochs > 0 && cfg.batch > 0 && cfg.checkpoint_every > 0,
              "[train] --epochs, --batch and --checkpoint-every must be positive");
   LOOM_CHECK(!cfg.resume || !cfg.checkpoint_dir.empty(), "[train] --resume needs --checkpoint-dir");
-  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
-
-  data::MnistSplit train = data::load_fashion_mnist(cfg.data_dir, true);
-  data::MnistSplit test = data::load_fashion_mnist(cfg.data_dir, false);
-  Tensor images = prepare_images(train.images), labels = train.labels;
-  if (cfg.train_samples > 0 && cfg.train_samples < images.size(0)) {
-    images = images.narrow(0, 0, cfg.train_samples).contiguous();
-    labels = labels.narrow(0, 0, cfg.train_samples).contiguous();
+  LOOM_CHECK(cfg.workers >= 0, "[train] --workers must be >= 0 but is ", cfg.workers);
+  LOOM_CHECK(cfg.batch % nproc == 0, "[train] --batch ", cfg.batch, " must be a multiple of --nproc ", nproc,
+             " (every rank takes the same share of a batch)");
+  // Pack the IDX files into shards once (the launcher does it before starting workers, so they find
+  // them ready).
+  const std::string train_dir = data::fashion_mnist_shards(cfg.data_dir, true, cfg.train_samples);
+  const std::string test_dir = data::fashion_mnist_shards(cfg.data_dir, false);
+  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) {
+    return launch_workers(argv, nproc, static_cast<int>(args.get_int("max-restarts", 0)));
   }
-  Tensor test_images = prepare_images(test.images);
-  const int64_t n = images.size(0);
-  const int64_t steps_per_epoch = (n + cfg.batch - 1) / cfg.batch;
+  if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  Parallel par = init_parallel();
+
+  auto train_ds = std::make_shared<const data::ShardReader>(train_dir);
+  auto test_ds = std::make_shared<const data::ShardReader>(test_dir);
+  data::LoaderOptions lo;
+  lo.batch_size = cfg.batch / par.world;
+  lo.world = par.world;
+  lo.rank = par.rank;
+  lo.workers = static_cast<int>(cfg.workers);
+  lo.order.seed = cfg.seed;
+  lo.fields = train_fields(cfg.augment);
+  data::Loader loader(train_ds, lo);
+  const int64_t n = train_ds->size();
+  const int64_t steps_per_epoch = loader.batches_in_epoch();
 
   Generator gen(cfg.seed);
   auto model = build_model(cfg.model, gen);
@@ -402,7 +416,6 @@ int run_train(const std::vector<std::string>& argv) {
   if (cfg.resume && !resumed) {
     std::printf("no checkpoint in %s: starting from scratch\n", cfg.checkpoint_dir.c_str());
   }
-  Parallel par = init_parallel();
   std::shared_ptr<nn::Module> net = model;
   std::shared_ptr<dist::DistributedDataParallel> ddp;
   if (par.group) {
@@ -414,7 +427,7 @@ int run_train(const std::vector<std::string>& argv) {
     std::printf("loom train: %s (%lld parameters), Fashion-MNIST %lld train / %lld test, batch %lld, "
                 "Adam lr %g, %lld epochs, %d threads, seed %llu\n",
                 cfg.model.c_str(), static_cast<long long>(nparams), static_cast<long long>(n),
-                static_cast<long long>(test_images.size(0)), static_cast<long long>(cfg.batch), cfg.lr,
+                static_cast<long long>(test_ds->size()), static_cast<long long>(cfg.batch), cfg.lr,
                 static_cast<long long>(cfg.epochs), get_num_threads(),
                 static_cast<unsigned long long>(cfg.seed));
     if (par.group) {
@@ -422,6 +435,7 @@ int run_train(const std::vector<std::string>& argv) {
                   par.world, static_cast<long long>(cfg.batch / par.world), ddp->bucket_names().size(),
                   par.group->describe().c_str());
     }
+    std::printf("data: %s\n", loader.describe().c_str());
     std::fflush(stdout);
   }
 
@@ -436,16 +450,20 @@ int run_train(const std::vector<std::string>& argv) {
   double last_loss = NAN;
   model->train();
   while (loop.epoch < cfg.epochs) {
-    std::vector<int64_t> order = epoch_order(n, cfg.seed, loop.epoch);
+    if (loop.data && loop.data->epoch == loop.epoch) {
+      loader.load_state(*loop.data);  // a resumed run: continue at exactly the next sample
+    } else {
+      loader.set_epoch(loop.epoch);
+    }
     Progress progress(cfg.progress_bar, loop.epoch, cfg.epochs, steps_per_epoch);
     int64_t epoch_samples = 0;
     for (; loop.batch_in_epoch < steps_per_epoch; ) {
-      const int64_t b0 = loop.batch_in_epoch * cfg.batch;
-      const int64_t len = std::min(cfg.batch, n - b0);
-      auto [lo, hi] = par.share(len);
-      std::vector<int64_t> idx(order.begin() + b0 + lo, order.begin() + b0 + hi);
-      Tensor index = from_vector(idx);
-      Tensor x = index_select(images, 0, index), y = index_select(labels, 0, index);
+      std::optional<data::Batch> batch = loader.next();
+      LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ",
+                           loop.batch_in_epoch, " of ", steps_per_epoch, " batches");
+      const int64_t len = batch->size() * par.world;
+      const Tensor& x = (*batch)["image"];
+      const Tensor& y = (*batch)["label"];
       opt.zero_grad();
       Tensor loss = cross_entropy(net->forward(x), y);
       loss.backward();
@@ -455,6 +473,8 @@ int run_train(const std::vector<std::string>& argv) {
       LOOM_CHECK(std::isfinite(last_loss), "[train] the loss became ", last_loss, " at step ",
                  loop.global_step, " (epoch ", loop.epoch + 1, ", batch ", loop.batch_in_epoch,
                  "); try a smaller --lr");
+      batch.reset();  // its buffer goes back to the loader's pool
+      loop.data = loader.state();
       ++loop.batch_in_epoch;
       ++loop.global_step;
       ++steps_here;
@@ -490,10 +510,15 @@ int run_train(const std::vector<std::string>& argv) {
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!par.leader()) return 0;
-  const double acc = evaluate(*model, test_images, test.labels);
+  const double acc = evaluate(*model, test_ds);
   std::printf("test accuracy %.2f%% | final loss %.4f | %lld steps in %.1f s | %.0f samples/s\n",
               100.0 * acc, last_loss, static_cast<long long>(steps_here), secs,
               secs > 0 ? static_cast<double>(samples) / secs : 0.0);
+  const data::LoaderMetrics lm = loader.metrics();
+  std::printf("data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches ready on "
+              "average; workers spent %.2f s reading, %.2f s decoding\n",
+              lm.wait_seconds, secs > 0 ? 100.0 * lm.wait_seconds / secs : 0.0, lm.max_wait_seconds * 1e3,
+              lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
   if (ddp) {
     auto st = ddp->stats();
     std::printf("data parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for gradients\n",

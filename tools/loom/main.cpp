@@ -86,7 +86,7 @@ void usage() {
   std::printf("loom: a deep-learning framework runtime you can see through\n\nusage: loom <command> [args]\n\n");
   auto cmds = loom::cli::commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  for (const auto& c : cmds) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+  for (const auto& c : cmds) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf("\nRun `loom <command> --help` for a command's options.\n");
 }
 
@@ -99,6 +99,26 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::vector<std::string> args(argv + 1, argv + argc);
+  // Two-word commands ("data pack"): `loom data pack ...` runs them with args[0] = "data pack".
+  if (args.size() >= 2) {
+    const std::string two = args[0] + " " + args[1];
+    for (const auto& c : loom::cli::commands()) {
+      if (c.name == two) {
+        args.erase(args.begin());
+        args[0] = two;
+        break;
+      }
+    }
+  }
+  bool group = false;  // `loom data` alone: list the group's commands
+  for (const auto& c : loom::cli::commands()) group = group || c.name.rfind(args[0] + " ", 0) == 0;
+  if (group) {
+    std::printf("usage: loom %s <command> [args]\n\n", args[0].c_str());
+    for (const auto& c : loom::cli::commands()) {
+      if (c.name.rfind(args[0] + " ", 0) == 0) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
+    }
+    return args.size() > 1 && args[1] != "--help" ? 2 : 0;
+  }
   for (const auto& c : loom::cli::commands()) {
     if (c.name == args[0]) {
       try {

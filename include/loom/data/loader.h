@@ -1,0 +1,180 @@
+// Loader (data layer): the pipeline from shards to batches, with exact resume.
+//
+//   order (order.h) -> read (pread | mmap | io_uring, batched per batch) -> decode (CRC, zstd) and
+//   transform (transforms.h), written straight into a batch buffer from a HostBufferPool
+//   (staging.h) -> bounded per-worker queues -> the consumer, in batch order.
+//
+// Note [loader workers]: this rank's batch j of an epoch is built by worker j mod K and the consumer
+// takes batches in j order, so what a rank sees does not depend on K. Each worker keeps at most
+// `prefetch` finished batches (backpressure: it waits for the consumer). With K = 0 the consumer's
+// thread builds each batch when asked. Workers are threads of this process (the work is C++, there
+// is no interpreter lock to escape).
+//
+// Note [loader state]: state() is (epoch, seed, consumed, config hash), where consumed counts global
+// positions of the epoch that every rank has been handed: after this rank took n samples, consumed
+// = start + n * world. Batches that workers prefetched but the consumer never took are not counted,
+// so after load_state() they are built again: nothing is lost and nothing repeats. Resuming with
+// another world size or worker count is allowed as long as the global batch (batch_size x world)
+// and the order (dataset, seed, shuffle mode, block size, pad policy) are the same; the config hash
+// covers exactly these.
+//
+// Errors: a failure while building batch j (a corrupt sample, a transform that does not fit) is
+// raised by next() when the consumer reaches batch j, as DataError naming the shard file, the sample
+// and the byte offset; the other workers stop. Destroying the loader, or starting another epoch,
+// while workers run stops and joins them (breaking out of a loop early never deadlocks).
+//
+// Thread-safety: a Loader is driven by one consumer thread; metrics() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/data/order.h"
+#include "loom/data/shard.h"
+#include "loom/data/staging.h"
+#include "loom/data/transforms.h"
+#include "loom/device.h"
+#include "loom/export.h"
+#include "loom/json.h"
+#include "loom/tensor.h"
+
+namespace loom::data {
+
+enum class IoEngine : uint8_t { Pread, Mmap, Uring };
+LOOM_API const char* io_engine_name(IoEngine e);
+LOOM_API IoEngine parse_io_engine(const std::string& s);  // pread | mmap | uring
+// Whether this build and kernel can use io_uring (liburing present and io_uring_setup allowed).
+LOOM_API bool uring_available();
+
+struct LoaderOptions {
+  int64_t batch_size = 128;  // per rank
+  int world = 1;
+  int rank = 0;
+  int workers = 0;   // 0: batches are built on the consumer's thread
+  int prefetch = 2;  // finished batches each worker may hold
+  OrderOptions order;
+  bool drop_last = false;  // drop this rank's last batch of an epoch when it is short
+  IoEngine io = IoEngine::Pread;
+  int uring_depth = 64;  // submission queue entries per worker (io_uring)
+  // Fields of each batch; empty: copy_column of every column that has a fixed shape or is an Int.
+  std::vector<std::shared_ptr<FieldTransform>> fields;
+  bool pin_memory = true;  // page-lock the batch buffers (staging.h)
+};
+
+struct LOOM_API Batch {
+  std::vector<std::string> names;
+  std::vector<Tensor> fields;  // [size, ...] each, CPU tensors in one pooled buffer (or on a device)
+  std::vector<int64_t> ids;    // global sample ids, in row order
+  int64_t epoch = 0;
+  int64_t index = 0;  // this rank's batch number in the epoch (counted from the epoch's start)
+  int64_t size() const { return static_cast<int64_t>(ids.size()); }
+  // The field called `name`; ValueError listing the fields otherwise.
+  const Tensor& operator[](const std::string& name) const;
+};
+
+struct LOOM_API LoaderState {
+  int64_t epoch = 0;
+  uint64_t seed = 0;
+  int64_t consumed = 0;  // global positions of `epoch` already handed out
+  uint64_t config_hash = 0;
+  Json to_json() const;
+  static LoaderState from_json(const Json& j);  // DataError on a malformed state
+};
+
+struct LoaderMetrics {
+  int64_t batches = 0;        // handed to the consumer
+  int64_t samples = 0;
+  double wait_seconds = 0;    // total time next() blocked waiting for a batch
+  double last_wait_seconds = 0;
+  double max_wait_seconds = 0;
+  double occupancy_sum = 0;   // finished batches waiting, summed over next() calls
+  double read_seconds = 0;    // worker time in reads (all workers)
+  double decode_seconds = 0;  // worker time in CRC, decompression, transforms and collation
+  uint64_t bytes_read = 0;
+  HostPoolStats pool;
+  double mean_occupancy() const { return batches ? occupancy_sum / static_cast<double>(batches) : 0.0; }
+};
+
+class LOOM_API Loader {
+ public:
+  Loader(std::shared_ptr<const ShardReader> dataset, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Restarts at the beginning of `epoch` (workers stop and restart).
+  void set_epoch(int64_t epoch);
+  // The next batch of the current epoch; nullopt when this rank's epoch is over (then call
+  // set_epoch(epoch + 1), or load a state).
+  std::optional<Batch> next();
+
+  LoaderState state() const;
+  // Continues exactly after what `state` says was consumed. ValueError when its config hash differs
+  // from this loader's (naming what this loader's configuration is).
+  void load_state(const LoaderState& state);
+
+  int64_t epoch() const;
+  // Batches this rank gets in the current epoch from the current start (a resumed epoch has fewer).
+  int64_t batches_in_epoch() const;
+  uint64_t config_hash() const;
+  const SampleOrder& order() const { return *order_; }
+  const std::vector<FieldSpec>& fields() const { return specs_; }
+  LoaderMetrics metrics() const;
+  // One paragraph: dataset, order, partition, workers, I/O engine, fields, pool.
+  std::string describe() const;
+
+ private:
+  struct Worker;
+  struct Shared;
+  void start();
+  void stop();
+  Batch build(int64_t j, Worker& w);  // batch j of the current run, by worker w's engine
+  int64_t rank_samples() const;       // samples this rank reads from start_ in this epoch
+
+  std::shared_ptr<const ShardReader> ds_;
+  LoaderOptions opt_;
+  std::unique_ptr<SampleOrder> order_;
+  std::vector<FieldSpec> specs_;
+  std::vector<size_t> field_offsets_;  // within a batch buffer
+  std::shared_ptr<HostBufferPool> pool_;
+  int64_t epoch_ = 0;
+  int64_t start_ = 0;      // global position the current run started from
+  int64_t taken_ = 0;      // batches the consumer took in this run
+  int64_t taken_samples_ = 0;
+  int64_t nbatches_ = 0;   // batches in this run
+  std::shared_ptr<Shared> sh_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<Worker> inline_;  // K = 0
+  mutable std::mutex metrics_mu_;
+  LoaderMetrics m_;
+};
+
+// Note [device stage]: wraps a batch source and returns batches whose tensors live on `device`. For
+// an accelerator it copies batch k + 1 asynchronously on a side stream, recording an event, while the
+// consumer computes on batch k (two device buffers: double buffering); the consumer's stream waits
+// on the event before using a batch. On the CPU it passes batches through. The CUDA implementation
+// comes with the CUDA backend; until then a CUDA device throws NotImplementedError saying so.
+class LOOM_API DeviceStage {
+ public:
+  using Source = std::function<std::optional<Batch>()>;
+  DeviceStage(Source source, Device device);
+  // The next batch with every tensor on the device; nullopt when the source is exhausted.
+  std::optional<Batch> next();
+  Device device() const { return device_; }
+
+ private:
+  Source source_;
+  Device device_;
+};
+
+}  // namespace loom::data

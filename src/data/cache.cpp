@@ -1,0 +1,97 @@
+// Derived-data cache: Fashion-MNIST packed into shards once (see loom/data/pack.h).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "loom/data/pack.h"
+#include "loom/data/shard.h"
+#include "loom/datasets.h"
+#include "loom/error.h"
+#include "loom/io.h"
+
+namespace loom::data {
+
+namespace fs = std::filesystem;
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("LOOM_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loom";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loom";
+  return "/tmp/loom-cache-" + std::to_string(::getuid());
+}
+
+namespace {
+
+// Identifies the source files: their paths, sizes and modification times.
+std::string source_identity(const std::string& idx_dir, bool train, int64_t limit) {
+  std::string id = std::string("fashion-mnist ") + (train ? "train" : "test") + " from " + idx_dir;
+  const char* prefix = train ? "train" : "t10k";
+  for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+    for (const char* ext : {"", ".gz"}) {
+      const std::string p = idx_dir + "/" + prefix + kind + ext;
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0) {
+        id += " " + std::string(prefix) + kind + ext + ":" + std::to_string(st.st_size) + ":" +
+              std::to_string(st.st_mtim.tv_sec);
+      }
+    }
+  }
+  if (limit > 0) id += " first " + std::to_string(limit);
+  return id;
+}
+
+bool packed_from(const std::string& dir, const std::string& identity) {
+  if (!fs::exists(dir + "/index.json")) return false;
+  try {
+    ShardReader r(dir);
+    return r.index().at("source").as_string() == identity;
+  } catch (const Error&) {
+    return false;  // damaged or from an older format: pack again
+  }
+}
+
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) LOOM_THROW(DataError, "[data.cache] cannot create the lock file ", path, ": ", std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) LOOM_THROW(DataError, "[data.cache] cannot lock ", path, ": ", std::strerror(errno));
+    }
+  }
+  ~FileLock() { ::close(fd_); }  // closing releases the lock
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t limit, const std::string& cache_dir) {
+  const std::string root = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  const std::string name = std::string("fashion-mnist-") + (train ? "train" : "test") +
+                           (limit > 0 ? "-first" + std::to_string(limit) : std::string());
+  const std::string dir = root + "/" + name;
+  const std::string identity = source_identity(idx_dir, train, limit);
+  if (packed_from(dir, identity)) return dir;
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) LOOM_THROW(DataError, "[data.cache] cannot create the cache directory ", root, ": ", ec.message());
+  FileLock lock(root + "/." + name + ".lock");
+  if (packed_from(dir, identity)) return dir;  // another process packed it while we waited
+  // Check the source first so that a missing dataset gives the IDX reader's install hint.
+  (void)load_fashion_mnist(idx_dir, train);
+  PackOptions o;
+  o.split = train ? "train" : "test";
+  o.limit = limit;
+  o.writer.source = identity;
+  pack(idx_dir, dir, o);
+  return dir;
+}
+
+}  // namespace loom::data
