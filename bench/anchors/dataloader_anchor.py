@@ -54,8 +54,8 @@ def measure(ds, workers, quick):
     """samples/s over one epoch (a fifth of one when quick), workers already started."""
     n = len(ds) // (5 if quick else 1)
     sub = torch.utils.data.Subset(ds, range(n)) if quick else ds
-    loader = DataLoader(sub, batch_size=BATCH, shuffle=True, num_workers=workers,
-                        persistent_workers=workers > 0, prefetch_factor=2 if workers > 0 else None)
+    extra = {"persistent_workers": True, "prefetch_factor": 2} if workers > 0 else {}
+    loader = DataLoader(sub, batch_size=BATCH, shuffle=True, num_workers=workers, **extra)
     it = iter(loader)  # start the workers outside the timed region, as loom's are
     next(it)
     t0 = time.perf_counter()
