@@ -14,26 +14,20 @@
 #include "loom/data/loader.h"
 #include "loom/data/shard.h"
 #include "loom/error.h"
+#include "temp_dir.h"
 
 namespace loom::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir() {
-  const char* t = std::getenv("TMPDIR");
-  std::string tmpl = std::string(t && *t ? t : "/tmp") + "/loom-loader-XXXXXX";
-  char* d = mkdtemp(tmpl.data());
-  EXPECT_NE(d, nullptr);
-  return tmpl;
-}
-
 // A dataset whose sample i holds id = i (Int), a uint8 [4, 4] image with pixel (y, x) = i + 4y + x,
 // and a float32 [3] vector (i, 2i, 3i). Several shards of uneven sizes (a new shard every ~1 KiB).
 struct TestData {
-  std::string dir;
+  loom::testing::TempDir tmp{"loom-loader"};
+  std::string dir = tmp.path();
   int64_t n;
-  TestData(int64_t samples, int zstd = 0, size_t shard_bytes = 2048) : dir(temp_dir()), n(samples) {
+  TestData(int64_t samples, int zstd = 0, size_t shard_bytes = 2048) : n(samples) {
     Schema schema;
     schema.columns.push_back(Column{"id", ColumnType::Int, DType::Int64, {}});
     schema.columns.push_back(Column{"img", ColumnType::Tensor, DType::UInt8, {4, 4}});
@@ -50,7 +44,6 @@ struct TestData {
     }
     w.finish();
   }
-  ~TestData() { fs::remove_all(dir); }
   std::shared_ptr<const ShardReader> open() const { return std::make_shared<ShardReader>(dir); }
 };
 

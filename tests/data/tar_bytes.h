@@ -2,6 +2,8 @@
 // byte by byte (so that tests can make the bad ones GNU tar refuses to write).
 #pragma once
 
+#include "temp_dir.h"
+
 #include <stdlib.h>
 
 #include <cstdio>
@@ -13,27 +15,6 @@
 
 namespace loom::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at destruction.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/loom_pack_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& rel) const { return path_ + "/" + rel; }
-
- private:
-  std::string path_;
-};
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
