@@ -11,6 +11,7 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin # anchors for distributed benchmarks
   dataset-fashion-mnist      # the main job's data set
   liburing-dev libzstd-dev zlib1g-dev
+  chromium                   # headless check that `loom mem viz` pages render (tests)
 )
 
 missing=()

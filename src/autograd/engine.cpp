@@ -163,7 +163,10 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
 
     std::vector<Tensor> outputs;
     if (any_input) {
-      RecordFunctionGuard scope(node->name());
+      std::optional<RecordFunctionGuard> scope;  // the profiler links it to its forward operator
+      if (LOOM_UNLIKELY(record_function_active())) {
+        scope.emplace(OpEvent::Kind::Backward, node->name(), -1, node->thread_id(), node->sequence_nr());
+      }
       outputs = node->apply(std::move(inputs));
       if (AnomalyMode::is_enabled()) check_anomaly(*node, outputs);
     } else {

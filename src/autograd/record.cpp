@@ -376,6 +376,9 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   }
 
   auto node = std::make_shared<FormulaNode>(info);
+  if (LOOM_UNLIKELY(record_function_active())) {
+    ::loom::detail::record_autograd_node(node->thread_id(), node->sequence_nr());
+  }
   if (AnomalyMode::is_enabled()) node->anomaly_trace = "forward operator " + info.name;
   node->args_.resize(info.nargs);
   auto& edges = node->mutable_next_edges();

@@ -9,6 +9,7 @@
 
 #include "data/read_engine.h"
 #include "loom/error.h"
+#include "loom/record_function.h"
 
 namespace loom::data {
 
@@ -212,6 +213,8 @@ void Loader::start() {
 }
 
 Batch Loader::build(int64_t j, Worker& w) {
+  std::optional<RecordFunctionGuard> stage;  // the profiler's "data.read", then "data.decode"
+  if (LOOM_UNLIKELY(record_function_active())) stage.emplace(OpEvent::Kind::DataStage, "data.read");
   const auto t0 = Clock::now();
   const int64_t rank_n = rank_samples();
   const int64_t i0 = j * opt_.batch_size;
@@ -246,6 +249,10 @@ Batch Loader::build(int64_t j, Worker& w) {
   }
   w.engine->read(w.ops.data(), w.ops.size());
   const auto t1 = Clock::now();
+  if (stage) {
+    stage.reset();
+    stage.emplace(OpEvent::Kind::DataStage, "data.decode");
+  }
   sh_->read_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(),
                          std::memory_order_relaxed);
   sh_->bytes.fetch_add(total, std::memory_order_relaxed);
@@ -294,6 +301,8 @@ Batch Loader::build(int64_t j, Worker& w) {
 
 std::optional<Batch> Loader::next() {
   if (taken_ >= nbatches_) return std::nullopt;
+  std::optional<RecordFunctionGuard> wait_scope;  // the profiler's "data.wait"
+  if (LOOM_UNLIKELY(record_function_active())) wait_scope.emplace(OpEvent::Kind::DataStage, "data.wait");
   const int64_t j = taken_;
   const auto t0 = Clock::now();
   std::optional<Batch> out;

@@ -142,7 +142,7 @@ void OperatorHandle::call_boxed(Stack& stack) const {
           detail::record_input(ev, v.to_tensor());
         } else if (v.is_tensor_list()) {
           detail::record_input(ev, TensorList(v.to_tensor_list()));
-        } else if (!v.is_none()) {
+        } else if (!v.is_none() && ev.record_scalars) {
           ev.scalar_args.push_back(v.repr());
         }
       }

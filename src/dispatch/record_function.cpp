@@ -11,7 +11,13 @@ namespace loom {
 
 namespace detail {
 std::atomic<int> g_record_callbacks{0};
-}
+
+// Input vectors of finished events, kept per thread so that a recorded call does not allocate.
+struct SpareInputs {
+  std::vector<DimVector> shapes;
+  std::vector<DType> dtypes;
+};
+}  // namespace detail
 
 namespace {
 
@@ -20,8 +26,9 @@ struct Registered {
   RecordFunctionCallbacks cb;
 };
 
-// Copy-on-write list: readers take a snapshot under a short lock, so callbacks can be added or
-// removed while other threads are inside operators.
+// Copy-on-write list: callbacks can be added or removed while other threads are inside operators.
+// Each thread keeps its own snapshot and refreshes it (under a short lock) only when the version
+// changed, so a recorded call takes no lock.
 std::mutex g_mu;
 std::shared_ptr<const std::vector<Registered>>& callbacks() {  // GUARDED_BY(g_mu)
   static auto* p = new std::shared_ptr<const std::vector<Registered>>(
@@ -29,14 +36,59 @@ std::shared_ptr<const std::vector<Registered>>& callbacks() {  // GUARDED_BY(g_m
   return *p;
 }
 uint64_t g_next_handle = 1;  // GUARDED_BY(g_mu)
+std::atomic<uint64_t> g_version{1};
 
-std::shared_ptr<const std::vector<Registered>> snapshot() {
+using detail::SpareInputs;
+constexpr int kMaxSpares = 16;
+
+// What a recorded call touches, in one trivially constructed thread-local with the initial-exec
+// TLS model (libloom is linked, not dlopen()ed late), so that reaching it costs no __tls_get_addr.
+struct ThreadState {
+  uint64_t version;                      // of the callback list `list` is
+  const std::vector<Registered>* list;   // kept alive by t_owner.list
+  uint64_t sequence_nr;
+  int depth;
+  int nspares;
+  bool exited;                           // t_owner is gone (thread exit): keep away from it
+  OpEvent* current_op;                   // the innermost recorded operator (record_autograd_node)
+  SpareInputs* spares[kMaxSpares];       // owned by t_owner
+};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
+
+// The owning side, touched only when the callback list changes or a spare is first made.
+struct ThreadOwner {
+  std::shared_ptr<const std::vector<Registered>> list;
+  std::vector<std::unique_ptr<SpareInputs>> spares;
+  ~ThreadOwner() {
+    t_state.version = 0;
+    t_state.nspares = 0;
+    t_state.exited = true;
+  }
+};
+thread_local ThreadOwner t_owner;
+
+LOOM_NOINLINE void refresh_snapshot(ThreadState& s) {
+  if (s.exited) {  // an operator run by another thread-local's destructor: record nothing
+    static const std::vector<Registered> kNone;
+    s.list = &kNone;
+    return;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
-  return callbacks();
+  t_owner.list = callbacks();
+  s.list = t_owner.list.get();
+  s.version = g_version.load(std::memory_order_relaxed);
 }
 
-thread_local uint64_t t_sequence_nr = 0;
-thread_local int t_depth = 0;
+const std::vector<Registered>& snapshot() {
+  ThreadState& s = t_state;
+  if (LOOM_UNLIKELY(s.version != g_version.load(std::memory_order_acquire))) refresh_snapshot(s);
+  return *s.list;
+}
+
+LOOM_NOINLINE SpareInputs* new_spare() {
+  t_owner.spares.push_back(std::make_unique<SpareInputs>());
+  return t_owner.spares.back().get();
+}
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -52,6 +104,7 @@ uint64_t add_record_callbacks(RecordFunctionCallbacks cb) {
   uint64_t h = g_next_handle++;
   next->push_back(Registered{h, std::move(cb)});
   callbacks() = next;
+  g_version.fetch_add(1, std::memory_order_release);
   detail::g_record_callbacks.store(static_cast<int>(next->size()), std::memory_order_relaxed);
   return h;
 }
@@ -63,6 +116,7 @@ void remove_record_callbacks(uint64_t handle) {
     if (r.handle != handle) next->push_back(r);
   }
   callbacks() = next;
+  g_version.fetch_add(1, std::memory_order_release);
   detail::g_record_callbacks.store(static_cast<int>(next->size()), std::memory_order_relaxed);
 }
 
@@ -70,8 +124,23 @@ void RecordFunctionGuard::begin_operator(const std::string& name, const Function
   event_.kind = OpEvent::Kind::Operator;
   event_.schema = &schema;
   event_.name = name;
-  auto cbs = snapshot();
-  for (const auto& r : *cbs) needs_inputs_ = needs_inputs_ || r.cb.needs_inputs;
+  bool scalars = false;
+  for (const auto& r : snapshot()) {
+    needs_inputs_ = needs_inputs_ || r.cb.needs_inputs;
+    scalars = scalars || (r.cb.needs_inputs && r.cb.needs_scalar_args);
+  }
+  event_.record_scalars = scalars;
+  if (needs_inputs_) {
+    ThreadState& st = t_state;
+    SpareInputs* sp = st.nspares > 0 ? st.spares[--st.nspares] : nullptr;
+    if (sp != nullptr) {
+      event_.input_shapes.swap(sp->shapes);
+      event_.input_dtypes.swap(sp->dtypes);
+      spare_ = sp;
+    } else if (!st.exited && t_owner.spares.size() < 4 * kMaxSpares) {
+      spare_ = new_spare();
+    }
+  }
 }
 
 RecordFunctionGuard::RecordFunctionGuard(std::string_view scope_name) {
@@ -82,28 +151,61 @@ RecordFunctionGuard::RecordFunctionGuard(std::string_view scope_name) {
   enter();
 }
 
+RecordFunctionGuard::RecordFunctionGuard(OpEvent::Kind kind, std::string name, int64_t bytes,
+                                         uint64_t fwd_thread, uint64_t fwd_sequence_nr) {
+  if (!record_function_active()) return;
+  event_.kind = kind;
+  name_storage_ = std::move(name);
+  event_.name = name_storage_;
+  event_.bytes = bytes;
+  event_.fwd_thread = fwd_thread;
+  event_.fwd_sequence_nr = fwd_sequence_nr;
+  enter();
+}
+
 void RecordFunctionGuard::enter() {
   active_ = true;
-  event_.sequence_nr = t_sequence_nr++;
-  event_.depth = t_depth++;
+  ThreadState& st = t_state;
+  event_.sequence_nr = st.sequence_nr++;
+  event_.depth = st.depth++;
+  if (event_.kind == OpEvent::Kind::Operator) {
+    parent_op_ = st.current_op;
+    st.current_op = &event_;
+  }
+  const auto& cbs = snapshot();
   event_.start_ns = now_ns();
-  auto cbs = snapshot();
-  for (const auto& r : *cbs) {
+  for (const auto& r : cbs) {
     if (r.cb.on_enter) r.cb.on_enter(event_);
   }
 }
 
 RecordFunctionGuard::~RecordFunctionGuard() {
   if (!active_) return;
-  --t_depth;
   event_.end_ns = now_ns();
-  auto cbs = snapshot();
-  for (const auto& r : *cbs) {
+  ThreadState& st = t_state;
+  --st.depth;
+  if (event_.kind == OpEvent::Kind::Operator) st.current_op = parent_op_;
+  for (const auto& r : snapshot()) {
     if (r.cb.on_exit) r.cb.on_exit(event_);
+  }
+  if (spare_ != nullptr && st.nspares < kMaxSpares) {
+    // Hand the (grown) vectors back for the next recorded call on this thread.
+    event_.input_shapes.clear();
+    event_.input_dtypes.clear();
+    spare_->shapes.swap(event_.input_shapes);
+    spare_->dtypes.swap(event_.input_dtypes);
+    st.spares[st.nspares++] = spare_;
   }
 }
 
 namespace detail {
+
+void record_autograd_node(uint64_t thread_id, uint64_t sequence_nr) {
+  OpEvent* ev = t_state.current_op;
+  if (ev == nullptr || ev->fwd_thread != 0) return;
+  ev->fwd_thread = thread_id;
+  ev->fwd_sequence_nr = sequence_nr;
+}
 
 void record_input(OpEvent& ev, const Tensor& t) {
   if (!t.defined()) return;
@@ -117,22 +219,29 @@ void record_input(OpEvent& ev, TensorList l) {
   for (const Tensor& t : l) record_input(ev, t);
 }
 void record_input(OpEvent& ev, const Scalar& s) {
+  if (!ev.record_scalars) return;
   std::ostringstream os;
   os << s;
   ev.scalar_args.push_back(os.str());
 }
 void record_input(OpEvent& ev, IntArrayRef v) {
+  if (!ev.record_scalars) return;
   std::ostringstream os;
   os << v;
   ev.scalar_args.push_back(os.str());
 }
-void record_input(OpEvent& ev, int64_t v) { ev.scalar_args.push_back(std::to_string(v)); }
+void record_input(OpEvent& ev, int64_t v) {
+  if (ev.record_scalars) ev.scalar_args.push_back(std::to_string(v));
+}
 void record_input(OpEvent& ev, double v) {
+  if (!ev.record_scalars) return;
   std::ostringstream os;
   os << v;
   ev.scalar_args.push_back(os.str());
 }
-void record_input(OpEvent& ev, bool v) { ev.scalar_args.push_back(v ? "True" : "False"); }
+void record_input(OpEvent& ev, bool v) {
+  if (ev.record_scalars) ev.scalar_args.push_back(v ? "True" : "False");
+}
 
 }  // namespace detail
 }  // namespace loom

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "loom/error.h"
+#include "loom/record_function.h"
 
 namespace loom::dist {
 
@@ -263,6 +264,14 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
   comm->reset();
   comm->set_context(+what_of, &ctx, Clock::now() + opts.timeout);
   flight.started(ticket);
+  // The profiler's collective event: times the transfer on the thread that runs it (async ones too).
+  std::optional<RecordFunctionGuard> profiler_scope;
+  if (LOOM_UNLIKELY(record_function_active())) {
+    const bool sized = fp.dtype >= 0 && fp.kind != static_cast<uint8_t>(CollKind::kAlltoall);
+    profiler_scope.emplace(OpEvent::Kind::Collective,
+                           std::string("dist::") + coll_name(static_cast<CollKind>(fp.kind)),
+                           sized ? static_cast<int64_t>(fp.count * element_size(static_cast<DType>(fp.dtype))) : -1);
+  }
   bool contract_error = false;
   try {
     if (detail && !p2p && size > 1) {

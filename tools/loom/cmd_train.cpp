@@ -37,6 +37,7 @@
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "loom/parallel.h"
+#include "loom/profiler.h"
 
 namespace loom::cli {
 namespace {
@@ -328,20 +329,23 @@ void usage() {
       "usage: loom train [--model mlp|cnn] [--schedule none|cosine] [--epochs N] [--batch N] [--lr X] [--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment]\n"
       "                  [--checkpoint-dir DIR [--checkpoint-every N] [--resume]] [--save-final FILE]\n"
-      "                  [--nproc N [--max-restarts R]]\n"
+      "                  [--nproc N [--max-restarts R]] [--profile FILE[.gz] [--profile-steps W,WU,A]]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
       "  with Adam and reports test accuracy, time and samples/s. SIGINT/SIGTERM save a checkpoint and\n"
       "  stop; --resume continues from the last checkpoint bit-identically. --nproc N trains data-parallel\n"
       "  on N local processes (each takes 1/N of every batch; gradients are averaged); with\n"
       "  --max-restarts a failed group is restarted and resumes from its last checkpoint.\n"
       "  The IDX files are packed once into loom shards under $LOOM_CACHE_DIR (default ~/.cache/loom) and\n"
-      "  read by the data loader with --workers threads (default 1); --augment adds random crops and flips.\n");
+      "  read by the data loader with --workers threads (default 1); --augment adds random crops and flips.\n"
+      "  --profile writes a Chrome trace (ui.perfetto.dev) of the steps --profile-steps selects (skip W,\n"
+      "  warm up WU, record A; default 5,2,10) and prints the top operators and the step breakdown.\n");
 }
 
 int run_train(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "resume", "no-progress", "augment"},
             {"model", "schedule", "epochs", "batch", "lr", "seed", "data", "train-samples", "threads", "workers",
-             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc", "max-restarts"});
+             "checkpoint-dir", "checkpoint-every", "save-final", "max-steps", "nproc", "max-restarts",
+             "profile", "profile-steps"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -445,6 +449,32 @@ int run_train(const std::vector<std::string>& argv) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // --profile: a window of steps recorded (profiler.h), written and summarised when the loop ends.
+  std::unique_ptr<profiler::Profile> prof;
+  std::string prof_path = args.get_or("profile", "");
+  const profiler::Schedule po_schedule = profiler::Schedule::parse(args.get_or("profile-steps", "5,2,10"));
+  if (!prof_path.empty()) {
+    profiler::ProfileOptions po;
+    po.schedule = po_schedule;
+    if (par.world > 1) {  // one trace per rank: out.json.gz -> out.rank1.json.gz
+      const size_t dot = prof_path.find(".json");
+      const std::string tag = ".rank" + std::to_string(par.rank);
+      prof_path.insert(dot == std::string::npos ? prof_path.size() : dot, tag);
+    }
+    prof = std::make_unique<profiler::Profile>(po);
+    prof->start();
+  }
+  auto finish_profile = [&] {
+    if (!prof) return;
+    prof->stop();
+    profiler::write_chrome_trace(prof->trace(), prof_path);
+    if (!par.leader()) return;
+    std::printf("profile (%s): trace written to %s\n%s", po_schedule.describe().c_str(), prof_path.c_str(),
+                profiler::summarize(prof->trace(), 5).c_str());
+    if (prof->trace().empty()) std::printf("profile: the run ended before the recorded steps; try --profile-steps 0,0,5\n");
+    prof.reset();
+  };
+
   const auto t0 = Clock::now();
   int64_t samples = 0, steps_here = 0;
   double last_loss = NAN;
@@ -458,6 +488,7 @@ int run_train(const std::vector<std::string>& argv) {
     Progress progress(cfg.progress_bar, loop.epoch, cfg.epochs, steps_per_epoch);
     int64_t epoch_samples = 0;
     for (; loop.batch_in_epoch < steps_per_epoch; ) {
+      if (prof && steps_here > 0) prof->step();  // a profiled step spans one whole iteration
       std::optional<data::Batch> batch = loader.next();
       LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ",
                            loop.batch_in_epoch, " of ", steps_per_epoch, " batches");
@@ -500,6 +531,7 @@ int run_train(const std::vector<std::string>& argv) {
     const int sig = g_stop_signal.load();
     if (sig != 0 || (cfg.max_steps > 0 && steps_here >= cfg.max_steps)) {
       progress.finish();
+      finish_profile();
       std::printf("stopped at step %lld (%s)%s%s\n", static_cast<long long>(loop.global_step),
                   sig ? strsignal(sig) : "--max-steps",
                   cfg.checkpoint_dir.empty() ? "" : "; checkpoint saved in ",
@@ -509,6 +541,7 @@ int run_train(const std::vector<std::string>& argv) {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  finish_profile();
   if (!par.leader()) return 0;
   const double acc = evaluate(*model, test_ds);
   std::printf("test accuracy %.2f%% | final loss %.4f | %lld steps in %.1f s | %.0f samples/s\n",

@@ -1,0 +1,151 @@
+// Allocation traces (memory layer): the sequence of allocate / free calls a workload made, as a
+// small JSON file, a RecordingAllocator that captures one from a real loom workload, and a replay
+// of a trace against a CachingAllocator over a SimulatedDevice (what `loom mem replay` and `loom
+// bench mem` measure).
+//
+// Ownership: AllocTrace is a plain value. A RecordingAllocator does not own the allocator it wraps;
+// both must outlive every DataPtr it handed out (their deleters log into it). All functions and
+// RecordingAllocator's methods are thread-safe; AllocTrace values are not synchronised.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loom/export.h"
+#include "loom/json.h"
+#include "loom/memory.h"
+#include "loom/memory/caching_allocator.h"
+
+namespace loom::memory {
+
+// Note [alloc trace format]
+//   {"format": "loom-alloc-trace", "version": 1, "source": "...", "events": [...]}, one event per
+//   line when written by write_trace. An event is ["a", id, bytes, stream] (allocate `bytes`, the
+//   size asked for, on `stream`) or ["f", id] (free the block allocated as `id`). Ids are small
+//   non-negative integers; an id may be used again once freed. Blocks still live at the end are
+//   allowed (model parameters, optimizer state). Allocations of 0 bytes are kept: they are real
+//   calls, and a caching allocator answers them with no block.
+struct AllocEvent {
+  enum class Op : uint8_t { Alloc, Free };
+  Op op = Op::Alloc;
+  int64_t id = 0;
+  int64_t size = 0;     // Alloc: requested bytes; Free: 0
+  StreamId stream = 0;  // Alloc only
+};
+
+struct AllocTrace {
+  std::string source;  // what was recorded ("loom mem record: ...", a test name)
+  std::vector<AllocEvent> events;
+};
+
+// The document of Note [alloc trace format], and back. from_json checks everything read_trace
+// checks; `what` names the source (a file path) in its DataError.
+LOOM_API Json trace_to_json(const AllocTrace& trace);
+LOOM_API AllocTrace trace_from_json(const Json& doc, const std::string& what);
+
+// Writes `trace` to `path` atomically (io::atomic_write_file). DataError when it cannot.
+LOOM_API void write_trace(const std::string& path, const AllocTrace& trace);
+// Reads and validates a trace: DataError starting with "[alloc trace]" naming the file and the byte
+// offset (bad or truncated JSON) or the event index (bad event: unknown op, wrong arity, negative
+// size or id, alloc of a live id, free of an unknown or already freed id), or the unknown format
+// or version.
+LOOM_API AllocTrace read_trace(const std::string& path);
+
+// Facts computed from the event list alone: the reference that replays are checked against.
+struct TraceSummary {
+  int64_t allocs = 0;
+  int64_t frees = 0;
+  int64_t peak_live_bytes = 0;          // max over time of the sum of live requested sizes
+  int64_t peak_live_rounded_bytes = 0;  // the same with sizes rounded up to kRoundBytes
+  int64_t peak_live_blocks = 0;
+  int64_t live_bytes_at_end = 0;
+  int64_t min_size = 0;  // over allocs of at least one byte
+  int64_t max_size = 0;
+  int64_t distinct_sizes = 0;
+};
+// Assumes a valid trace (as read_trace / trace_from_json return).
+LOOM_API TraceSummary summarize_trace(const AllocTrace& trace);
+
+// An Allocator that forwards to `inner` and logs every allocate and every deleter call into a
+// trace (stream 0). Install it to record a loom workload:
+//   RecordingAllocator rec(*get_allocator(DeviceType::CPU), "my workload");
+//   set_allocator(DeviceType::CPU, &rec);  ... run ...;  set_allocator(DeviceType::CPU, &inner);
+// Memory allocated before it was installed is not seen; memory it handed out is logged when freed
+// even after it is uninstalled. Each allocation costs one extra small heap block (the deleter's
+// context) beyond what `inner` does.
+class LOOM_API RecordingAllocator final : public Allocator {
+ public:
+  explicit RecordingAllocator(Allocator& inner, std::string source = "RecordingAllocator");
+  DataPtr allocate(size_t nbytes) override;
+  // A copy of the events so far.
+  AllocTrace trace() const;
+
+ private:
+  struct Context;
+  static void deleter(void* ctx);
+  void log_free(int64_t id);
+
+  Allocator& inner_;
+  mutable std::mutex mutex_;
+  std::string source_;              // guarded by mutex_
+  std::vector<AllocEvent> events_;  // guarded by mutex_
+  std::vector<int64_t> free_ids_;   // guarded by mutex_; reused LIFO so ids stay small
+  int64_t next_id_ = 0;             // guarded by mutex_
+};
+
+// Note [training trace]
+//   record_training_trace runs `steps` training steps of a transformer-block-like MLP on CPU under
+//   a RecordingAllocator: Linear(784 -> H), LayerNorm(H), GELU, Linear(H -> H), GELU,
+//   Linear(H -> 10) with H = hidden (1024 by default), cross-entropy, Adam (so parameters,
+//   gradients and two moments per parameter are live). Each step draws its batch size uniformly
+//   from 32..512 (any integer, as with variable sequence lengths or ragged last batches) and makes
+//   a fresh random batch, then zero_grad(set_to_none), forward, backward and step. The trace holds
+//   everything loom allocated from model construction on (parameters, optimizer state created on
+//   the first step, inputs, activations saved for backward, gradients, temporaries of the
+//   optimizer). Requests range from a few bytes (scalars) to several MiB (with H = 1024, a 512 x
+//   1024 float32 activation is 2 MiB, the 1024 x 1024 weight 4 MiB), so both pools of the caching
+//   allocator are exercised. Single-threaded (intra-op threads set to 1 while recording) so that
+//   the trace is deterministic for a seed.
+struct TrainingTraceOptions {
+  int steps = 20;
+  uint64_t seed = 0;
+  int64_t min_batch = 32;
+  int64_t max_batch = 512;
+  int64_t hidden = 1024;  // fixed for the whole trace
+};
+LOOM_API AllocTrace record_training_trace(const TrainingTraceOptions& options = {});
+
+// Replays a trace against a fresh CachingAllocator over a SimulatedDevice (not backed) of
+// `capacity` bytes. An allocation that raises OutOfMemoryError is counted and its free skipped.
+struct ReplayOptions {
+  std::string policy = "default";      // AllocatorConfig::policy(policy); ValueError listing them
+  size_t capacity = size_t{80} << 30;  // 80 GiB, an H100's
+  // Measure fragmentation at the peak: a second, untimed replay calling stats() after every
+  // allocation (the timed one makes no stats() calls).
+  bool track_peak = true;
+  // Store "trace event N (id I, B bytes)" as each allocation's context (for snapshots).
+  bool contexts = false;
+  bool keep_snapshot = false;  // fill ReplayResult::snapshot with the final snapshot
+};
+
+struct LOOM_API ReplayResult {
+  std::string policy;
+  MemoryStats stats;  // at the end; its peaks are the peaks of the replay
+  // 1 - largest free block / free reserved bytes, at the first event where allocated bytes reached
+  // their peak (when memory is scarcest); 0 without track_peak.
+  double fragmentation_at_peak = 0;
+  int64_t ooms = 0;  // allocations that raised OutOfMemoryError
+  int64_t events = 0;
+  double seconds = 0;         // wall time of the timed replay loop
+  Snapshot snapshot;          // with keep_snapshot
+  double peak_ratio() const;  // peak reserved / peak allocated (1 when nothing was allocated)
+  double ns_per_event() const { return events ? seconds * 1e9 / static_cast<double>(events) : 0; }
+};
+LOOM_API ReplayResult replay_trace(const AllocTrace& trace, const ReplayOptions& options);
+// AllocatorConfig::policies(), exported for tools.
+LOOM_API std::vector<std::string> replay_policies();
+
+}  // namespace loom::memory

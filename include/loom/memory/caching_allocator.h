@@ -1,0 +1,236 @@
+// Caching allocator (memory layer): device memory carved from cached segments, with statistics,
+// snapshots and an event history — the design of PyTorch's CUDACachingAllocator, written against a
+// small DeviceMemory interface so that it runs in CPU-only tests on a SimulatedDevice and, with the
+// CUDA backend, on cudaMalloc / cudaEvent.
+//
+// Note [caching allocator]
+//   - Requests are rounded up to kRoundBytes (512). Requests of at most small_size (1 MiB) come from
+//     the small pool, whose segments are small_segment (2 MiB); larger ones from the large pool,
+//     whose segments are the request rounded up to large_round (2 MiB), or large_segment (20 MiB)
+//     for requests under 10 MiB so that several of them share a segment.
+//   - A request takes the best-fitting cached free block of its pool and stream (smallest size that
+//     fits; ties by address). A block larger than the request is split when the remainder is at
+//     least kRoundBytes (small pool) or more than small_size (large pool). Large-pool blocks larger
+//     than max_split_size are never split and serve only requests above max_split_size that leave
+//     at most large_round of them unused; a large-pool segment that would exceed max_split_size is
+//     sized to its request (rounded to large_round) instead. Freeing a block merges it with free
+//     neighbours of the same segment (coalescing). A segment never exceeds the device capacity.
+//   - Streams: free blocks are kept per stream. A block used on other streams (record_stream) is
+//     not reusable until an event recorded on each of those streams at free time has completed; until
+//     then it sits in a pending list that allocate() polls.
+//   - When the device refuses a new segment: completed pending frees are reclaimed, then every
+//     cached free block of the pools is released (empty_cache) and the segment retried
+//     (num_alloc_retries); if that fails too, OutOfMemoryError (num_ooms) states the request, the
+//     device's free and total memory, reserved, allocated, the largest free block, fragmentation and
+//     a hint. With gc_threshold > 0, before growing beyond gc_threshold x capacity the allocator first
+//     releases cached blocks that have been free longest (garbage collection).
+//   - empty_cache() returns every segment with no allocated block to the device.
+//
+// Thread-safety: every method of CachingAllocator is thread-safe (one mutex). DeviceMemory
+// implementations are called under that mutex.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/export.h"
+#include "loom/json.h"
+#include "loom/memory.h"
+
+namespace loom::memory {
+
+using StreamId = int64_t;  // 0: the default stream
+using EventId = uint64_t;
+
+constexpr size_t kRoundBytes = 512;
+
+// What the allocator needs from a device.
+class LOOM_API DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual std::string name() const = 0;
+  virtual size_t capacity() const = 0;  // total bytes
+  virtual size_t free_bytes() const = 0;
+  // A new segment of exactly `bytes`, or nullptr when the device has not enough memory.
+  virtual void* malloc(size_t bytes) = 0;
+  virtual void free(void* p, size_t bytes) = 0;
+  // Records an event on `stream` after all work queued on it so far; query() says whether it passed.
+  virtual EventId record_event(StreamId stream) = 0;
+  virtual bool query(EventId event) = 0;
+};
+
+// A device simulated in host memory for tests and tools: a capacity, real host memory behind each
+// segment when `backed` (so callers may write to blocks) or fake, never-dereferenced addresses
+// otherwise (so traces of hundreds of GiB replay on a laptop), and streams whose queued work
+// completes only when the test says so (or at once with auto_complete).
+class LOOM_API SimulatedDevice final : public DeviceMemory {
+ public:
+  explicit SimulatedDevice(size_t capacity, bool backed = false, bool auto_complete = true);
+  ~SimulatedDevice() override;
+  std::string name() const override;
+  size_t capacity() const override;
+  size_t free_bytes() const override;
+  void* malloc(size_t bytes) override;
+  void free(void* p, size_t bytes) override;
+  EventId record_event(StreamId stream) override;
+  bool query(EventId event) override;
+  // Completes every event recorded so far on `stream` (all streams when stream < 0).
+  void complete(StreamId stream = -1);
+  int64_t malloc_calls() const;
+  int64_t free_calls() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct LOOM_API AllocatorConfig {
+  size_t small_size = size_t{1} << 20;       // requests up to this use the small pool
+  size_t small_segment = size_t{2} << 20;
+  size_t large_segment = size_t{20} << 20;   // segment for large-pool requests under min_large_alloc
+  size_t min_large_alloc = size_t{10} << 20;
+  size_t large_round = size_t{2} << 20;      // larger requests: their own segment, rounded to this
+  size_t max_split_size = SIZE_MAX;          // blocks above this are never split
+  double gc_threshold = 0.0;                 // 0: no garbage collection; else a fraction of capacity
+  bool cache = true;                         // false: every free returns its segment at once
+  size_t history_capacity = 100000;          // events kept in the history ring (0: none)
+  // A named configuration for tools: "default", "no-cache", "no-split" (max_split_size = 0),
+  // "max-split-64m", "gc-0.8", "small-segments" (large_segment = 2 MiB). ValueError listing them.
+  static AllocatorConfig policy(const std::string& name);
+  static std::vector<std::string> policies();
+  // One line: "policy=NAME" when it equals a named policy, then every field.
+  std::string describe() const;
+  // ValueError naming the field unless sizes are positive multiples of kRoundBytes, small_size <=
+  // small_segment and 0 <= gc_threshold <= 1 (the CachingAllocator constructor calls it).
+  void validate() const;
+};
+
+// current, peak, total allocated (sum of increases) and total freed (sum of decreases).
+struct LOOM_API Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+  void add(int64_t n);  // n may be negative
+};
+
+struct LOOM_API MemoryStats {
+  Stat allocated_bytes;       // bytes handed out (rounded sizes)
+  Stat requested_bytes;       // bytes asked for
+  Stat reserved_bytes;        // bytes in segments
+  Stat active_bytes;          // allocated, plus freed blocks still waiting for their events
+  Stat inactive_split_bytes;  // free bytes in segments that also hold allocated blocks
+  Stat allocations;           // counts
+  Stat segments;
+  int64_t num_ooms = 0;
+  int64_t num_alloc_retries = 0;
+  int64_t num_device_mallocs = 0;
+  int64_t num_device_frees = 0;
+  size_t largest_free_block = 0;  // computed by stats()
+  // 1 - largest free block / free bytes in segments (reserved - active: freed blocks still waiting
+  // for events are not free), 0 when nothing is free.
+  double fragmentation() const;
+  size_t free_reserved_bytes() const {
+    return static_cast<size_t>(reserved_bytes.current - allocated_bytes.current);
+  }
+  Json to_json() const;
+};
+
+struct BlockInfo {
+  uint64_t address = 0;  // offset-free device address (as handed out)
+  size_t size = 0;       // rounded
+  size_t requested = 0;  // 0 when free
+  bool allocated = false;
+  bool pending = false;  // freed, waiting for events on other streams
+  StreamId stream = 0;
+  std::string context;   // the operator (or scope) that allocated it; "" when unknown
+};
+
+struct SegmentInfo {
+  uint64_t address = 0;
+  size_t size = 0;
+  bool small_pool = false;
+  StreamId stream = 0;
+  std::vector<BlockInfo> blocks;  // in address order, covering the segment
+};
+
+struct TraceEvent {
+  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+  Kind kind = Kind::Alloc;
+  uint64_t address = 0;
+  size_t size = 0;  // block or segment size (Oom: the request)
+  StreamId stream = 0;
+  int64_t time_ns = 0;  // steady clock
+  std::string context;
+};
+LOOM_API const char* trace_event_kind_name(TraceEvent::Kind k);
+
+// Segments, blocks and the history, with the stats and the configuration: what `loom mem viz`
+// draws. JSON format {"format": "loom-memory-snapshot", "version": 1, "device": {...}, "config":
+// "...", "stats": {...}, "segments": [...], "history": [...]}; from_json throws DataError naming the
+// file and what is wrong for a corrupt or truncated snapshot.
+struct LOOM_API Snapshot {
+  std::string device;
+  size_t capacity = 0;
+  std::string config;
+  MemoryStats stats;
+  std::vector<SegmentInfo> segments;
+  std::vector<TraceEvent> history;
+  Json to_json() const;
+  static Snapshot from_json(const Json& j, const std::string& source);
+};
+
+class LOOM_API CachingAllocator {
+ public:
+  // `device` must outlive the allocator. The destructor returns every segment (blocks still
+  // allocated are reported with a warning on stderr, not freed twice).
+  CachingAllocator(DeviceMemory& device, AllocatorConfig config = {});
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // A block of at least `bytes` for use on `stream`. bytes == 0 gives nullptr. OutOfMemoryError
+  // (see Note [caching allocator]) when the device cannot provide it; ValueError when bytes exceeds
+  // the device's capacity, naming both.
+  void* allocate(size_t bytes, StreamId stream = 0);
+  // Returns a block. ValueError naming the pointer for a pointer this allocator did not hand out
+  // (foreign) or one already freed (double free).
+  void free(void* p);
+  // Marks that `p` is also used by work on `stream`: its reuse after free waits for that work.
+  void record_stream(void* p, StreamId stream);
+  // Returns every segment without allocated blocks to the device.
+  void empty_cache();
+
+  MemoryStats stats() const;
+  void reset_peak_stats();
+  Snapshot snapshot() const;
+  const AllocatorConfig& config() const;
+  DeviceMemory& device() const;
+
+  // The context string stored with each allocation (e.g. the current operator). Called under the
+  // allocator's lock on every allocate; may be empty (the default).
+  void set_context_provider(std::function<std::string()> fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// An Allocator (memory.h) for loom tensors backed by a CachingAllocator over a backed
+// SimulatedDevice or a real device: set_allocator(DeviceType::CPU, &adapter) makes CPU tensors come
+// from the caching allocator (used to record real traces of loom workloads).
+class LOOM_API CachingAllocatorAdapter final : public Allocator {
+ public:
+  CachingAllocatorAdapter(CachingAllocator& a, Device device);
+  DataPtr allocate(size_t nbytes) override;
+
+ private:
+  CachingAllocator& a_;
+  Device device_;
+};
+
+}  // namespace loom::memory

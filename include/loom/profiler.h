@@ -1,0 +1,250 @@
+// Profiler (profiler layer): records what loom did — operators with their input shapes, user scopes,
+// autograd backward nodes linked to the forward operators that recorded them, collectives, data
+// pipeline stages and allocator events — and turns it into a Chrome trace, tables and a per-step
+// breakdown of where the time went (compute, communication, data wait, idle).
+//
+// Ownership: a Profile owns the Trace it collected; a Trace is a plain value (copies are deep) and
+// holds no tensor (input shapes are copied). Recording: each thread appends to its own chunked buffer,
+// registered once under a mutex; the hot path takes no lock. With no Profile recording, an operator
+// pays one predictable branch (record_function_active()).
+// Thread-safety: at most one Profile records at a time in a process (start() of a second throws
+// ValueError). Operators may run on any thread while it records; start/stop/step must be called from
+// one thread (the training loop's). Trace and the analysis functions are thread-compatible values.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/export.h"
+
+namespace loom::profiler {
+
+// What an event is. The Chrome trace's "cat" of each kind is event_kind_category().
+enum class EventKind : uint8_t {
+  Operator,    // a dispatcher operator ("loom::addmm")
+  UserScope,   // RecordFunctionGuard("name") in user code
+  Backward,    // an autograd node run by the engine ("AddmmBackward")
+  Collective,  // a ProcessGroup collective ("dist::allreduce"), on the thread that ran it
+  DataStage,   // "data.read" / "data.decode" (loader workers) and "data.wait" (the consumer)
+  Step,        // "ProfilerStep#N", emitted by Profile::step()
+  Kernel,      // device activity from an ActivitySource (CUPTI, later)
+};
+constexpr int kNumEventKinds = 7;
+LOOM_API const char* event_kind_category(EventKind k);  // "cpu_op", "user_annotation", ...
+
+struct LOOM_API Event {
+  EventKind kind = EventKind::Operator;
+  std::string name;
+  int64_t start_ns = 0;  // relative to Trace::origin_ns
+  int64_t end_ns = 0;
+  uint64_t tid = 0;  // OS thread id (the Chrome trace's "tid")
+  // One entry per tensor input (empty when shapes were not recorded).
+  std::vector<std::vector<int64_t>> input_shapes;
+  std::vector<std::string> input_dtypes;
+  int64_t bytes = -1;  // collectives: bytes this rank contributes; -1: not applicable
+  // Forward-backward link: an Operator that recorded an autograd node and the Backward event that
+  // ran the node carry the same (autograd thread, node sequence number). fwd_thread 0: no link.
+  uint64_t fwd_thread = 0;
+  uint64_t sequence_nr = 0;
+
+  int64_t duration_ns() const { return end_ns - start_ns; }
+  // "[[128, 784], [512, 784]]" (also valid JSON).
+  std::string shapes_str() const;
+};
+
+// One allocator event: after it, `allocated` and `reserved` bytes are held in total.
+struct MemorySample {
+  int64_t ts_ns = 0;  // relative to Trace::origin_ns
+  uint64_t tid = 0;
+  uint64_t ptr = 0;
+  int64_t delta_bytes = 0;  // > 0 allocation, < 0 free
+  int64_t allocated = 0;
+  int64_t reserved = 0;
+};
+
+struct ThreadInfo {
+  uint64_t tid = 0;
+  std::string name;
+};
+
+struct Trace {
+  int64_t pid = 0;
+  int64_t origin_ns = 0;  // steady-clock time of t = 0
+  std::string process_name = "loom";
+  // Sorted by (tid, start, longest first) and strictly nested per thread (see make_nested).
+  std::vector<Event> events;
+  std::vector<MemorySample> memory;  // sorted by time
+  std::vector<ThreadInfo> threads;
+  bool empty() const { return events.empty() && memory.empty(); }
+};
+
+// Sorts a trace's events and clamps each one within the event that encloses its start on the same
+// thread, so that every thread's events nest strictly (what trace viewers assume); drops events left
+// with a negative duration. Returns how many events were changed.
+LOOM_API int64_t make_nested(Trace& trace);
+
+// ---- recording ----
+
+// When to record, advanced by Profile::step(): skip `skip_first` steps, then cycles of `wait` steps
+// not recorded, `warmup` steps with the recording machinery on but events dropped (so that its
+// start-up cost stays out of the trace), `active` steps recorded; after `repeat` cycles (0: forever)
+// nothing more. At the end of each cycle the trace is handed to ProfileOptions::on_trace_ready.
+struct LOOM_API Schedule {
+  int64_t wait = 0;
+  int64_t warmup = 0;
+  int64_t active = 1;
+  int64_t repeat = 1;
+  int64_t skip_first = 0;
+  enum class Action : uint8_t { None, Warmup, Record, RecordAndSave };
+  Action action_at(int64_t step) const;
+  // "WAIT,WARMUP,ACTIVE[,REPEAT]" (e.g. "5,2,10"); ValueError naming the text otherwise.
+  static Schedule parse(const std::string& text);
+  std::string describe() const;
+};
+
+struct ProfileOptions {
+  bool record_shapes = true;   // copy input shapes and dtypes of operators
+  bool profile_memory = true;  // take allocator events (record_memory)
+  std::optional<Schedule> schedule;  // none: record everything from start() to stop()
+  // Called on the thread of step()/stop() with each finished cycle's trace.
+  std::function<void(const Trace&)> on_trace_ready;
+};
+
+class LOOM_API Profile {
+ public:
+  explicit Profile(ProfileOptions options = {});
+  ~Profile();  // stops (never throws)
+  Profile(const Profile&) = delete;
+  Profile& operator=(const Profile&) = delete;
+
+  void start();
+  // Ends recording; the trace of a cycle that was still recording becomes trace().
+  void stop();
+  // Marks the end of a training step: records "ProfilerStep#N" over the step when it was recorded,
+  // and advances the schedule.
+  void step();
+
+  int64_t step_num() const { return step_num_; }
+  bool is_recording() const;
+  // The last finished cycle (everything between start() and stop() without a schedule).
+  const Trace& trace() const { return trace_; }
+
+ private:
+  void apply(Schedule::Action a);
+  void finish_cycle();
+  ProfileOptions opt_;
+  Trace trace_;
+  int64_t step_num_ = 0;
+  int64_t step_start_ns_ = 0;
+  Schedule::Action action_ = Schedule::Action::None;
+  bool started_ = false;
+};
+
+// A source of activities the profiler does not see through RecordFunction — CUPTI for CUDA kernels
+// and copies comes later. Sources are started when a cycle starts recording and stopped when it ends;
+// collect() then appends their events (times on the steady clock, like loom's) to the cycle's trace.
+class LOOM_API ActivitySource {
+ public:
+  virtual ~ActivitySource() = default;
+  virtual std::string name() const = 0;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual void collect(Trace& trace) = 0;
+};
+// Sources stay registered for the life of the process; thread-safe.
+LOOM_API void register_activity_source(std::shared_ptr<ActivitySource> source);
+
+// Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0), with
+// its totals afterwards. One relaxed load and branch when no profile records memory. (The caching
+// allocator of src/memory is the intended caller.)
+namespace detail {
+extern LOOM_API std::atomic<bool> g_memory_active;
+LOOM_API void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
+                                 int64_t total_reserved);
+}  // namespace detail
+inline void record_memory(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
+                          int64_t total_reserved) {
+  if (LOOM_UNLIKELY(detail::g_memory_active.load(std::memory_order_relaxed))) {
+    detail::record_memory_slow(ptr, delta_bytes, total_allocated, total_reserved);
+  }
+}
+
+// ---- Chrome trace (chrome://tracing, ui.perfetto.dev) ----
+//
+// Complete events ("X", strictly nested per thread), flow arrows from each forward operator to its
+// backward node ("s"/"f", bp "e"), counters "allocated bytes" / "reserved bytes" ("C") and allocator
+// instants ("[memory]"), process and thread names ("M"). Times in microseconds.
+LOOM_API std::string chrome_trace_json(const Trace& trace);
+// Writes the trace to `path`, gzip-compressed when it ends in ".gz". ValueError naming the path when
+// it cannot be written.
+LOOM_API void write_chrome_trace(const Trace& trace, const std::string& path);
+// Reads a Chrome trace (plain or gzip) written by loom — or by another tool, as far as its events
+// fit. DataError naming the file (and the offset or event) for a corrupt or truncated one.
+LOOM_API Trace read_chrome_trace(const std::string& path);
+LOOM_API Trace parse_chrome_trace(std::string_view json, const std::string& what);
+
+// ---- tables and analysis ----
+
+enum class GroupBy : uint8_t { Name, NameAndShapes };
+
+struct OpStats {
+  std::string name;
+  std::string input_shapes;  // GroupBy::NameAndShapes only
+  EventKind kind = EventKind::Operator;
+  int64_t calls = 0;
+  int64_t self_ns = 0;   // duration minus the durations of its children on the same thread
+  int64_t total_ns = 0;
+  double avg_ns() const { return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0; }
+};
+
+// Every event but steps and kernels, grouped; sorted by self time, largest first.
+LOOM_API std::vector<OpStats> key_averages(const Trace& trace, GroupBy by = GroupBy::Name);
+// A fixed-width table of the first `rows` entries, with each one's share of all self time.
+LOOM_API std::string format_table(const std::vector<OpStats>& stats, size_t rows = 20);
+
+// Where one step's wall time went (HTA's breakdown, on the CPU): compute is the time the step's
+// thread spent in operators and backward nodes (outside data.wait); data wait the time in data.wait;
+// communication the time a collective ran (on any thread) while the step's thread computed nothing and
+// waited for no data; overlapped_communication the time collectives ran under compute; idle the rest
+// (the loop, the optimizer's glue, anything not recorded).
+struct StepBreakdown {
+  int64_t step = 0;
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  int64_t compute_ns = 0;
+  int64_t communication_ns = 0;
+  int64_t overlapped_communication_ns = 0;
+  int64_t data_wait_ns = 0;
+  int64_t idle_ns = 0;
+};
+LOOM_API std::vector<StepBreakdown> step_breakdown(const Trace& trace);
+LOOM_API std::string format_step_breakdown(const std::vector<StepBreakdown>& steps);
+// "compute (83% of step time)" — the largest part over all steps; "" without steps.
+LOOM_API std::string dominant_part(const std::vector<StepBreakdown>& steps);
+// The summary `loom trace summarize` and `loom train --profile` print: top `top` operators by self
+// time, the step breakdown and what dominates.
+LOOM_API std::string summarize(const Trace& trace, size_t top = 10);
+
+// Per-name change of self time from `a` to `b`, sorted by absolute change. When both traces have
+// steps, times are per step so that traces of different lengths compare.
+struct OpDelta {
+  std::string name;
+  int64_t calls_a = 0, calls_b = 0;
+  double self_a_ns = 0, self_b_ns = 0;  // per step when per_step
+  double delta_ns() const { return self_b_ns - self_a_ns; }
+};
+struct TraceDiff {
+  bool per_step = false;
+  int64_t steps_a = 0, steps_b = 0;
+  std::vector<OpDelta> ops;
+};
+LOOM_API TraceDiff diff_traces(const Trace& a, const Trace& b);
+LOOM_API std::string format_diff(const TraceDiff& d, size_t rows = 20);
+
+}  // namespace loom::profiler

@@ -1,0 +1,39 @@
+// CachingAllocatorAdapter: loom's Allocator interface over a CachingAllocator.
+#include <cstdio>
+#include <memory>
+
+#include "loom/memory/caching_allocator.h"
+
+namespace loom::memory {
+namespace {
+
+struct AdapterAllocation {
+  CachingAllocator* allocator;
+  void* ptr;
+};
+
+void adapter_delete(void* ctx) {
+  auto* a = static_cast<AdapterAllocation*>(ctx);
+  try {
+    a->allocator->free(a->ptr);
+  } catch (const std::exception& e) {
+    // A deleter must not throw (it runs in destructors); a failure here is a bug elsewhere.
+    std::fprintf(stderr, "[caching allocator adapter] %s\n", e.what());
+  }
+  delete a;
+}
+
+}  // namespace
+
+CachingAllocatorAdapter::CachingAllocatorAdapter(CachingAllocator& a, Device device)
+    : a_(a), device_(device) {}
+
+DataPtr CachingAllocatorAdapter::allocate(size_t nbytes) {
+  if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, device_);
+  auto ctx = std::make_unique<AdapterAllocation>(AdapterAllocation{&a_, nullptr});
+  ctx->ptr = a_.allocate(nbytes, 0);
+  void* p = ctx->ptr;
+  return DataPtr(p, ctx.release(), &adapter_delete, device_);
+}
+
+}  // namespace loom::memory

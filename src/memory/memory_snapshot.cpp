@@ -1,0 +1,224 @@
+// Memory statistics and snapshots as JSON (see Snapshot in caching_allocator.h), and back.
+#include <string_view>
+
+#include "loom/error.h"
+#include "loom/memory/caching_allocator.h"
+#include "memory/memory_format.h"
+
+namespace loom::memory {
+namespace {
+
+constexpr const char* kFormat = "loom-memory-snapshot";
+constexpr int64_t kVersion = 1;
+
+constexpr const char* kKindNames[] = {"alloc", "free", "segment_alloc", "segment_free", "oom"};
+static_assert(std::size(kKindNames) == static_cast<size_t>(TraceEvent::Kind::Oom) + 1,
+              "one name per TraceEvent::Kind");
+
+Json stat_to_json(const Stat& s) {
+  return Json::object(
+      {{"current", s.current}, {"peak", s.peak}, {"allocated", s.allocated}, {"freed", s.freed}});
+}
+
+int64_t read_int(const Json& obj, std::string_view key) {
+  return obj.at(key).as_int();
+}
+
+// A size or address: an integer that is not negative.
+uint64_t read_unsigned(const Json& obj, std::string_view key) {
+  int64_t v = obj.at(key).as_int();
+  if (v < 0) LOOM_THROW(DataError, "'", key, "' must not be negative but is ", v);
+  return static_cast<uint64_t>(v);
+}
+
+Stat stat_from_json(const Json& j) {
+  Stat s;
+  s.current = read_int(j, "current");
+  s.peak = read_int(j, "peak");
+  s.allocated = read_int(j, "allocated");
+  s.freed = read_int(j, "freed");
+  return s;
+}
+
+MemoryStats stats_from_json(const Json& j) {
+  MemoryStats s;
+  for (const detail::StatField& f : detail::kStatFields) {
+    try {
+      s.*(f.member) = stat_from_json(j.at(f.name));
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, f.name, ": ", e.what());
+    }
+  }
+  s.num_ooms = read_int(j, "num_ooms");
+  s.num_alloc_retries = read_int(j, "num_alloc_retries");
+  s.num_device_mallocs = read_int(j, "num_device_mallocs");
+  s.num_device_frees = read_int(j, "num_device_frees");
+  s.largest_free_block = read_unsigned(j, "largest_free_block");
+  return s;
+}
+
+TraceEvent::Kind kind_from_name(const std::string& name) {
+  for (size_t i = 0; i < std::size(kKindNames); ++i) {
+    if (name == kKindNames[i]) return static_cast<TraceEvent::Kind>(i);
+  }
+  LOOM_THROW(DataError, "unknown event kind '", name,
+             "' (expected alloc, free, segment_alloc, segment_free or oom)");
+}
+
+SegmentInfo segment_from_json(const Json& j) {
+  SegmentInfo seg;
+  seg.address = read_unsigned(j, "address");
+  seg.size = read_unsigned(j, "size");
+  seg.small_pool = j.at("small_pool").as_bool();
+  seg.stream = read_int(j, "stream");
+  const Json::Array& blocks = j.at("blocks").as_array();
+  uint64_t expected = seg.address;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Json& b = blocks[i];
+    BlockInfo info;
+    try {
+      info.address = read_unsigned(b, "address");
+      info.size = read_unsigned(b, "size");
+      info.requested = read_unsigned(b, "requested");
+      info.allocated = b.at("allocated").as_bool();
+      info.pending = b.at("pending").as_bool();
+      info.stream = read_int(b, "stream");
+      info.context = b.at("context").as_string();
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, "block ", i, ": ", e.what());
+    }
+    if (info.address != expected || info.size == 0) {
+      LOOM_THROW(DataError, "block ", i, " at ", info.address, " (", info.size,
+                 " bytes) does not follow the previous block, which ends at ", expected);
+    }
+    expected += info.size;
+    seg.blocks.push_back(std::move(info));
+  }
+  if (expected != seg.address + seg.size) {
+    LOOM_THROW(DataError, "its blocks cover ", expected - seg.address, " of its ", seg.size,
+               " bytes");
+  }
+  return seg;
+}
+
+TraceEvent event_from_json(const Json& j) {
+  TraceEvent e;
+  e.kind = kind_from_name(j.at("kind").as_string());
+  e.address = read_unsigned(j, "address");
+  e.size = read_unsigned(j, "size");
+  e.stream = read_int(j, "stream");
+  e.time_ns = read_int(j, "time_ns");
+  e.context = j.at("context").as_string();
+  return e;
+}
+
+Snapshot snapshot_from_json(const Json& j) {
+  if (!j.is_object()) LOOM_THROW(DataError, "expected a JSON object but got ", j.type_name());
+  const Json* format = j.find("format");
+  if (format == nullptr || !format->is_string() || format->as_string() != kFormat) {
+    LOOM_THROW(DataError, "not a memory snapshot: \"format\" must be \"", kFormat, "\"");
+  }
+  int64_t version = read_int(j, "version");
+  if (version != kVersion) {
+    LOOM_THROW(DataError, "unsupported version ", version, " (this loom reads version ", kVersion,
+               ")");
+  }
+  Snapshot s;
+  const Json& device = j.at("device");
+  s.device = device.at("name").as_string();
+  s.capacity = read_unsigned(device, "capacity");
+  s.config = j.at("config").as_string();
+  try {
+    s.stats = stats_from_json(j.at("stats"));
+  } catch (const DataError& e) {
+    LOOM_THROW(DataError, "stats: ", e.what());
+  }
+  const Json::Array& segments = j.at("segments").as_array();
+  s.segments.reserve(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    try {
+      s.segments.push_back(segment_from_json(segments[i]));
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, "segment ", i, ": ", e.what());
+    }
+  }
+  const Json::Array& history = j.at("history").as_array();
+  s.history.reserve(history.size());
+  for (size_t i = 0; i < history.size(); ++i) {
+    try {
+      s.history.push_back(event_from_json(history[i]));
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, "history event ", i, ": ", e.what());
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* trace_event_kind_name(TraceEvent::Kind k) {
+  size_t i = static_cast<size_t>(k);
+  return i < std::size(kKindNames) ? kKindNames[i] : "unknown";
+}
+
+Json MemoryStats::to_json() const {
+  Json j = Json::object();
+  for (const detail::StatField& f : detail::kStatFields)
+    j.set(f.name, stat_to_json(this->*(f.member)));
+  j.set("num_ooms", num_ooms);
+  j.set("num_alloc_retries", num_alloc_retries);
+  j.set("num_device_mallocs", num_device_mallocs);
+  j.set("num_device_frees", num_device_frees);
+  j.set("largest_free_block", largest_free_block);
+  j.set("fragmentation", fragmentation());  // derived; not read back
+  return j;
+}
+
+Json Snapshot::to_json() const {
+  Json segs = Json::array();
+  for (const SegmentInfo& seg : segments) {
+    Json blocks = Json::array();
+    for (const BlockInfo& b : seg.blocks) {
+      blocks.push_back(Json::object({{"address", b.address},
+                                     {"size", b.size},
+                                     {"requested", b.requested},
+                                     {"allocated", b.allocated},
+                                     {"pending", b.pending},
+                                     {"stream", b.stream},
+                                     {"context", b.context}}));
+    }
+    Json sj = Json::object({{"address", seg.address},
+                            {"size", seg.size},
+                            {"small_pool", seg.small_pool},
+                            {"stream", seg.stream}});
+    sj.set("blocks", std::move(blocks));  // set, not the initializer list: that would copy
+    segs.push_back(std::move(sj));
+  }
+  Json events = Json::array();
+  for (const TraceEvent& e : history) {
+    events.push_back(Json::object({{"kind", trace_event_kind_name(e.kind)},
+                                   {"address", e.address},
+                                   {"size", e.size},
+                                   {"stream", e.stream},
+                                   {"time_ns", e.time_ns},
+                                   {"context", e.context}}));
+  }
+  Json j = Json::object({{"format", kFormat},
+                         {"version", kVersion},
+                         {"device", Json::object({{"name", device}, {"capacity", capacity}})},
+                         {"config", config},
+                         {"stats", stats.to_json()}});
+  j.set("segments", std::move(segs));
+  j.set("history", std::move(events));
+  return j;
+}
+
+Snapshot Snapshot::from_json(const Json& j, const std::string& source) {
+  try {
+    return snapshot_from_json(j);
+  } catch (const DataError& e) {
+    LOOM_THROW(DataError, "[memory snapshot] ", source, ": ", e.what());
+  }
+}
+
+}  // namespace loom::memory

@@ -1,0 +1,227 @@
+// The per-step breakdown (compute, communication, data wait, idle) and the text summary.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+#include "loom/profiler.h"
+
+namespace loom::profiler {
+namespace {
+
+using Interval = std::pair<int64_t, int64_t>;
+using Intervals = std::vector<Interval>;  // sorted, disjoint
+
+Intervals merged(Intervals v) {
+  std::sort(v.begin(), v.end());
+  Intervals out;
+  for (const Interval& x : v) {
+    if (x.second <= x.first) continue;
+    if (!out.empty() && x.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, x.second);
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+int64_t length(const Intervals& v) {
+  int64_t n = 0;
+  for (const Interval& x : v) n += x.second - x.first;
+  return n;
+}
+
+Intervals intersect(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (lo < hi) out.emplace_back(lo, hi);
+    if (a[i].second < b[j].second) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return out;
+}
+
+Intervals subtract(const Intervals& a, const Intervals& b) {
+  Intervals out;
+  size_t j = 0;
+  for (Interval x : a) {
+    while (j < b.size() && b[j].second <= x.first) ++j;
+    size_t k = j;
+    while (k < b.size() && b[k].first < x.second) {
+      if (b[k].first > x.first) out.emplace_back(x.first, b[k].first);
+      x.first = std::max(x.first, b[k].second);
+      ++k;
+    }
+    if (x.first < x.second) out.push_back(x);
+  }
+  return out;
+}
+
+Intervals united(const Intervals& a, const Intervals& b) {
+  Intervals v = a;
+  v.insert(v.end(), b.begin(), b.end());
+  return merged(std::move(v));
+}
+
+double pct(int64_t part, int64_t whole) {
+  return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
+}
+
+std::string ms(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(ns) / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
+  std::vector<const Event*> steps;
+  for (const Event& e : trace.events) {
+    if (e.kind == EventKind::Step) steps.push_back(&e);
+  }
+  std::sort(steps.begin(), steps.end(), [](const Event* a, const Event* b) { return a->start_ns < b->start_ns; });
+  // Each event goes to the steps it overlaps (steps follow each other; found by binary search).
+  std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size());
+  for (const Event& e : trace.events) {
+    const bool is_comm = e.kind == EventKind::Collective;
+    const bool is_compute = e.kind == EventKind::Operator || e.kind == EventKind::Backward;
+    const bool is_wait = e.kind == EventKind::DataStage && e.name == "data.wait";
+    if (!is_comm && !is_compute && !is_wait) continue;
+    size_t k = static_cast<size_t>(std::lower_bound(steps.begin(), steps.end(), e.end_ns,
+                                                    [](const Event* s, int64_t t) { return s->start_ns < t; }) -
+                                   steps.begin());
+    while (k > 0) {
+      const Event& s = *steps[--k];
+      if (s.end_ns <= e.start_ns) break;
+      const Interval iv{std::max(e.start_ns, s.start_ns), std::min(e.end_ns, s.end_ns)};
+      if (is_comm) {
+        comm[k].push_back(iv);
+      } else if (e.tid == s.tid) {
+        (is_compute ? compute : wait)[k].push_back(iv);
+      }
+    }
+  }
+  std::vector<StepBreakdown> out;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Event* s = steps[k];
+    const Intervals d = merged(std::move(wait[k]));
+    const Intervals c = subtract(merged(std::move(compute[k])), d);
+    const Intervals m = merged(std::move(comm[k]));
+    StepBreakdown b;
+    const std::string& name = s->name;
+    const size_t hash = name.find('#');
+    b.step = hash == std::string::npos ? static_cast<int64_t>(k) : std::atoll(name.c_str() + hash + 1);
+    b.start_ns = s->start_ns;
+    b.duration_ns = s->duration_ns();
+    b.compute_ns = length(c);
+    b.data_wait_ns = length(d);
+    b.communication_ns = length(subtract(m, united(c, d)));
+    b.overlapped_communication_ns = length(intersect(m, c));
+    b.idle_ns = std::max<int64_t>(0, b.duration_ns - b.compute_ns - b.data_wait_ns - b.communication_ns);
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", "Step", "Time ms", "Compute ms (%)",
+                "Comm ms (%)", "Data wait ms (%)", "Idle ms (%)", "Overlap ms");
+  out += line;
+  out += std::string(std::string(line).size() - 1, '-') + "\n";
+  auto row = [&](const std::string& label, const StepBreakdown& b) {
+    auto cell = [&](int64_t ns) {
+      char c[32];
+      std::snprintf(c, sizeof(c), "%s (%4.1f%%)", ms(ns).c_str(), pct(ns, b.duration_ns));
+      return std::string(c);
+    };
+    std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", label.c_str(), ms(b.duration_ns).c_str(),
+                  cell(b.compute_ns).c_str(), cell(b.communication_ns).c_str(), cell(b.data_wait_ns).c_str(),
+                  cell(b.idle_ns).c_str(), ms(b.overlapped_communication_ns).c_str());
+    out += line;
+  };
+  StepBreakdown mean;
+  for (const StepBreakdown& b : steps) {
+    std::string label = std::to_string(b.step);
+    label.insert(label.begin(), '#');
+    row(label, b);
+    mean.duration_ns += b.duration_ns;
+    mean.compute_ns += b.compute_ns;
+    mean.communication_ns += b.communication_ns;
+    mean.data_wait_ns += b.data_wait_ns;
+    mean.idle_ns += b.idle_ns;
+    mean.overlapped_communication_ns += b.overlapped_communication_ns;
+  }
+  if (steps.size() > 1) {
+    const auto n = static_cast<int64_t>(steps.size());
+    mean.duration_ns /= n;
+    mean.compute_ns /= n;
+    mean.communication_ns /= n;
+    mean.data_wait_ns /= n;
+    mean.idle_ns /= n;
+    mean.overlapped_communication_ns /= n;
+    row("mean", mean);
+  }
+  return out;
+}
+
+std::string dominant_part(const std::vector<StepBreakdown>& steps) {
+  int64_t total = 0, parts[4] = {0, 0, 0, 0};
+  for (const StepBreakdown& b : steps) {
+    total += b.duration_ns;
+    parts[0] += b.compute_ns;
+    parts[1] += b.communication_ns;
+    parts[2] += b.data_wait_ns;
+    parts[3] += b.idle_ns;
+  }
+  if (steps.empty() || total <= 0) return "";
+  static const char* const kNames[4] = {"compute", "communication", "data wait", "idle"};
+  const int k = static_cast<int>(std::max_element(parts, parts + 4) - parts);
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%s (%.0f%% of step time)", kNames[k], pct(parts[k], total));
+  return buf;
+}
+
+std::string summarize(const Trace& trace, size_t top) {
+  std::string out;
+  char line[256];
+  std::set<uint64_t> tids;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  for (const Event& e : trace.events) {
+    tids.insert(e.tid);
+    first = std::min(first, e.start_ns);
+    last = std::max(last, e.end_ns);
+  }
+  const std::vector<StepBreakdown> steps = step_breakdown(trace);
+  std::snprintf(line, sizeof(line), "%zu events on %zu thread(s) over %s ms, %zu allocator events, %zu step(s)\n",
+                trace.events.size(), tids.size(), trace.events.empty() ? "0" : ms(last - first).c_str(),
+                trace.memory.size(), steps.size());
+  out += line;
+  if (trace.events.empty()) return out + "nothing was recorded\n";
+  out += "\nTop " + std::to_string(top) + " by self time:\n";
+  out += format_table(key_averages(trace), top);
+  if (!trace.memory.empty()) {
+    int64_t peak_alloc = 0, peak_res = 0;
+    for (const MemorySample& m : trace.memory) {
+      peak_alloc = std::max(peak_alloc, m.allocated);
+      peak_res = std::max(peak_res, m.reserved);
+    }
+    std::snprintf(line, sizeof(line), "\nMemory: peak %.1f MB allocated, %.1f MB reserved\n",
+                  static_cast<double>(peak_alloc) / 1e6, static_cast<double>(peak_res) / 1e6);
+    out += line;
+  }
+  if (steps.empty()) return out + "\nNo ProfilerStep events: no step breakdown (call Profile::step() per step).\n";
+  out += "\nStep breakdown:\n" + format_step_breakdown(steps);
+  out += "Dominated by: " + dominant_part(steps) + "\n";
+  return out;
+}
+
+}  // namespace loom::profiler

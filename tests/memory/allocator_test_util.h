@@ -1,0 +1,93 @@
+// Helpers for the caching-allocator tests: sizes, and a structural check of an allocator's state
+// (from its snapshot) against its statistics.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "loom/memory/caching_allocator.h"
+
+namespace loom::memory::testing {
+
+constexpr size_t KiB = size_t{1} << 10;
+constexpr size_t MiB = size_t{1} << 20;
+constexpr size_t GiB = size_t{1} << 30;
+
+inline uint64_t addr(const void* p) {
+  return reinterpret_cast<uintptr_t>(p);
+}
+
+inline std::string pointer_text(const void* p) {
+  std::ostringstream os;
+  os << p;
+  return os.str();
+}
+
+// Every invariant that a snapshot lets us see: blocks tile their segment in address order, no two
+// free blocks are neighbours (coalescing), segments do not overlap, and the statistics agree with
+// the blocks. `sole_user`: the allocator is the only user of its device, so the device's used bytes
+// are the reserved bytes.
+inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) {
+  Snapshot s = a.snapshot();
+  int64_t reserved = 0, allocated = 0, active = 0, inactive_split = 0, allocations = 0;
+  size_t largest_free = 0;
+  uint64_t previous_end = 0;
+  for (const SegmentInfo& seg : s.segments) {
+    ASSERT_GE(seg.address, previous_end) << "segments overlap";
+    previous_end = seg.address + seg.size;
+    ASSERT_FALSE(seg.blocks.empty());
+    uint64_t next = seg.address;
+    bool previous_free = false;
+    for (const BlockInfo& b : seg.blocks) {
+      ASSERT_EQ(b.address, next) << "blocks are not contiguous";
+      ASSERT_GT(b.size, 0u);
+      ASSERT_EQ(b.size % kRoundBytes, 0u);
+      ASSERT_EQ(b.stream, seg.stream);
+      next += b.size;
+      bool is_free = !b.allocated && !b.pending;
+      ASSERT_FALSE(is_free && previous_free) << "two free neighbours were not merged";
+      previous_free = is_free;
+      if (b.allocated) {
+        allocated += static_cast<int64_t>(b.size);
+        ++allocations;
+        ASSERT_GT(b.requested, 0u);
+        ASSERT_LE(b.requested, b.size);
+      } else {
+        ASSERT_EQ(b.requested, 0u);
+      }
+      if (!is_free) active += static_cast<int64_t>(b.size);
+      if (is_free) {
+        largest_free = std::max(largest_free, b.size);
+        if (seg.blocks.size() > 1) inactive_split += static_cast<int64_t>(b.size);
+      }
+    }
+    ASSERT_EQ(next, seg.address + seg.size) << "blocks do not cover their segment";
+    reserved += static_cast<int64_t>(seg.size);
+  }
+  EXPECT_EQ(s.stats.reserved_bytes.current, reserved);
+  EXPECT_EQ(s.stats.segments.current, static_cast<int64_t>(s.segments.size()));
+  EXPECT_EQ(s.stats.allocated_bytes.current, allocated);
+  EXPECT_EQ(s.stats.allocations.current, allocations);
+  EXPECT_EQ(s.stats.active_bytes.current, active);
+  EXPECT_EQ(s.stats.inactive_split_bytes.current, inactive_split);
+  EXPECT_EQ(s.stats.largest_free_block, largest_free);
+  EXPECT_LE(s.stats.requested_bytes.current, s.stats.allocated_bytes.current);
+  for (const Stat* st : {&s.stats.allocated_bytes, &s.stats.requested_bytes,
+                         &s.stats.reserved_bytes, &s.stats.active_bytes,
+                         &s.stats.inactive_split_bytes, &s.stats.allocations, &s.stats.segments}) {
+    EXPECT_GE(st->current, 0);
+    EXPECT_GE(st->peak, st->current);
+    EXPECT_EQ(st->allocated - st->freed, st->current);
+  }
+  EXPECT_EQ(s.stats.num_device_mallocs - s.stats.num_device_frees, s.stats.segments.current);
+  if (sole_user) {
+    const DeviceMemory& d = a.device();
+    EXPECT_EQ(static_cast<int64_t>(d.capacity() - d.free_bytes()), reserved);
+  }
+}
+
+}  // namespace loom::memory::testing

@@ -1,0 +1,229 @@
+// The caching allocator's statistics against an independent model over random workloads, several
+// threads at once, and a quick timing of the hot path.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "loom/error.h"
+#include "loom/memory/caching_allocator.h"
+#include "memory/allocator_test_util.h"
+
+namespace loom::memory {
+namespace {
+
+using namespace loom::memory::testing;
+
+size_t rounded(size_t bytes) {
+  return (bytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
+}
+
+// Mostly small requests, some medium and a few large ones, as a training step makes.
+size_t random_size(std::mt19937_64& rng, bool small_only) {
+  int kind = static_cast<int>(rng() % 100);
+  if (small_only || kind < 70) return 1 + rng() % (64 * KiB);
+  if (kind < 90) return 1 + rng() % MiB;
+  if (kind < 98) return MiB + 1 + rng() % (9 * MiB);
+  return 10 * MiB + rng() % (30 * MiB);
+}
+
+struct Live {
+  size_t requested;
+  size_t block;  // allocated bytes this block added
+  StreamId stream;
+  uint8_t tag;
+};
+
+// A shadow of the live allocations: their bytes (requested, and allocated as the allocator
+// accounted them per block), their peaks, and that no two live blocks overlap. A backed device
+// lets every block carry a tag in its first and last byte, checked when it is freed.
+void run_random_workload(bool small_only, uint64_t seed) {
+  SimulatedDevice dev(4 * GiB, /*backed=*/true, /*auto_complete=*/false);
+  CachingAllocator a(dev);
+  std::mt19937_64 rng(seed);
+  std::map<uint64_t, Live> live;  // by address
+  int64_t requested = 0, requested_peak = 0, allocated = 0, allocated_peak = 0, count = 0;
+  int64_t count_peak = 0;
+  for (int op = 0; op < 10000; ++op) {
+    bool do_alloc = live.empty() || rng() % 100 < 52;
+    if (do_alloc) {
+      size_t bytes = random_size(rng, small_only);
+      StreamId stream = static_cast<StreamId>(rng() % 3);
+      int64_t before = a.stats().allocated_bytes.current;
+      void* p = a.allocate(bytes, stream);
+      ASSERT_NE(p, nullptr);
+      size_t block = static_cast<size_t>(a.stats().allocated_bytes.current - before);
+      // Blocks are the rounded request, exactly in the small pool; a large-pool block may keep a
+      // remainder of at most small_size that was not worth splitting off.
+      if (rounded(bytes) <= MiB) {
+        ASSERT_EQ(block, rounded(bytes));
+      } else {
+        ASSERT_GE(block, rounded(bytes));
+        ASSERT_LE(block, rounded(bytes) + MiB);
+      }
+      uint64_t x = addr(p);
+      auto next = live.lower_bound(x);
+      if (next != live.end()) {
+        ASSERT_LE(x + block, next->first) << "overlaps the next live block";
+      }
+      if (next != live.begin()) {
+        auto prev = std::prev(next);
+        ASSERT_LE(prev->first + prev->second.block, x) << "overlaps the previous live block";
+      }
+      uint8_t tag = static_cast<uint8_t>(rng());
+      static_cast<uint8_t*>(p)[0] = tag;
+      static_cast<uint8_t*>(p)[bytes - 1] = tag;
+      live[x] = Live{bytes, block, stream, tag};
+      requested += static_cast<int64_t>(bytes);
+      allocated += static_cast<int64_t>(block);
+      ++count;
+      requested_peak = std::max(requested_peak, requested);
+      allocated_peak = std::max(allocated_peak, allocated);
+      count_peak = std::max(count_peak, count);
+      if (rng() % 10 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 3));
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      auto* p = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(it->first));
+      ASSERT_EQ(p[0], it->second.tag);
+      ASSERT_EQ(p[it->second.requested - 1], it->second.tag);
+      int64_t before = a.stats().allocated_bytes.current;
+      a.free(p);
+      ASSERT_EQ(before - a.stats().allocated_bytes.current, static_cast<int64_t>(it->second.block));
+      requested -= static_cast<int64_t>(it->second.requested);
+      allocated -= static_cast<int64_t>(it->second.block);
+      --count;
+      live.erase(it);
+    }
+    if (rng() % 50 == 0) dev.complete(static_cast<StreamId>(rng() % 3));
+    if (rng() % 2000 == 0) a.empty_cache();
+    MemoryStats s = a.stats();
+    ASSERT_EQ(s.requested_bytes.current, requested) << "op " << op;
+    ASSERT_EQ(s.requested_bytes.peak, requested_peak) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.current, allocated) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.peak, allocated_peak) << "op " << op;
+    ASSERT_EQ(s.allocations.current, count) << "op " << op;
+    ASSERT_EQ(s.allocations.peak, count_peak) << "op " << op;
+    ASSERT_GE(s.active_bytes.current, s.allocated_bytes.current);
+    ASSERT_GE(s.reserved_bytes.current, s.active_bytes.current);
+    if (op % 500 == 0) {
+      expect_consistent(a);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  expect_consistent(a);
+  for (auto& [x, l] : live) a.free(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
+  dev.complete();
+  a.empty_cache();
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.requested_bytes.current, 0);
+  EXPECT_EQ(s.active_bytes.current, 0);
+  EXPECT_EQ(s.reserved_bytes.current, 0);
+  EXPECT_EQ(s.segments.current, 0);
+  EXPECT_EQ(s.inactive_split_bytes.current, 0);
+  EXPECT_EQ(dev.free_bytes(), dev.capacity());
+  EXPECT_GT(s.num_device_mallocs, 0);
+  expect_consistent(a);
+}
+
+TEST(CachingAllocatorStats, MatchReferenceModelSmallRequests) {
+  run_random_workload(true, 1);
+}
+
+TEST(CachingAllocatorStats, MatchReferenceModelMixedRequests) {
+  run_random_workload(false, 2);
+}
+
+TEST(CachingAllocatorStats, MatchReferenceModelUnderPolicies) {
+  // Every policy keeps the invariants (a shorter run each).
+  for (const std::string& policy : AllocatorConfig::policies()) {
+    SCOPED_TRACE(policy);
+    SimulatedDevice dev(GiB);
+    CachingAllocator a(dev, AllocatorConfig::policy(policy));
+    std::mt19937_64 rng(7);
+    std::vector<std::pair<void*, size_t>> live;
+    int64_t requested = 0;
+    for (int op = 0; op < 3000; ++op) {
+      if (live.empty() || rng() % 100 < 55) {
+        size_t bytes = random_size(rng, false);
+        live.emplace_back(a.allocate(bytes, static_cast<StreamId>(rng() % 2)), bytes);
+        requested += static_cast<int64_t>(bytes);
+      } else {
+        size_t i = rng() % live.size();
+        a.free(live[i].first);
+        requested -= static_cast<int64_t>(live[i].second);
+        live[i] = live.back();
+        live.pop_back();
+      }
+      ASSERT_EQ(a.stats().requested_bytes.current, requested);
+      if (op % 300 == 0) expect_consistent(a);
+    }
+    for (auto& [p, n] : live) a.free(p);
+    a.empty_cache();
+    EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+    expect_consistent(a);
+  }
+}
+
+TEST(CachingAllocatorStats, ThreadsAllocateAndFreeConcurrently) {
+  SimulatedDevice dev(8 * GiB);
+  CachingAllocator a(dev);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&a, t] {
+      std::mt19937_64 rng(100 + t);
+      std::vector<void*> mine;
+      for (int op = 0; op < 20000; ++op) {
+        if (mine.empty() || rng() % 2 == 0) {
+          mine.push_back(a.allocate(random_size(rng, false), t % 2));
+        } else {
+          size_t i = rng() % mine.size();
+          a.free(mine[i]);
+          mine[i] = mine.back();
+          mine.pop_back();
+        }
+        if (op % 5000 == 0) (void)a.stats();
+      }
+      for (void* p : mine) a.free(p);
+    });
+  }
+  for (auto& th : threads) th.join();
+  MemoryStats s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.requested_bytes.current, 0);
+  EXPECT_EQ(s.allocations.current, 0);
+  EXPECT_EQ(s.active_bytes.current, 0);
+  EXPECT_EQ(s.allocations.allocated, s.allocations.freed);
+  expect_consistent(a);
+  a.empty_cache();
+  EXPECT_EQ(dev.free_bytes(), dev.capacity());
+}
+
+// Not a benchmark (see `loom bench mem`): a quick look at the hot path, printed for the record.
+TEST(CachingAllocatorStats, CachedSmallBlockIsFast) {
+  SimulatedDevice dev(GiB);
+  for (size_t history : {size_t{0}, size_t{100000}}) {
+    AllocatorConfig config;
+    config.history_capacity = history;
+    CachingAllocator a(dev, config);
+    a.free(a.allocate(4 * KiB));
+    constexpr int kIters = 200000;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kIters; ++i) a.free(a.allocate(4 * KiB));
+    double ns =
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+        kIters;
+    std::cout << "[ timing   ] allocate+free of a cached 4 KiB block, history " << history << ": "
+              << ns << " ns\n";
+    EXPECT_EQ(a.stats().num_device_mallocs, 1);
+  }
+}
+
+}  // namespace
+}  // namespace loom::memory

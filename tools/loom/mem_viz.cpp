@@ -1,0 +1,417 @@
+// `loom mem viz`: the HTML page of a memory snapshot (see mem_viz.h).
+//
+// Note [memory page]
+//   The page's data (timeline series, segments and blocks) travels as a JSON document in a
+//   <script type="application/json"> element; a small inline script draws both charts into their
+//   <svg> elements with createElementNS and textContent, so no snapshot string is ever parsed as
+//   markup. In the JSON, '<', '>', '&' and U+2028/U+2029 are written as \u escapes, which keeps
+//   "</script>" and friends from ending the element. The stats table and the header are made here,
+//   with every string HTML-escaped.
+//
+//   The timeline starts from the state before the history's first event: the final allocated and
+//   reserved bytes minus the sum of the history's changes (the history is a ring and may have lost
+//   its oldest events). Alloc / Free change allocated bytes by the block size, SegmentAlloc /
+//   SegmentFree reserved bytes by the segment size. Long histories are reduced to at most
+//   kMaxPoints points, each the maximum over its bucket, so peaks survive.
+#include "mem_viz.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <string_view>
+
+#include "loom/json.h"
+
+namespace loom::cli {
+namespace {
+
+using memory::BlockInfo;
+using memory::MemoryStats;
+using memory::SegmentInfo;
+using memory::Snapshot;
+using memory::Stat;
+using memory::TraceEvent;
+
+constexpr size_t kMaxPoints = 2000;
+
+std::string html_escape(std::string_view s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += c;
+    }
+  }
+  return o;
+}
+
+// JSON text made safe inside a <script> element (Note [memory page]).
+std::string script_safe_json(const Json& j) {
+  const std::string s = j.dump();
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '<') {
+      o += "\\u003c";
+    } else if (c == '>') {
+      o += "\\u003e";
+    } else if (c == '&') {
+      o += "\\u0026";
+    } else if (static_cast<unsigned char>(c) == 0xE2 && i + 2 < s.size() &&
+               static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[i + 2]) == 0xA8 ||
+                static_cast<unsigned char>(s[i + 2]) == 0xA9)) {
+      o += static_cast<unsigned char>(s[i + 2]) == 0xA8 ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      o += c;
+    }
+  }
+  return o;
+}
+
+std::string hex(uint64_t a) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%" PRIx64, a);
+  return buf;
+}
+
+Json timeline(const Snapshot& s) {
+  int64_t alloc_delta = 0, reserved_delta = 0;
+  auto delta = [](const TraceEvent& e, int64_t* a, int64_t* r) {
+    const auto n = static_cast<int64_t>(e.size);
+    switch (e.kind) {
+      case TraceEvent::Kind::Alloc:
+        *a += n;
+        break;
+      case TraceEvent::Kind::Free:
+        *a -= n;
+        break;
+      case TraceEvent::Kind::SegmentAlloc:
+        *r += n;
+        break;
+      case TraceEvent::Kind::SegmentFree:
+        *r -= n;
+        break;
+      case TraceEvent::Kind::Oom:
+        break;
+    }
+  };
+  for (const TraceEvent& e : s.history) delta(e, &alloc_delta, &reserved_delta);
+  int64_t a = s.stats.allocated_bytes.current - alloc_delta;
+  int64_t r = s.stats.reserved_bytes.current - reserved_delta;
+  const size_t n = s.history.size() + 1;  // the state before the first event, then after each
+  const size_t per_point = (n + kMaxPoints - 1) / kMaxPoints;
+  Json::Array xs, as, rs, ooms;
+  int64_t bucket_a = a, bucket_r = r;
+  size_t in_bucket = 1;
+  auto flush = [&](size_t x) {
+    xs.emplace_back(static_cast<int64_t>(x));
+    as.emplace_back(bucket_a);
+    rs.emplace_back(bucket_r);
+    in_bucket = 0;
+  };
+  if (per_point == 1) flush(0);
+  for (size_t i = 0; i < s.history.size(); ++i) {
+    delta(s.history[i], &a, &r);
+    if (s.history[i].kind == TraceEvent::Kind::Oom) ooms.emplace_back(static_cast<int64_t>(i + 1));
+    bucket_a = in_bucket == 0 ? a : std::max(bucket_a, a);
+    bucket_r = in_bucket == 0 ? r : std::max(bucket_r, r);
+    if (++in_bucket == per_point || i + 1 == s.history.size()) flush(i + 1);
+  }
+  return Json::object({{"x", Json(std::move(xs))},
+                       {"allocated", Json(std::move(as))},
+                       {"reserved", Json(std::move(rs))},
+                       {"ooms", Json(std::move(ooms))}});
+}
+
+Json segments_json(const Snapshot& s) {
+  Json::Array segs;
+  for (const SegmentInfo& seg : s.segments) {
+    Json::Array blocks;
+    for (const BlockInfo& b : seg.blocks) {
+      const char* state = b.allocated ? "allocated" : b.pending ? "pending" : "free";
+      blocks.push_back(Json::array({static_cast<int64_t>(b.address - seg.address), b.size, state,
+                                    b.requested, b.stream, b.context, hex(b.address)}));
+    }
+    segs.push_back(Json::object({{"address", hex(seg.address)},
+                                 {"size", seg.size},
+                                 {"pool", seg.small_pool ? "small" : "large"},
+                                 {"stream", seg.stream},
+                                 {"blocks", Json(std::move(blocks))}}));
+  }
+  return Json(std::move(segs));
+}
+
+void stat_row(std::string& o, const char* name, const Stat& st, bool bytes) {
+  auto cell = [&](int64_t v) {
+    o += "<td>";
+    o += bytes ? html_escape(format_bytes(static_cast<double>(v))) : std::to_string(v);
+    o += "</td>";
+  };
+  o += "<tr><th>";
+  o += name;
+  o += "</th>";
+  cell(st.current);
+  cell(st.peak);
+  cell(st.allocated);
+  cell(st.freed);
+  o += "</tr>\n";
+}
+
+std::string stats_table(const MemoryStats& st) {
+  std::string o =
+      "<table class=\"stats\" id=\"stats\">\n<tr><th>stat</th><th>current</th><th>peak</th>"
+      "<th>allocated (sum of increases)</th><th>freed (sum of decreases)</th></tr>\n";
+  stat_row(o, "allocated_bytes", st.allocated_bytes, true);
+  stat_row(o, "requested_bytes", st.requested_bytes, true);
+  stat_row(o, "reserved_bytes", st.reserved_bytes, true);
+  stat_row(o, "active_bytes", st.active_bytes, true);
+  stat_row(o, "inactive_split_bytes", st.inactive_split_bytes, true);
+  stat_row(o, "allocations", st.allocations, false);
+  stat_row(o, "segments", st.segments, false);
+  o += "</table>\n<table class=\"stats\" id=\"counters\">\n";
+  auto row = [&](const char* name, const std::string& value) {
+    o += "<tr><th>";
+    o += name;
+    o += "</th><td>" + html_escape(value) + "</td></tr>\n";
+  };
+  char frag[32];
+  std::snprintf(frag, sizeof(frag), "%.4f", st.fragmentation());
+  row("fragmentation", frag);
+  row("largest_free_block", format_bytes(static_cast<double>(st.largest_free_block)));
+  row("free_reserved_bytes", format_bytes(static_cast<double>(st.free_reserved_bytes())));
+  row("num_device_mallocs", std::to_string(st.num_device_mallocs));
+  row("num_device_frees", std::to_string(st.num_device_frees));
+  row("num_alloc_retries", std::to_string(st.num_alloc_retries));
+  row("num_ooms", std::to_string(st.num_ooms));
+  o += "</table>\n";
+  return o;
+}
+
+constexpr const char* kStyle = R"CSS(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1100px; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
+.meta { color: #555; } .meta code { color: #222; }
+svg.chart { display: block; border: 1px solid #ddd; background: #fff; }
+svg text { font: 11px system-ui, sans-serif; fill: #333; }
+.axis line, .axis path { stroke: #888; } .grid line { stroke: #eee; }
+.area-reserved { fill: #f2c48d; } .line-reserved { stroke: #d97b0b; fill: none; stroke-width: 1.5; }
+.area-allocated { fill: #8cb3dd; } .line-allocated { stroke: #2b62a3; fill: none; stroke-width: 1.5; }
+.peak { stroke-dasharray: 4 3; stroke-width: 1; } .oom { stroke: #c00; stroke-width: 1; }
+.cursor { stroke: #555; stroke-width: 1; }
+.block-allocated { fill: #4c78a8; } .block-free { fill: #e8e8e8; } .block-pending { fill: #f58518; }
+.segment-outline { fill: none; stroke: #999; }
+.legend span.sw { display: inline-block; width: 12px; height: 12px; vertical-align: middle; margin: 0 4px 0 12px; }
+table.stats { border-collapse: collapse; margin: 8px 0 16px; }
+table.stats th, table.stats td { border: 1px solid #ddd; padding: 3px 10px; text-align: right; }
+table.stats th:first-child { text-align: left; }
+#tip { position: fixed; pointer-events: none; background: #222; color: #fff; padding: 4px 8px;
+       border-radius: 3px; font-size: 12px; white-space: pre; display: none; }
+)CSS";
+
+// Draws #timeline and #segments from the JSON in #loom-data (Note [memory page]).
+constexpr const char* kScript = R"JS(
+(function () {
+  'use strict';
+  var NS = 'http://www.w3.org/2000/svg';
+  var data = JSON.parse(document.getElementById('loom-data').textContent);
+  var tip = document.getElementById('tip');
+  function el(parent, name, attrs, text) {
+    var e = document.createElementNS(NS, name);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    parent.appendChild(e);
+    return e;
+  }
+  function fmt(b) {
+    var u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'], i = 0;
+    while (Math.abs(b) >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+    return (i === 0 ? String(Math.round(b)) : b.toFixed(b < 10 ? 2 : 1)) + ' ' + u[i];
+  }
+  function niceStep(max, ticks) {
+    var raw = max / ticks, p = Math.pow(2, Math.floor(Math.log2(raw)));
+    return raw / p > 1.5 ? 2 * p : p;  // powers of two suit byte axes
+  }
+  function showTip(ev, text) {
+    tip.textContent = text;
+    tip.style.display = 'block';
+    tip.style.left = (ev.clientX + 12) + 'px';
+    tip.style.top = (ev.clientY + 12) + 'px';
+  }
+  function hideTip() { tip.style.display = 'none'; }
+
+  function drawTimeline(svg) {
+    var W = 960, H = 320, L = 80, R = 20, T = 20, B = 44;
+    var s = data.series, n = s.x.length;
+    if (n < 2) { el(svg, 'text', {x: 20, y: 40, 'class': 'empty'}, 'the snapshot has no history'); return; }
+    var xmax = Math.max(1, s.x[n - 1]);
+    var ymax = Math.max(1, data.peaks.reserved, data.peaks.allocated, Math.max.apply(null, s.reserved));
+    var step = niceStep(ymax, 5);
+    ymax = Math.ceil(ymax * 1.05 / step) * step;
+    function X(v) { return L + (W - L - R) * v / xmax; }
+    function Y(v) { return H - B - (H - T - B) * v / ymax; }
+    var grid = el(svg, 'g', {'class': 'grid'}), axis = el(svg, 'g', {'class': 'axis'});
+    for (var v = 0; v <= ymax + 1e-9; v += step) {
+      el(grid, 'line', {x1: L, x2: W - R, y1: Y(v), y2: Y(v)});
+      el(axis, 'text', {x: L - 6, y: Y(v) + 4, 'text-anchor': 'end'}, fmt(v));
+    }
+    var xstep = Math.max(1, Math.pow(10, Math.floor(Math.log10(xmax / 2))));
+    if (xmax / xstep > 10) xstep *= 2;
+    for (var x = 0; x <= xmax; x += xstep) {
+      el(axis, 'line', {x1: X(x), x2: X(x), y1: H - B, y2: H - B + 4});
+      el(axis, 'text', {x: X(x), y: H - B + 16, 'text-anchor': 'middle'}, String(x));
+    }
+    el(axis, 'line', {x1: L, x2: W - R, y1: H - B, y2: H - B});
+    el(axis, 'line', {x1: L, x2: L, y1: T, y2: H - B});
+    el(axis, 'text', {x: (L + W - R) / 2, y: H - 6, 'text-anchor': 'middle'}, 'history event');
+    el(axis, 'text', {x: 14, y: (T + H - B) / 2, 'text-anchor': 'middle',
+                      transform: 'rotate(-90 14 ' + (T + H - B) / 2 + ')'}, 'bytes');
+    function path(key, area) {
+      var d = '';
+      for (var i = 0; i < n; i++) {
+        d += (i === 0 ? 'M' : 'L') + X(s.x[i]).toFixed(1) + ',' + Y(s[key][i]).toFixed(1);
+        if (i + 1 < n) d += 'L' + X(s.x[i + 1]).toFixed(1) + ',' + Y(s[key][i]).toFixed(1);
+      }
+      if (area) d += 'L' + X(s.x[n - 1]).toFixed(1) + ',' + Y(0) + 'L' + X(s.x[0]).toFixed(1) + ',' + Y(0) + 'Z';
+      return d;
+    }
+    el(svg, 'path', {'class': 'area-reserved', d: path('reserved', true)});
+    el(svg, 'path', {'class': 'area-allocated', d: path('allocated', true)});
+    el(svg, 'path', {'class': 'line-reserved', d: path('reserved', false)});
+    el(svg, 'path', {'class': 'line-allocated', d: path('allocated', false)});
+    [['reserved', '#d97b0b'], ['allocated', '#2b62a3']].forEach(function (p) {
+      var y = Y(data.peaks[p[0]]);
+      el(svg, 'line', {'class': 'peak', x1: L, x2: W - R, y1: y, y2: y, stroke: p[1]});
+      el(svg, 'text', {x: W - R - 4, y: y - 4, 'text-anchor': 'end', fill: p[1]},
+         'peak ' + p[0] + ' ' + fmt(data.peaks[p[0]]));
+    });
+    s.ooms.forEach(function (x) { el(svg, 'line', {'class': 'oom', x1: X(x), x2: X(x), y1: T, y2: H - B}); });
+    var cursor = el(svg, 'line', {'class': 'cursor', x1: 0, x2: 0, y1: T, y2: H - B, visibility: 'hidden'});
+    svg.addEventListener('mousemove', function (ev) {
+      var box = svg.getBoundingClientRect();
+      var px = (ev.clientX - box.left) * W / box.width, target = (px - L) / (W - L - R) * xmax;
+      if (target < 0 || target > xmax) { cursor.setAttribute('visibility', 'hidden'); hideTip(); return; }
+      var i = 0;
+      while (i + 1 < n && s.x[i + 1] <= target) i++;
+      cursor.setAttribute('x1', X(s.x[i])); cursor.setAttribute('x2', X(s.x[i]));
+      cursor.setAttribute('visibility', 'visible');
+      showTip(ev, 'event ' + s.x[i] + '\nallocated ' + fmt(s.allocated[i]) + '\nreserved ' + fmt(s.reserved[i]));
+    });
+    svg.addEventListener('mouseleave', function () { cursor.setAttribute('visibility', 'hidden'); hideTip(); });
+  }
+
+  function drawSegments(svg) {
+    var segs = data.segments, W = 960, L = 250, R = 20, row = 18, bar = 12;
+    var H = Math.max(40, segs.length * row + 16);
+    svg.setAttribute('height', H);
+    svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+    if (!segs.length) { el(svg, 'text', {x: 20, y: 24, 'class': 'empty'}, 'no segments'); return; }
+    var maxSize = Math.max.apply(null, segs.map(function (g) { return g.size; }));
+    segs.forEach(function (g, k) {
+      var y = 8 + k * row, w = Math.max(2, (W - L - R) * g.size / maxSize);
+      el(svg, 'text', {x: L - 8, y: y + bar - 2, 'text-anchor': 'end'},
+         g.address + '  ' + fmt(g.size) + '  ' + g.pool + ' s' + g.stream);
+      g.blocks.forEach(function (b) {
+        var r = el(svg, 'rect', {'class': 'block block-' + b[2], x: L + w * b[0] / g.size, y: y,
+                                 width: Math.max(0.5, w * b[1] / g.size), height: bar});
+        var t = b[6] + '  ' + b[2] + '\nsize ' + fmt(b[1]) + (b[2] === 'allocated' ? ' (requested ' + fmt(b[3]) + ')' : '') +
+                '\nstream ' + b[4] + (b[5] ? '\ncontext ' + b[5] : '');
+        el(r, 'title', {}, t);
+      });
+      el(svg, 'rect', {'class': 'segment-outline', x: L, y: y, width: w, height: bar});
+    });
+  }
+
+  drawTimeline(document.getElementById('timeline'));
+  drawSegments(document.getElementById('segments'));
+  document.body.setAttribute('data-rendered', 'yes');
+})();
+)JS";
+
+}  // namespace
+
+std::string format_bytes(double b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while ((b >= 1024 || b <= -1024) && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[48];
+  if (u == 0) {
+    std::snprintf(buf, sizeof(buf), "%.0f B", b);
+  } else {
+    std::snprintf(buf, sizeof(buf), b < 10 && b > -10 ? "%.2f %s" : "%.1f %s", b, units[u]);
+  }
+  return buf;
+}
+
+std::string memory_html(const Snapshot& s, const std::string& source) {
+  size_t blocks = 0;
+  for (const SegmentInfo& seg : s.segments) blocks += seg.blocks.size();
+  Json data = Json::object({{"device", s.device},
+                            {"capacity", s.capacity},
+                            {"peaks", Json::object({{"allocated", s.stats.allocated_bytes.peak},
+                                                    {"reserved", s.stats.reserved_bytes.peak}})},
+                            {"series", timeline(s)},
+                            {"segments", segments_json(s)}});
+  std::string o;
+  o +=
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>loom memory: ";
+  o += html_escape(source);
+  o += "</title>\n<style>";
+  o += kStyle;
+  o += "</style>\n</head>\n<body>\n<h1>loom memory snapshot: " + html_escape(source) + "</h1>\n";
+  o += "<p class=\"meta\">device <code>" + html_escape(s.device) + "</code>, capacity " +
+       html_escape(format_bytes(static_cast<double>(s.capacity))) + "; config <code>" +
+       html_escape(s.config) + "</code>; " + std::to_string(s.segments.size()) + " segments, " +
+       std::to_string(blocks) + " blocks, " + std::to_string(s.history.size()) +
+       " history events</p>\n";
+  o += "<noscript><p>The charts are drawn by the page's script; the statistics below need "
+       "none.</p></noscript>\n";
+  o +=
+      "<h2>Memory over time</h2>\n"
+      "<p class=\"legend\"><span class=\"sw area-reserved\" "
+      "style=\"background:#f2c48d\"></span>reserved "
+      "(in segments)<span class=\"sw\" style=\"background:#8cb3dd\"></span>allocated (handed out)"
+      "<span class=\"sw\" style=\"background:#c00\"></span>out of memory</p>\n"
+      "<svg id=\"timeline\" class=\"chart\" width=\"960\" height=\"320\" viewBox=\"0 0 960 320\" "
+      "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"allocated and reserved bytes "
+      "over the history's events\"></svg>\n";
+  o += "<h2>Segments</h2>\n"
+       "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
+       "<span class=\"sw\" style=\"background:#e8e8e8\"></span>free (cached)"
+       "<span class=\"sw\" style=\"background:#f58518\"></span>pending (freed, waiting for other "
+       "streams). Bars are to scale with the largest segment; hover a block for its address, size "
+       "and context.</p>\n"
+       "<svg id=\"segments\" class=\"chart\" width=\"960\" height=\"40\" viewBox=\"0 0 960 40\" "
+       "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"segments and their "
+       "blocks\"></svg>\n";
+  o += "<h2>Statistics</h2>\n" + stats_table(s.stats);
+  o += "<div id=\"tip\"></div>\n<script type=\"application/json\" id=\"loom-data\">";
+  o += script_safe_json(data);
+  o += "</script>\n<script>";
+  o += kScript;
+  o += "</script>\n</body>\n</html>\n";
+  return o;
+}
+
+}  // namespace loom::cli
