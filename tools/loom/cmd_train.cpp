@@ -37,6 +37,7 @@
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "loom/parallel.h"
+#include "loom/memory/caching_allocator.h"
 #include "loom/profiler.h"
 
 namespace loom::cli {
@@ -388,6 +389,18 @@ int run_train(const std::vector<std::string>& argv) {
     return launch_workers(argv, nproc, static_cast<int>(args.get_int("max-restarts", 0)));
   }
   if (cfg.threads > 0) set_num_threads(static_cast<int>(cfg.threads));
+  // --profile: CPU tensors come from a caching allocator (over host memory) so that the trace has
+  // allocated / reserved memory tracks and the report can state peak memory. It lives until exit:
+  // tensors freed during static destruction must still find it.
+  memory::CachingAllocator* cpu_cache = nullptr;
+  if (args.get("profile")) {
+    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* dev = new memory::SimulatedDevice(ram, /*backed=*/true);
+    memory::AllocatorConfig ac;
+    ac.history_capacity = 0;
+    cpu_cache = new memory::CachingAllocator(*dev, ac);
+    set_allocator(DeviceType::CPU, new memory::CachingAllocatorAdapter(*cpu_cache, kCPU));
+  }
   Parallel par = init_parallel();
 
   auto train_ds = std::make_shared<const data::ShardReader>(train_dir);
@@ -472,6 +485,13 @@ int run_train(const std::vector<std::string>& argv) {
     std::printf("profile (%s): trace written to %s\n%s", po_schedule.describe().c_str(), prof_path.c_str(),
                 profiler::summarize(prof->trace(), 5).c_str());
     if (prof->trace().empty()) std::printf("profile: the run ended before the recorded steps; try --profile-steps 0,0,5\n");
+    if (cpu_cache) {
+      const memory::MemoryStats ms = cpu_cache->stats();
+      std::printf("memory (CPU tensors through the caching allocator): peak allocated %.1f MB, peak reserved "
+                  "%.1f MB, %lld segments, fragmentation now %.2f\n",
+                  static_cast<double>(ms.allocated_bytes.peak) / 1e6, static_cast<double>(ms.reserved_bytes.peak) / 1e6,
+                  static_cast<long long>(ms.segments.current), ms.fragmentation());
+    }
     prof.reset();
   };
 
