@@ -7,9 +7,12 @@
 //   replay_ns_per_event    the allocator's time per event replaying the training trace
 //   replay_peak_ratio      peak reserved / peak allocated of the default policy on the training
 //                          trace of `loom mem record` (Note [training trace] in alloc_trace.h)
+//   replay_peak_ratio_expandable        the same for the "expandable" policy
+//   replay_peak_ratio_expandable_share  and for "expandable-share" (Note [expandable segments])
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "bench.h"
 #include "loom/memory/alloc_trace.h"
@@ -68,11 +71,20 @@ std::vector<Measure> setup_mem(const SuiteOptions& opt) {
                  }
                  return best;
                }});
-  m.push_back({"replay_peak_ratio", "rsv/alloc", true, 0, 1, [trace] {
-                 memory::ReplayOptions o;
-                 o.track_peak = false;
-                 return memory::replay_trace(*trace, o).peak_ratio();
-               }});
+  for (const char* policy : {"default", "expandable", "expandable-share"}) {
+    std::string name = "replay_peak_ratio";
+    if (std::string(policy) != "default") {
+      name += '_';
+      name += policy;
+    }
+    for (char& c : name) c = c == '-' ? '_' : c;
+    m.push_back({name, "rsv/alloc", true, 0, 1, [trace, policy] {
+                   memory::ReplayOptions o;
+                   o.policy = policy;
+                   o.track_peak = false;
+                   return memory::replay_trace(*trace, o).peak_ratio();
+                 }});
+  }
   return m;
 }
 

@@ -43,14 +43,16 @@ const StatField kStatFields[kNumStatFields] = {
 
 namespace {
 
-constexpr const char* kPolicyNames[] = {"default",  "gc-0.8",   "max-split-64m",
-                                        "no-cache", "no-split", "small-segments"};
+constexpr const char* kPolicyNames[] = {"default",  "expandable",    "expandable-share",
+                                        "gc-0.8",   "max-split-64m", "no-cache",
+                                        "no-split", "small-segments"};
 
 bool same_config(const AllocatorConfig& a, const AllocatorConfig& b) {
   return a.small_size == b.small_size && a.small_segment == b.small_segment &&
          a.large_segment == b.large_segment && a.min_large_alloc == b.min_large_alloc &&
          a.large_round == b.large_round && a.max_split_size == b.max_split_size &&
-         a.gc_threshold == b.gc_threshold && a.cache == b.cache;
+         a.gc_threshold == b.gc_threshold && a.cache == b.cache && a.expandable == b.expandable &&
+         a.share_pages == b.share_pages;
 }
 
 }  // namespace
@@ -66,6 +68,11 @@ AllocatorConfig AllocatorConfig::policy(const std::string& name) {
     c.max_split_size = size_t{64} << 20;
   } else if (name == "gc-0.8") {
     c.gc_threshold = 0.8;
+  } else if (name == "expandable") {
+    c.expandable = true;
+  } else if (name == "expandable-share") {
+    c.expandable = true;
+    c.share_pages = true;
   } else if (name == "small-segments") {
     c.large_segment = size_t{2} << 20;
   } else {
@@ -99,6 +106,8 @@ std::string AllocatorConfig::describe() const {
          " large_round=" + format_bytes(large_round) + " max_split_size=" +
          (max_split_size == SIZE_MAX ? std::string("unlimited") : format_bytes(max_split_size)) +
          " gc_threshold=" + gc + " cache=" + (cache ? "on" : "off") +
+         " expandable=" + (expandable ? "on" : "off") +
+         " share_pages=" + (share_pages ? "on" : "off") +
          " history=" + std::to_string(history_capacity);
   return out;
 }
@@ -117,6 +126,12 @@ void AllocatorConfig::validate() const {
              ") must not exceed small_segment (", small_segment, ")");
   LOOM_CHECK(gc_threshold >= 0.0 && gc_threshold <= 1.0, "[caching allocator] config gc_threshold ",
              "must be in [0, 1] but got ", gc_threshold);
+  LOOM_CHECK(!expandable || max_split_size == SIZE_MAX, "[caching allocator] config expandable ",
+             "needs an unlimited max_split_size but got ", max_split_size,
+             " (Note [expandable segments])");
+  LOOM_CHECK(
+      expandable || !share_pages,
+      "[caching allocator] config share_pages needs expandable (Note [expandable segments])");
 }
 
 void Stat::add(int64_t n) {

@@ -6,6 +6,8 @@
 //   - Pool: the free blocks of one pool in a set ordered by (stream, size, address), so that the
 //     best fit for a stream is one lower_bound. Only free blocks are in it.
 //   - AddressMap (allocator_parts.h): allocated blocks by address, for free().
+//   - Expandable: the reserved range of an expandable segment (Note [expandable segments]); its
+//     blocks point to it, and it tracks the block at the end of the mapped range (tail).
 // Hot path (a cached block of a pool): one lock, a set lookup/erase/insert (nodes from a pool
 // arena), a probe of the address map; Block objects are recycled, so nothing is heap-allocated
 // except history strings when a context provider is set.
@@ -38,6 +40,7 @@ size_t round_up(size_t n, size_t multiple) {
 }
 
 struct Pool;
+struct Expandable;
 
 struct Block {
   uint64_t address = 0;
@@ -45,7 +48,8 @@ struct Block {
   size_t requested = 0;  // while allocated
   StreamId stream = 0;   // the stream of its segment
   Pool* pool = nullptr;
-  Block* prev = nullptr;  // neighbours in the segment (next also links spare blocks)
+  Expandable* range = nullptr;  // the expandable segment it belongs to, if any
+  Block* prev = nullptr;        // neighbours in the segment (next also links spare blocks)
   Block* next = nullptr;
   uint64_t free_tick = 0;  // when it last became free (garbage collection frees the oldest)
   bool allocated = false;
@@ -81,6 +85,16 @@ struct Pool {
   bool small;
 };
 
+struct Expandable {
+  uint64_t base = 0;
+  size_t reserved = 0;  // address space
+  size_t mapped = 0;    // bytes mapped from base on; a multiple of kExpandablePage
+  Pool* pool = nullptr;
+  StreamId stream = 0;
+  Block* head = nullptr;  // the segment's blocks; both nullptr while nothing is mapped
+  Block* tail = nullptr;
+};
+
 // Stat::add, inlined here for the hot path (the exported one is called through the PLT).
 inline void bump(Stat& s, int64_t n) {
   s.current += n;
@@ -111,8 +125,10 @@ struct CachingAllocator::Impl {
   struct Segment {
     Block* head;
     size_t size;
+    Expandable* range;  // nullptr: an ordinary segment
   };
-  std::map<uint64_t, Segment> segments;  // by address
+  std::map<uint64_t, Segment> segments;                         // by address
+  std::map<std::pair<bool, StreamId>, Expandable> expandables;  // by (small pool, stream)
   struct PendingFree {
     Block* block;
     std::vector<EventId> events;  // not yet passed
@@ -143,6 +159,7 @@ struct CachingAllocator::Impl {
     b->allocated = b->pending = false;
     b->stream_uses.clear();
     b->context.clear();
+    b->range = nullptr;
     b->prev = nullptr;
     b->next = spare_blocks;
     spare_blocks = b;
@@ -199,7 +216,9 @@ struct CachingAllocator::Impl {
 
   bool should_split(const Block* b, size_t size) const {
     size_t remaining = b->size - size;
-    if (b->pool->small) return remaining >= kRoundBytes;
+    // An expandable segment's free remainder is not wasted on a new segment later: split it off
+    // whatever its size (as small-pool blocks are).
+    if (b->pool->small || b->range != nullptr) return remaining >= kRoundBytes;
     if (b->size > config.max_split_size) return false;
     return remaining > config.small_size;
   }
@@ -239,7 +258,7 @@ struct CachingAllocator::Impl {
     b->stream = stream;
     b->pool = &pool;
     b->free_tick = ++tick;
-    segments.emplace(address, Segment{b, seg});
+    segments.emplace(address, Segment{b, seg, nullptr});
     ++stats.num_device_mallocs;
     bump(stats.reserved_bytes, static_cast<int64_t>(seg));
     bump(stats.segments, 1);
@@ -251,6 +270,10 @@ struct CachingAllocator::Impl {
 
   // `b` is a whole segment, already out of its pool.
   void release_segment(Block* b) {
+    if (b->range != nullptr) {
+      trim_tail(b);
+      return;
+    }
     segments.erase(b->address);
     device.free(b->ptr(), b->size);
     ++stats.num_device_frees;
@@ -274,19 +297,153 @@ struct CachingAllocator::Impl {
         release_segment(b);
       }
     }
+    for (auto& [key, r] : expandables) {
+      if (r.tail != nullptr && r.tail->is_free()) {
+        remove_free(r.tail);
+        trim_tail(r.tail);
+      }
+    }
+  }
+
+  // ---- expandable segments (Note [expandable segments]) ----
+  Expandable& expandable_of(Pool& pool, StreamId stream) {
+    auto [it, inserted] = expandables.try_emplace(std::make_pair(pool.small, stream));
+    Expandable& r = it->second;
+    if (inserted) {
+      r.reserved = round_up(capacity, kExpandablePage);
+      void* p = device.reserve(r.reserved);
+      if (p == nullptr) {
+        expandables.erase(it);
+        LOOM_THROW(OutOfMemoryError, "[caching allocator] ", device.name(), " could not reserve ",
+                   format_bytes(round_up(capacity, kExpandablePage)),
+                   " of address space for an expandable segment of stream ", stream);
+      }
+      r.base = reinterpret_cast<uintptr_t>(p);
+      r.pool = &pool;
+      r.stream = stream;
+    }
+    return r;
+  }
+
+  // Bytes to map at the end of `r` so that a block of `size` fits there.
+  static size_t pages_needed(const Expandable& r, size_t size) {
+    size_t have = r.tail != nullptr && r.tail->is_free() ? r.tail->size : 0;
+    return size > have ? round_up(size - have, kExpandablePage) : 0;
+  }
+
+  bool try_map(Expandable& r, size_t n) {
+    if (n == 0) return true;
+    if (r.mapped + n > r.reserved) return false;
+    return device.map(reinterpret_cast<void*>(static_cast<uintptr_t>(r.base + r.mapped)), n);
+  }
+
+  // A free block of at least `size` at the end of the expandable segment of (pool, stream), out of
+  // its pool: the free block there grown by the missing pages, or new pages.
+  Block* grow(Pool& pool, StreamId stream, size_t size, size_t bytes, const std::string& context) {
+    Expandable& r = expandable_of(pool, stream);
+    if (config.gc_threshold > 0.0) collect_garbage(pages_needed(r, size));
+    if (config.share_pages && pages_needed(r, size) != 0) {
+      // Pages move between the segments of the pools and streams instead of adding up.
+      for (auto& [key, other] : expandables) {
+        if (&other != &r && other.tail != nullptr && other.tail->is_free()) {
+          remove_free(other.tail);
+          trim_tail(other.tail);
+        }
+      }
+    }
+    size_t n = pages_needed(r, size);
+    if (!try_map(r, n)) {
+      process_events();
+      release_cached_segments();
+      ++stats.num_alloc_retries;
+      n = pages_needed(r, size);  // the retry may have unmapped a free block at the end
+      if (!try_map(r, n)) throw_oom(bytes, size, n, stream, context);
+    }
+    uint64_t at = r.base + r.mapped;
+    if (n != 0) {
+      r.mapped += n;
+      bump(stats.reserved_bytes, static_cast<int64_t>(n));
+      if (config.history_capacity != 0) {
+        record(TraceEvent::Kind::SegmentAlloc, at, n, stream, std::string());
+      }
+    }
+    Block* b;
+    if (r.tail != nullptr && r.tail->is_free()) {
+      b = r.tail;
+      remove_free(b);
+      b->size += n;
+    } else {
+      b = new_block();
+      b->address = at;
+      b->size = n;
+      b->stream = stream;
+      b->pool = &pool;
+      b->range = &r;
+      b->free_tick = ++tick;
+      b->prev = r.tail;
+      if (r.tail != nullptr) {
+        r.tail->next = b;
+      } else {
+        r.head = b;
+        segments.emplace(r.base, Segment{b, 0, &r});
+        ++stats.num_device_mallocs;
+        bump(stats.segments, 1);
+      }
+      r.tail = b;
+    }
+    segments.at(r.base).size = r.mapped;
+    return b;
+  }
+
+  // `b`, free and out of its pool, is the block at the end of its expandable segment: unmaps its
+  // whole pages and puts what is left of it back in its pool. A segment left without pages is gone.
+  void trim_tail(Block* b) {
+    Expandable& r = *b->range;
+    uint64_t end = b->address + b->size;
+    uint64_t keep = r.base + round_up(b->address - r.base, kExpandablePage);
+    if (keep >= end) {
+      insert_free(b);
+      return;
+    }
+    size_t n = end - keep;
+    device.unmap(reinterpret_cast<void*>(static_cast<uintptr_t>(keep)), n);
+    r.mapped -= n;
+    bump(stats.reserved_bytes, -static_cast<int64_t>(n));
+    if (config.history_capacity != 0) {
+      record(TraceEvent::Kind::SegmentFree, keep, n, r.stream, std::string());
+    }
+    if (keep > b->address) {
+      b->size = keep - b->address;
+      insert_free(b);
+      segments.at(r.base).size = r.mapped;
+      return;
+    }
+    Block* prev = b->prev;
+    recycle(b);
+    if (prev != nullptr) {
+      prev->next = nullptr;
+      r.tail = prev;
+      segments.at(r.base).size = r.mapped;
+      return;
+    }
+    segments.erase(r.base);
+    r.head = r.tail = nullptr;
+    ++stats.num_device_frees;
+    bump(stats.segments, -1);
   }
 
   // Before reserved memory grows past gc_threshold x capacity, returns the segments that have been
-  // free longest until the new segment fits under the threshold (or none are left).
+  // free longest until the new segment fits under the threshold (or none are left); with
+  // expandable segments, also the pages of free blocks at their ends.
   void collect_garbage(size_t new_segment) {
     double limit = config.gc_threshold * static_cast<double>(capacity);
     double after =
         static_cast<double>(stats.reserved_bytes.current) + static_cast<double>(new_segment);
     if (after <= limit) return;
-    std::vector<Block*> candidates;
+    std::vector<Block*> candidates;  // whole free segments, and free ends of expandable ones
     for (Pool* pool : {&small_pool, &large_pool}) {
       for (Block* b : pool->blocks) {
-        if (!b->is_split()) candidates.push_back(b);
+        if (!b->is_split() || (b->range != nullptr && b->next == nullptr)) candidates.push_back(b);
       }
     }
     std::sort(candidates.begin(), candidates.end(),
@@ -296,7 +453,11 @@ struct CachingAllocator::Impl {
       if (excess <= 0) break;
       excess -= static_cast<double>(b->size);
       remove_free(b);
-      release_segment(b);
+      if (b->range != nullptr) {
+        trim_tail(b);  // its whole pages
+      } else {
+        release_segment(b);
+      }
     }
   }
 
@@ -309,13 +470,18 @@ struct CachingAllocator::Impl {
     size_t size = bytes < kRoundBytes ? kRoundBytes : round_up(bytes, kRoundBytes);
     Pool& pool = size <= config.small_size ? small_pool : large_pool;
     Block* b = take_free_block(pool, stream, size);
-    if (b == nullptr) b = new_segment(pool, stream, size, bytes, context);
+    if (b == nullptr) {
+      b = config.expandable ? grow(pool, stream, size, bytes, context)
+                            : new_segment(pool, stream, size, bytes, context);
+    }
     if (should_split(b, size)) {
       Block* rest = new_block();
       rest->address = b->address + size;
       rest->size = b->size - size;
       rest->stream = b->stream;
       rest->pool = b->pool;
+      rest->range = b->range;
+      if (rest->range != nullptr && b->next == nullptr) rest->range->tail = rest;
       rest->free_tick = b->free_tick;
       rest->prev = b;
       rest->next = b->next;
@@ -399,6 +565,13 @@ struct CachingAllocator::Impl {
       b = p;
     }
     b->free_tick = ++tick;
+    if (b->range != nullptr && b->next == nullptr) {
+      b->range->tail = b;
+      if (!config.cache) {
+        trim_tail(b);
+        return;
+      }
+    }
     if (!config.cache && !b->is_split()) {
       release_segment(b);
       return;
@@ -500,8 +673,31 @@ struct CachingAllocator::Impl {
   }
 };
 
+namespace {
+[[noreturn]] void throw_no_virtual_memory(const DeviceMemory& d, const char* op) {
+  LOOM_THROW(ValueError, "[caching allocator] ", d.name(), " does not support ", op,
+             " (virtual memory for expandable segments is not supported by this device)");
+}
+}  // namespace
+
+void* DeviceMemory::reserve(size_t) {
+  throw_no_virtual_memory(*this, "reserve");
+}
+bool DeviceMemory::map(void*, size_t) {
+  throw_no_virtual_memory(*this, "map");
+}
+void DeviceMemory::unmap(void*, size_t) {
+  throw_no_virtual_memory(*this, "unmap");
+}
+void DeviceMemory::release(void*, size_t) {
+  throw_no_virtual_memory(*this, "release");
+}
+
 CachingAllocator::CachingAllocator(DeviceMemory& device, AllocatorConfig config) {
   config.validate();
+  LOOM_CHECK(!config.expandable || device.supports_expandable(), "[caching allocator] ",
+             device.name(), " does not support expandable segments (config expandable; Note ",
+             "[expandable segments])");
   impl_ = std::make_unique<Impl>(device, std::move(config));
   LOOM_CHECK(impl_->capacity > 0, "[caching allocator] ", device.name(), " has no capacity");
   if (impl_->config.history_capacity != 0) {
@@ -526,9 +722,21 @@ CachingAllocator::~CachingAllocator() {
   }
   for (auto& [address, seg] : m.segments) {
     try {
-      m.device.free(seg.head->ptr(), seg.size);
+      if (seg.range != nullptr) {
+        m.device.unmap(seg.head->ptr(), seg.size);
+      } else {
+        m.device.free(seg.head->ptr(), seg.size);
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[caching allocator] warning: returning a segment failed: %s\n",
+                   e.what());
+    }
+  }
+  for (auto& [key, r] : m.expandables) {
+    try {
+      m.device.release(reinterpret_cast<void*>(static_cast<uintptr_t>(r.base)), r.reserved);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[caching allocator] warning: releasing an address range failed: %s\n",
                    e.what());
     }
   }
@@ -595,6 +803,7 @@ Snapshot CachingAllocator::snapshot() const {
     si.address = address;
     si.size = seg.size;
     si.small_pool = seg.head->pool->small;
+    si.expandable = seg.range != nullptr;
     si.stream = seg.head->stream;
     for (const Block* b = seg.head; b != nullptr; b = b->next) {
       BlockInfo& bi = si.blocks.emplace_back();

@@ -70,6 +70,8 @@ SegmentInfo segment_from_json(const Json& j) {
   seg.address = read_unsigned(j, "address");
   seg.size = read_unsigned(j, "size");
   seg.small_pool = j.at("small_pool").as_bool();
+  // Snapshots written before expandable segments existed have no such field.
+  if (const Json* e = j.find("expandable")) seg.expandable = e->as_bool();
   seg.stream = read_int(j, "stream");
   const Json::Array& blocks = j.at("blocks").as_array();
   uint64_t expected = seg.address;
@@ -190,6 +192,7 @@ Json Snapshot::to_json() const {
     Json sj = Json::object({{"address", seg.address},
                             {"size", seg.size},
                             {"small_pool", seg.small_pool},
+                            {"expandable", seg.expandable},
                             {"stream", seg.stream}});
     sj.set("blocks", std::move(blocks));  // set, not the initializer list: that would copy
     segs.push_back(std::move(sj));

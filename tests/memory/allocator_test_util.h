@@ -29,8 +29,8 @@ inline std::string pointer_text(const void* p) {
 
 // Every invariant that a snapshot lets us see: blocks tile their segment in address order, no two
 // free blocks are neighbours (coalescing), segments do not overlap, and the statistics agree with
-// the blocks. `sole_user`: the allocator is the only user of its device, so the device's used bytes
-// are the reserved bytes.
+// the blocks; an expandable segment has whole pages mapped. `sole_user`: the allocator is the only
+// user of its device, so the device's used bytes are the reserved bytes.
 inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) {
   Snapshot s = a.snapshot();
   int64_t reserved = 0, allocated = 0, active = 0, inactive_split = 0, allocations = 0;
@@ -66,6 +66,11 @@ inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) 
       }
     }
     ASSERT_EQ(next, seg.address + seg.size) << "blocks do not cover their segment";
+    if (seg.expandable) {
+      // Note [expandable segments]: pages are mapped whole.
+      ASSERT_EQ(seg.size % kExpandablePage, 0u) << "an expandable segment maps whole pages";
+      ASSERT_EQ(seg.address % kRoundBytes, 0u);
+    }
     reserved += static_cast<int64_t>(seg.size);
   }
   EXPECT_EQ(s.stats.reserved_bytes.current, reserved);

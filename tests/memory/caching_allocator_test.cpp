@@ -640,7 +640,7 @@ TEST(CachingAllocator, OomIsRecordedInTheHistory) {
 
 TEST(CachingAllocator, PoliciesAndConfig) {
   std::vector<std::string> names = AllocatorConfig::policies();
-  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.size(), 8u);
   for (const std::string& n : names) {
     AllocatorConfig c = AllocatorConfig::policy(n);
     EXPECT_CONTAINS(c.describe(), "policy=" + n);
@@ -653,7 +653,11 @@ TEST(CachingAllocator, PoliciesAndConfig) {
   EXPECT_EQ(AllocatorConfig::policy("small-segments").large_segment, 2 * MiB);
   std::string msg = error_of<ValueError>([] { AllocatorConfig::policy("fast"); });
   EXPECT_CONTAINS(msg, "unknown allocator policy 'fast'");
-  EXPECT_CONTAINS(msg, "default, gc-0.8, max-split-64m, no-cache, no-split, small-segments");
+  EXPECT_CONTAINS(msg,
+                  "default, expandable, expandable-share, gc-0.8, max-split-64m, no-cache, "
+                  "no-split, small-segments");
+  EXPECT_TRUE(AllocatorConfig::policy("expandable").expandable);
+  EXPECT_FALSE(AllocatorConfig::policy("default").expandable);
   AllocatorConfig custom;
   custom.large_round = 1000;
   SimulatedDevice dev(GiB);

@@ -26,6 +26,28 @@
 //     releases cached blocks that have been free longest (garbage collection).
 //   - empty_cache() returns every segment with no allocated block to the device.
 //
+// Note [expandable segments]
+//   With config.expandable (the "expandable" policy; PyTorch's expandable_segments:True) each
+//   (pool, stream) has one segment whose address range is reserved up front (the device capacity,
+//   virtual) and whose memory is mapped in pages of kExpandablePage (2 MiB) at its end only when no
+//   cached free block fits: a free block at the end of the mapped range grows by the missing pages,
+//   otherwise a new block of whole pages is appended. Best fit, splitting and coalescing work as
+//   above inside that one segment, so the segment granularity (20 MiB large segments) and the holes
+//   between segments no longer cost reserved memory. empty_cache() (and the OOM retry, garbage
+//   collection, and a free under cache = false) unmaps the whole pages of a free block at the end
+//   of the mapped range;
+//   a segment whose pages are all unmapped disappears (its range stays reserved for reuse).
+//   reserved_bytes counts mapped bytes; a segment is counted (segments, num_device_mallocs /
+//   num_device_frees) when its first page is mapped and when its last one is unmapped; the history
+//   has one SegmentAlloc / SegmentFree per map / unmap of pages. Needs a device with
+//   supports_expandable(); max_split_size must stay unlimited. As in PyTorch, a large-pool block of
+//   an expandable segment is split whenever the rest is at least kRoundBytes (not only when it is
+//   above small_size): the rest stays usable instead of being handed out unused.
+//   With share_pages as well (the "expandable-share" policy; not in PyTorch), a segment about to
+//   map pages first unmaps the free pages at the ends of the other expandable segments (other pool,
+//   other streams), so that cached pages move between them rather than add up; this costs an
+//   unmap and a map where PyTorch would keep both cached.
+//
 // Thread-safety: every method of CachingAllocator is thread-safe (one mutex). DeviceMemory
 // implementations are called under that mutex.
 #pragma once
@@ -47,6 +69,7 @@ using StreamId = int64_t;  // 0: the default stream
 using EventId = uint64_t;
 
 constexpr size_t kRoundBytes = 512;
+constexpr size_t kExpandablePage = size_t{2} << 20;  // Note [expandable segments]
 
 // What the allocator needs from a device.
 class LOOM_API DeviceMemory {
@@ -61,6 +84,20 @@ class LOOM_API DeviceMemory {
   // Records an event on `stream` after all work queued on it so far; query() says whether it passed.
   virtual EventId record_event(StreamId stream) = 0;
   virtual bool query(EventId event) = 0;
+
+  // Optional: virtual memory, for expandable segments (Note [expandable segments]). A device
+  // without it keeps these defaults: supports_expandable() is false and the others throw
+  // ValueError naming the device.
+  virtual bool supports_expandable() const { return false; }
+  // Reserves `bytes` of address space without memory behind it; nullptr when none is left.
+  virtual void* reserve(size_t bytes);
+  // Puts memory behind [address, address + bytes) of a reserved range (not mapped yet); false when
+  // the device has not enough memory.
+  virtual bool map(void* address, size_t bytes);
+  // Takes the memory from behind a mapped [address, address + bytes) again.
+  virtual void unmap(void* address, size_t bytes);
+  // Returns a range from reserve() (its pages unmapped).
+  virtual void release(void* base, size_t bytes);
 };
 
 // A device simulated in host memory for tests and tools: a capacity, real host memory behind each
@@ -78,6 +115,13 @@ class LOOM_API SimulatedDevice final : public DeviceMemory {
   void free(void* p, size_t bytes) override;
   EventId record_event(StreamId stream) override;
   bool query(EventId event) override;
+  // Virtual memory: fake address ranges when !backed, mmap'ed PROT_NONE ranges whose pages are
+  // committed by map() when backed; mapped bytes count against the capacity.
+  bool supports_expandable() const override { return true; }
+  void* reserve(size_t bytes) override;
+  bool map(void* address, size_t bytes) override;
+  void unmap(void* address, size_t bytes) override;
+  void release(void* base, size_t bytes) override;
   // Completes every event recorded so far on `stream` (all streams when stream < 0).
   void complete(StreamId stream = -1);
   int64_t malloc_calls() const;
@@ -98,14 +142,19 @@ struct LOOM_API AllocatorConfig {
   double gc_threshold = 0.0;                 // 0: no garbage collection; else a fraction of capacity
   bool cache = true;                         // false: every free returns its segment at once
   size_t history_capacity = 100000;          // events kept in the history ring (0: none)
+  bool expandable = false;                   // Note [expandable segments]
+  bool share_pages = false;                  // expandable only: Note [expandable segments]
   // A named configuration for tools: "default", "no-cache", "no-split" (max_split_size = 0),
-  // "max-split-64m", "gc-0.8", "small-segments" (large_segment = 2 MiB). ValueError listing them.
+  // "max-split-64m", "gc-0.8", "small-segments" (large_segment = 2 MiB), "expandable"
+  // (expandable = true), "expandable-share" (and share_pages = true). ValueError listing them.
   static AllocatorConfig policy(const std::string& name);
   static std::vector<std::string> policies();
   // One line: "policy=NAME" when it equals a named policy, then every field.
   std::string describe() const;
   // ValueError naming the field unless sizes are positive multiples of kRoundBytes, small_size <=
-  // small_segment and 0 <= gc_threshold <= 1 (the CachingAllocator constructor calls it).
+  // small_segment, 0 <= gc_threshold <= 1, max_split_size is unlimited when expandable and
+  // share_pages only comes with expandable (the
+  // CachingAllocator constructor calls it, and checks that the device supports expandable).
   void validate() const;
 };
 
@@ -154,6 +203,7 @@ struct SegmentInfo {
   uint64_t address = 0;
   size_t size = 0;
   bool small_pool = false;
+  bool expandable = false;  // size: its mapped bytes (Note [expandable segments])
   StreamId stream = 0;
   std::vector<BlockInfo> blocks;  // in address order, covering the segment
 };
