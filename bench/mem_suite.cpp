@@ -2,7 +2,8 @@
 // No anchor: glibc's malloc/free of the same size is measured beside the cached pair for scale, and
 // the peak ratio's target (<= 1.1) is in the suite's description, as the driver's ratio column is
 // for anchors.
-//   alloc_free_pair_4k     ns for allocate(4096) + free of a cached block (SimulatedDevice)
+//   alloc_free_pair_4k     ns for allocate(4096) + free of a cached block (SimulatedDevice);
+//                          _nohist: the same with the history ring off
 //   glibc_malloc_free_4k   ns for malloc(4096) + free
 //   replay_ns_per_event    the allocator's time per event replaying the training trace
 //   replay_peak_ratio      peak reserved / peak allocated of the default policy on the training
@@ -30,21 +31,27 @@ std::vector<Measure> setup_mem(const SuiteOptions& opt) {
   const int iters = opt.quick ? 100000 : 1000000;
   const int reps = opt.quick ? 2 : 5;
   std::vector<Measure> m;
-  m.push_back({"alloc_free_pair_4k", "ns/pair", true, 0, 1, [iters, reps] {
-                 memory::SimulatedDevice device(size_t{1} << 30);
-                 memory::CachingAllocator a(device);
-                 a.free(a.allocate(4096));  // the segment is cached from here on
-                 const double t = median_seconds(
-                     [&] {
-                       for (int i = 0; i < iters; ++i) {
-                         void* p = a.allocate(4096);
-                         escape(p);
-                         a.free(p);
-                       }
-                     },
-                     reps);
-                 return t / iters * 1e9;
-               }});
+  // With the default history ring (two clock reads per pair) and without it.
+  for (bool history : {true, false}) {
+    m.push_back({history ? "alloc_free_pair_4k" : "alloc_free_pair_4k_nohist", "ns/pair", true, 0, 1,
+                 [iters, reps, history] {
+                   memory::SimulatedDevice device(size_t{1} << 30);
+                   memory::AllocatorConfig config;
+                   if (!history) config.history_capacity = 0;
+                   memory::CachingAllocator a(device, config);
+                   a.free(a.allocate(4096));  // the segment is cached from here on
+                   const double t = median_seconds(
+                       [&] {
+                         for (int i = 0; i < iters; ++i) {
+                           void* p = a.allocate(4096);
+                           escape(p);
+                           a.free(p);
+                         }
+                       },
+                       reps);
+                   return t / iters * 1e9;
+                 }});
+  }
   m.push_back({"glibc_malloc_free_4k", "ns/pair", true, 0, 1, [iters, reps] {
                  const double t = median_seconds(
                      [&] {
