@@ -191,7 +191,9 @@ int run_bench(const std::vector<std::string>& argv) {
   }
   anchor.stop();
   set_num_threads(saved_threads);
-  std::printf("\n%-26s %-9s %12s %12s %8s %8s  %s\n", "benchmark", "unit", "loom", "anchor",
+  int width = 26;  // the name column fits the longest name
+  for (const Measure& p : measures) width = std::max(width, static_cast<int>(p.name.size()));
+  std::printf("\n%-*s %-9s %12s %12s %8s %8s  %s\n", width, "benchmark", "unit", "loom", "anchor",
               "ratio", "target", "");
   std::ostringstream js;
   js << "{\"suite\": \"" << name << "\", \"machine\": {\"cpu\": \"" << json_escape(cpu_model())
@@ -210,8 +212,8 @@ int run_bench(const std::vector<std::string>& argv) {
     }
     char target[32] = "";
     if (p.target > 0) std::snprintf(target, sizeof(target), "%s%.2f", p.lower_is_better ? "<=" : ">=", p.target);
-    std::printf("%-26s %-9s %12.4g %12.4g %8.3f %8s  %s\n", n.c_str(), p.unit.c_str(), l, a, ratio,
-                target, verdict.c_str());
+    std::printf("%-*s %-9s %12.4g %12.4g %8.3f %8s  %s\n", width, n.c_str(), p.unit.c_str(), l, a,
+                ratio, target, verdict.c_str());
     js << (first ? "" : ", ") << "{\"name\": \"" << n << "\", \"unit\": \"" << p.unit
        << "\", \"loom\": " << l << ", \"anchor\": \"" << json_escape(suite->anchor_name)
        << "\", \"anchor_value\": " << (std::isnan(a) ? std::string("null") : std::to_string(a))

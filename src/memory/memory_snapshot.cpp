@@ -53,6 +53,9 @@ MemoryStats stats_from_json(const Json& j) {
   s.num_alloc_retries = read_int(j, "num_alloc_retries");
   s.num_device_mallocs = read_int(j, "num_device_mallocs");
   s.num_device_frees = read_int(j, "num_device_frees");
+  // Snapshots written before the page counters existed have no such fields.
+  if (j.find("num_device_maps") != nullptr) s.num_device_maps = read_int(j, "num_device_maps");
+  if (j.find("num_device_unmaps") != nullptr) s.num_device_unmaps = read_int(j, "num_device_unmaps");
   s.largest_free_block = read_unsigned(j, "largest_free_block");
   return s;
 }
@@ -99,6 +102,36 @@ SegmentInfo segment_from_json(const Json& j) {
   if (expected != seg.address + seg.size) {
     LOOM_THROW(DataError, "its blocks cover ", expected - seg.address, " of its ", seg.size,
                " bytes");
+  }
+  if (const Json* runs = j.find("unmapped")) {
+    // Note [expandable pages]: ordered runs inside the segment, none under a block in use.
+    uint64_t after = seg.address;
+    size_t block = 0;
+    const Json::Array& arr = runs->as_array();
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const Json::Array& run = arr[i].as_array();
+      if (run.size() != 2 || run[0].as_int() < 0 || run[1].as_int() <= 0) {
+        LOOM_THROW(DataError, "unmapped run ", i, " is not [address, size > 0]");
+      }
+      const uint64_t lo = static_cast<uint64_t>(run[0].as_int());
+      const uint64_t hi = lo + static_cast<uint64_t>(run[1].as_int());
+      if (!seg.expandable || lo < after || hi > seg.address + seg.size) {
+        LOOM_THROW(DataError, "unmapped run ", i, " [", lo, ", ", hi,
+                   ") is out of order, outside the segment, or in a segment that is not expandable");
+      }
+      for (; block < seg.blocks.size(); ++block) {
+        const BlockInfo& b = seg.blocks[block];
+        if (b.address + b.size <= lo) continue;
+        if (b.address >= hi) break;
+        if (b.allocated || b.pending) {
+          LOOM_THROW(DataError, "unmapped run ", i, " [", lo, ", ", hi, ") lies under block ",
+                     block, ", which is in use");
+        }
+        if (b.address + b.size > hi) break;
+      }
+      seg.unmapped.emplace_back(lo, static_cast<size_t>(hi - lo));
+      after = hi;
+    }
   }
   return seg;
 }
@@ -171,6 +204,8 @@ Json MemoryStats::to_json() const {
   j.set("num_alloc_retries", num_alloc_retries);
   j.set("num_device_mallocs", num_device_mallocs);
   j.set("num_device_frees", num_device_frees);
+  j.set("num_device_maps", num_device_maps);
+  j.set("num_device_unmaps", num_device_unmaps);
   j.set("largest_free_block", largest_free_block);
   j.set("fragmentation", fragmentation());  // derived; not read back
   return j;
@@ -195,6 +230,13 @@ Json Snapshot::to_json() const {
                             {"expandable", seg.expandable},
                             {"stream", seg.stream}});
     sj.set("blocks", std::move(blocks));  // set, not the initializer list: that would copy
+    if (!seg.unmapped.empty()) {
+      Json runs = Json::array();
+      for (const auto& [address, size] : seg.unmapped) {
+        runs.push_back(Json::array({Json(address), Json(size)}));
+      }
+      sj.set("unmapped", std::move(runs));
+    }
     segs.push_back(std::move(sj));
   }
   Json events = Json::array();

@@ -30,12 +30,12 @@ flow)
   cat "$tmp/record.out"
   "$loom" mem replay "$tmp/trace.json" --policy all > "$tmp/replay.out"
   cat "$tmp/replay.out"
-  grep -q "peak allocated *peak reserved *rsv/alloc *frag@peak *device mallocs *OOMs *ns/event" \
+  grep -q "peak allocated *peak reserved *rsv/alloc *frag@peak *malloc/free *map/unmap *OOMs *ns/event" \
     "$tmp/replay.out" || fail "replay table header"
   policies=$("$loom" mem replay --help | sed -n 's/.*Policies: //p')
   [[ -n "$policies" ]] || fail "no policies in loom mem replay --help"
   for p in $policies; do
-    grep -Eq "^$p +[0-9.]+ [KMG]?i?B +[0-9.]+ [KMG]?i?B +[0-9.]+ +[0-9.]+ +[0-9]+ +0 +[0-9.]+$" "$tmp/replay.out" ||
+    grep -Eq "^$p +[0-9.]+ [KMG]?i?B +[0-9.]+ [KMG]?i?B +[0-9.]+ +[0-9.]+ +[0-9]+/[0-9]+ +[0-9]+/[0-9]+ +0 +[0-9.]+$" "$tmp/replay.out" ||
       fail "no result row for policy $p"
   done
 

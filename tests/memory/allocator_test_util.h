@@ -67,11 +67,29 @@ inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) 
     }
     ASSERT_EQ(next, seg.address + seg.size) << "blocks do not cover their segment";
     if (seg.expandable) {
-      // Note [expandable segments]: pages are mapped whole.
+      // Note [expandable segments]: pages are mapped whole, and only free blocks lie over
+      // unmapped ones.
       ASSERT_EQ(seg.size % kExpandablePage, 0u) << "an expandable segment maps whole pages";
       ASSERT_EQ(seg.address % kRoundBytes, 0u);
+      uint64_t after = seg.address;
+      for (const auto& [lo, n] : seg.unmapped) {
+        ASSERT_GE(lo, after) << "unmapped runs out of order";
+        ASSERT_EQ((lo - seg.address) % kExpandablePage, 0u);
+        ASSERT_EQ(n % kExpandablePage, 0u);
+        after = lo + n;
+        ASSERT_LE(after, seg.address + seg.size);
+        for (const BlockInfo& b : seg.blocks) {
+          if (b.allocated || b.pending) {
+            ASSERT_TRUE(b.address + b.size <= lo || b.address >= after)
+                << "a block in use lies over unmapped pages";
+          }
+        }
+      }
+      ASSERT_GT(seg.mapped_bytes(), 0u) << "a segment without mapped pages should be gone";
+    } else {
+      ASSERT_TRUE(seg.unmapped.empty());
     }
-    reserved += static_cast<int64_t>(seg.size);
+    reserved += static_cast<int64_t>(seg.mapped_bytes());
   }
   EXPECT_EQ(s.stats.reserved_bytes.current, reserved);
   EXPECT_EQ(s.stats.segments.current, static_cast<int64_t>(s.segments.size()));

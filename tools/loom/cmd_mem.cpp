@@ -145,8 +145,9 @@ int run_replay(const std::vector<std::string>& argv) {
   print_summary(path, trace);
   std::printf("  replayed on a simulated device of %s\n\n",
               format_bytes(static_cast<double>(o.capacity)).c_str());
-  std::printf("%-16s %14s %14s %9s %9s %14s %6s %9s\n", "policy", "peak allocated", "peak reserved",
-              "rsv/alloc", "frag@peak", "device mallocs", "OOMs", "ns/event");
+  std::printf("%-16s %14s %14s %9s %9s %13s %13s %6s %9s\n", "policy", "peak allocated",
+              "peak reserved", "rsv/alloc", "frag@peak", "malloc/free", "map/unmap", "OOMs",
+              "ns/event");
   for (const auto& p : policies) {
     o.policy = p;
     o.track_peak = true;
@@ -155,16 +156,22 @@ int run_replay(const std::vector<std::string>& argv) {
     o.track_peak = false;
     for (int rep = 0; rep < 4; ++rep)
       r.seconds = std::min(r.seconds, memory::replay_trace(trace, o).seconds);
-    std::printf("%-16s %14s %14s %9.3f %9.4f %14lld %6lld %9.1f\n", p.c_str(),
-                format_bytes(static_cast<double>(r.stats.allocated_bytes.peak)).c_str(),
-                format_bytes(static_cast<double>(r.stats.reserved_bytes.peak)).c_str(),
-                r.peak_ratio(), r.fragmentation_at_peak,
-                static_cast<long long>(r.stats.num_device_mallocs), static_cast<long long>(r.ooms),
-                r.ns_per_event());
+    const memory::MemoryStats& st = r.stats;
+    const std::string mallocs =
+        std::to_string(st.num_device_mallocs) + "/" + std::to_string(st.num_device_frees);
+    const std::string maps =
+        std::to_string(st.num_device_maps) + "/" + std::to_string(st.num_device_unmaps);
+    std::printf("%-16s %14s %14s %9.3f %9.4f %13s %13s %6lld %9.1f\n", p.c_str(),
+                format_bytes(static_cast<double>(st.allocated_bytes.peak)).c_str(),
+                format_bytes(static_cast<double>(st.reserved_bytes.peak)).c_str(), r.peak_ratio(),
+                r.fragmentation_at_peak, mallocs.c_str(), maps.c_str(),
+                static_cast<long long>(r.ooms), r.ns_per_event());
   }
   std::printf(
       "\nrsv/alloc = peak reserved / peak allocated; frag@peak = 1 - largest free block / free "
-      "cached bytes when allocated bytes peaked.\n");
+      "cached bytes when allocated bytes peaked;\nmalloc/free = segments made and returned "
+      "(expandable: segments begun and ended); map/unmap = device calls mapping and unmapping\n"
+      "runs of pages of expandable segments.\n");
   return 0;
 }
 

@@ -151,11 +151,17 @@ Json segments_json(const Snapshot& s) {
       blocks.push_back(Json::array({static_cast<int64_t>(b.address - seg.address), b.size, state,
                                     b.requested, b.stream, b.context, hex(b.address)}));
     }
+    Json::Array unmapped;  // expandable segments: runs of pages not mapped (under free blocks)
+    for (const auto& [address, size] : seg.unmapped) {
+      unmapped.push_back(Json::array({static_cast<int64_t>(address - seg.address), size}));
+    }
     segs.push_back(Json::object({{"address", hex(seg.address)},
                                  {"size", seg.size},
+                                 {"mapped", seg.mapped_bytes()},
                                  {"pool", seg.small_pool ? "small" : "large"},
                                  {"stream", seg.stream},
-                                 {"blocks", Json(std::move(blocks))}}));
+                                 {"blocks", Json(std::move(blocks))},
+                                 {"unmapped", Json(std::move(unmapped))}}));
   }
   return Json(std::move(segs));
 }
@@ -200,6 +206,8 @@ std::string stats_table(const MemoryStats& st) {
   row("free_reserved_bytes", format_bytes(static_cast<double>(st.free_reserved_bytes())));
   row("num_device_mallocs", std::to_string(st.num_device_mallocs));
   row("num_device_frees", std::to_string(st.num_device_frees));
+  row("num_device_maps", std::to_string(st.num_device_maps));
+  row("num_device_unmaps", std::to_string(st.num_device_unmaps));
   row("num_alloc_retries", std::to_string(st.num_alloc_retries));
   row("num_ooms", std::to_string(st.num_ooms));
   o += "</table>\n";
@@ -219,6 +227,7 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 .cursor { stroke: #555; stroke-width: 1; }
 .block-allocated { fill: #4c78a8; } .block-free { fill: #e8e8e8; } .block-pending { fill: #f58518; }
 .segment-outline { fill: none; stroke: #999; }
+.unmapped { fill: #fff; stroke: #bbb; stroke-dasharray: 2 2; }
 .legend span.sw { display: inline-block; width: 12px; height: 12px; vertical-align: middle; margin: 0 4px 0 12px; }
 table.stats { border-collapse: collapse; margin: 8px 0 16px; }
 table.stats th, table.stats td { border: 1px solid #ddd; padding: 3px 10px; text-align: right; }
@@ -319,7 +328,7 @@ constexpr const char* kScript = R"JS(
   }
 
   function drawSegments(svg) {
-    var segs = data.segments, W = 960, L = 250, R = 20, row = 18, bar = 12;
+    var segs = data.segments, W = 960, L = 330, R = 20, row = 18, bar = 12;
     var H = Math.max(40, segs.length * row + 16);
     svg.setAttribute('height', H);
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
@@ -328,13 +337,19 @@ constexpr const char* kScript = R"JS(
     segs.forEach(function (g, k) {
       var y = 8 + k * row, w = Math.max(2, (W - L - R) * g.size / maxSize);
       el(svg, 'text', {x: L - 8, y: y + bar - 2, 'text-anchor': 'end'},
-         g.address + '  ' + fmt(g.size) + '  ' + g.pool + ' s' + g.stream);
+         g.address + '  ' + fmt(g.size) + (g.mapped !== g.size ? ' (' + fmt(g.mapped) + ' mapped)' : '') +
+         '  ' + g.pool + ' s' + g.stream);
       g.blocks.forEach(function (b) {
         var r = el(svg, 'rect', {'class': 'block block-' + b[2], x: L + w * b[0] / g.size, y: y,
                                  width: Math.max(0.5, w * b[1] / g.size), height: bar});
         var t = b[6] + '  ' + b[2] + '\nsize ' + fmt(b[1]) + (b[2] === 'allocated' ? ' (requested ' + fmt(b[3]) + ')' : '') +
                 '\nstream ' + b[4] + (b[5] ? '\ncontext ' + b[5] : '');
         el(r, 'title', {}, t);
+      });
+      g.unmapped.forEach(function (u) {
+        var r = el(svg, 'rect', {'class': 'unmapped', x: L + w * u[0] / g.size, y: y + 3,
+                                 width: Math.max(0.5, w * u[1] / g.size), height: bar - 6});
+        el(r, 'title', {}, 'unmapped pages: ' + fmt(u[1]) + ' at offset ' + fmt(u[0]));
       });
       el(svg, 'rect', {'class': 'segment-outline', x: L, y: y, width: w, height: bar});
     });
@@ -400,7 +415,8 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
        "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
        "<span class=\"sw\" style=\"background:#e8e8e8\"></span>free (cached)"
        "<span class=\"sw\" style=\"background:#f58518\"></span>pending (freed, waiting for other "
-       "streams). Bars are to scale with the largest segment; hover a block for its address, size "
+       "streams)<span class=\"sw\" style=\"background:#fff;border:1px dashed #bbb\"></span>unmapped "
+       "pages of an expandable segment. Bars are to scale with the largest segment; hover a block for its address, size "
        "and context.</p>\n"
        "<svg id=\"segments\" class=\"chart\" width=\"960\" height=\"40\" viewBox=\"0 0 960 40\" "
        "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"segments and their "

@@ -28,25 +28,29 @@
 //
 // Note [expandable segments]
 //   With config.expandable (the "expandable" policy; PyTorch's expandable_segments:True) each
-//   (pool, stream) has one segment whose address range is reserved up front (the device capacity,
-//   virtual) and whose memory is mapped in pages of kExpandablePage (2 MiB) at its end only when no
-//   cached free block fits: a free block at the end of the mapped range grows by the missing pages,
-//   otherwise a new block of whole pages is appended. Best fit, splitting and coalescing work as
-//   above inside that one segment, so the segment granularity (20 MiB large segments) and the holes
-//   between segments no longer cost reserved memory. empty_cache() (and the OOM retry, garbage
-//   collection, and a free under cache = false) unmaps the whole pages of a free block at the end
-//   of the mapped range;
-//   a segment whose pages are all unmapped disappears (its range stays reserved for reuse).
+//   (pool, stream) has one segment whose address range is reserved up front (twice the device
+//   capacity, virtual) and whose memory is mapped in pages of kExpandablePage (2 MiB) only under
+//   blocks that are handed out. When no cached free block fits, the segment's end grows: the free
+//   block at the end by the missing pages, or a new block of whole pages. Best fit, splitting and
+//   coalescing work as above inside that one segment, so the segment granularity (20 MiB large
+//   segments) and the holes between segments no longer cost reserved memory. A free block keeps
+//   its pages mapped (cached) until empty_cache(), the OOM retry, garbage collection or a free
+//   under cache = false unmaps its whole pages: at the end of the segment by shrinking it, inside
+//   it by leaving a hole of unmapped pages that a later request taking that block maps again
+//   (Note [expandable pages] in src/memory/caching_allocator_impl.h). A segment left without
+//   blocks disappears (its range stays reserved for reuse).
 //   reserved_bytes counts mapped bytes; a segment is counted (segments, num_device_mallocs /
-//   num_device_frees) when its first page is mapped and when its last one is unmapped; the history
-//   has one SegmentAlloc / SegmentFree per map / unmap of pages. Needs a device with
-//   supports_expandable(); max_split_size must stay unlimited. As in PyTorch, a large-pool block of
-//   an expandable segment is split whenever the rest is at least kRoundBytes (not only when it is
-//   above small_size): the rest stays usable instead of being handed out unused.
-//   With share_pages as well (the "expandable-share" policy; not in PyTorch), a segment about to
-//   map pages first unmaps the free pages at the ends of the other expandable segments (other pool,
-//   other streams), so that cached pages move between them rather than add up; this costs an
-//   unmap and a map where PyTorch would keep both cached.
+//   num_device_frees) when its end first grows and when it shrinks to nothing; each device map and
+//   unmap of a run of pages counts in num_device_maps / num_device_unmaps and has a SegmentAlloc /
+//   SegmentFree event in the history. Needs a device with supports_expandable(); max_split_size
+//   must stay unlimited. As in PyTorch, a large-pool block of an expandable segment is split
+//   whenever the rest is at least kRoundBytes (not only when it is above small_size): the rest
+//   stays usable instead of being handed out unused.
+//   With share_pages as well (the "expandable-share" policy; not in PyTorch), a request about to
+//   map pages first unmaps as many free pages elsewhere — in the other segments (other pool, other
+//   streams) and in the holes of its own — those free longest first. Reserved memory then grows
+//   only when no free page is left anywhere: cached pages move to where they are needed instead
+//   of adding up. The price is a device unmap and map where PyTorch would keep both cached.
 //
 // Thread-safety: every method of CachingAllocator is thread-safe (one mutex). DeviceMemory
 // implementations are called under that mutex.
@@ -57,6 +61,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/export.h"
@@ -179,6 +184,8 @@ struct LOOM_API MemoryStats {
   int64_t num_alloc_retries = 0;
   int64_t num_device_mallocs = 0;
   int64_t num_device_frees = 0;
+  int64_t num_device_maps = 0;    // expandable segments: device map calls (runs of pages)
+  int64_t num_device_unmaps = 0;  // and unmap calls
   size_t largest_free_block = 0;  // computed by stats()
   // 1 - largest free block / free bytes in segments (reserved - active: freed blocks still waiting
   // for events are not free), 0 when nothing is free.
@@ -203,9 +210,17 @@ struct SegmentInfo {
   uint64_t address = 0;
   size_t size = 0;
   bool small_pool = false;
-  bool expandable = false;  // size: its mapped bytes (Note [expandable segments])
+  bool expandable = false;  // Note [expandable segments]
   StreamId stream = 0;
   std::vector<BlockInfo> blocks;  // in address order, covering the segment
+  // Expandable segments: the runs of pages within [address, address + size) that are not mapped
+  // (in address order; only under free blocks). Reserved bytes are size minus these.
+  std::vector<std::pair<uint64_t, size_t>> unmapped;
+  size_t mapped_bytes() const {
+    size_t n = size;
+    for (const auto& run : unmapped) n -= run.second;
+    return n;
+  }
 };
 
 struct TraceEvent {
