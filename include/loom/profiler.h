@@ -160,8 +160,9 @@ class LOOM_API ActivitySource {
 // Sources stay registered for the life of the process; thread-safe.
 LOOM_API void register_activity_source(std::shared_ptr<ActivitySource> source);
 
-// Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0), with
-// its totals afterwards. One relaxed load and branch when no profile records memory. (The caching
+// Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0), and
+// with delta_bytes == 0 when only its reserved bytes changed (a segment returned), with its totals
+// afterwards. One relaxed load and branch when no profile records memory. (The caching
 // allocator of src/memory is the intended caller.)
 namespace detail {
 extern LOOM_API std::atomic<bool> g_memory_active;

@@ -46,6 +46,16 @@ std::string source_identity(const std::string& idx_dir, bool train, int64_t limi
   return id;
 }
 
+// Both IDX files of the split exist, plain or gzipped.
+bool source_present(const std::string& idx_dir, bool train) {
+  const char* prefix = train ? "train" : "t10k";
+  for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+    const std::string p = idx_dir + "/" + prefix + kind;
+    if (!fs::exists(p) && !fs::exists(p + ".gz")) return false;
+  }
+  return true;
+}
+
 bool packed_from(const std::string& dir, const std::string& identity) {
   if (!fs::exists(dir + "/index.json")) return false;
   try {
@@ -84,8 +94,9 @@ std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t
   if (ec) LOOM_THROW(DataError, "[data.cache] cannot create the cache directory ", root, ": ", ec.message());
   FileLock lock(root + "/." + name + ".lock");
   if (packed_from(dir, identity)) return dir;  // another process packed it while we waited
-  // Check the source first so that a missing dataset gives the IDX reader's install hint.
-  (void)load_fashion_mnist(idx_dir, train);
+  // A missing file gets the IDX reader's error, which says how to install the dataset; otherwise
+  // pack() is the only reader of the files.
+  if (!source_present(idx_dir, train)) (void)load_fashion_mnist(idx_dir, train);
   PackOptions o;
   o.split = train ? "train" : "test";
   o.limit = limit;

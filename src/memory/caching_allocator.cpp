@@ -105,6 +105,8 @@ void CachingAllocator::Impl::release_segment(Block* b) {
   ++stats.num_device_frees;
   bump(stats.reserved_bytes, -static_cast<int64_t>(b->size));
   bump(stats.segments, -1);
+  // A change of reserved bytes alone: a sample of 0 bytes, so the trace's counter follows it.
+  profiler::record_memory(b->ptr(), 0, stats.allocated_bytes.current, stats.reserved_bytes.current);
   if (config.history_capacity != 0) {
     record(TraceEvent::Kind::SegmentFree, b->address, b->size, b->stream, std::string());
   }

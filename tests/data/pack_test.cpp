@@ -459,6 +459,33 @@ TEST(PackIdx, SyntheticTrainSplit) {
                   "split must be 'train' or 'test' but got 'validation'");
 }
 
+// fashion_mnist_shards: packs once into the cache, reuses the shards while the source is the same,
+// packs again when it changes; a missing dataset gets the install hint.
+TEST(PackIdx, FashionMnistCachePacksOnceAndNoticesChanges) {
+  TempDir dir;
+  const std::string idx = dir / "idx";
+  auto write_split = [&](uint32_t n, int seed) {
+    write_file(idx + "/train-images-idx3-ubyte", idx_file(0x08, {n, 28, 28}, pattern_bytes(n * 784, seed)));
+    std::string labels;
+    for (uint32_t i = 0; i < n; ++i) labels += static_cast<char>((i * 7) % 10);
+    write_file(idx + "/train-labels-idx1-ubyte", idx_file(0x08, {n}, labels));
+  };
+  write_split(5, 1);
+  const std::string out = fashion_mnist_shards(idx, /*train=*/true, 0, dir / "cache");
+  EXPECT_EQ(ShardReader(out).size(), 5);
+  expect_idx_dataset(out, idx + "/train-images-idx3-ubyte", idx + "/train-labels-idx1-ubyte");
+  const auto packed_at = fs::last_write_time(out + "/index.json");
+  EXPECT_EQ(fashion_mnist_shards(idx, true, 0, dir / "cache"), out);
+  EXPECT_EQ(fs::last_write_time(out + "/index.json"), packed_at);  // not packed again
+  write_split(9, 2);  // another size: another identity
+  EXPECT_EQ(fashion_mnist_shards(idx, true, 0, dir / "cache"), out);
+  EXPECT_EQ(ShardReader(out).size(), 9);
+  expect_idx_dataset(out, idx + "/train-images-idx3-ubyte", idx + "/train-labels-idx1-ubyte");
+  const std::string msg =
+      error_of<DataError>([&] { fashion_mnist_shards(dir / "nothing-here", true, 0, dir / "cache"); });
+  EXPECT_CONTAINS(msg, "apt install dataset-fashion-mnist");
+}
+
 TEST(PackIdx, RealFashionMnistTestSplit) {
   const std::string root = default_fashion_mnist_dir();
   auto find = [&](const std::string& stem) {

@@ -323,6 +323,26 @@ TEST(ProfilerRecording, CachingAllocatorReportsItsEvents) {
   EXPECT_NE(json.find("\"reserved bytes\""), std::string::npos);
 }
 
+// Reserved bytes that change without an allocation or a free (empty_cache returning segments or
+// unmapping pages) reach the trace as samples of 0 bytes.
+TEST(ProfilerRecording, ReservedChangesAloneAreSampled) {
+  for (const char* policy : {"default", "expandable"}) {
+    memory::SimulatedDevice device(size_t{1} << 30);
+    memory::CachingAllocator alloc(device, memory::AllocatorConfig::policy(policy));
+    void* a = alloc.allocate(size_t{3} << 20);
+    alloc.free(a);  // cached
+    Profile p;
+    p.start();
+    alloc.empty_cache();
+    p.stop();
+    const auto& m = p.trace().memory;
+    ASSERT_FALSE(m.empty()) << policy;
+    for (const MemorySample& s : m) EXPECT_EQ(s.delta_bytes, 0) << policy;
+    EXPECT_EQ(m.back().reserved, 0) << policy;
+    EXPECT_EQ(m.back().allocated, 0) << policy;
+  }
+}
+
 TEST(ProfilerRecording, CollectivesWithBytes) {
   auto store = std::make_shared<dist::HashStore>();
   auto pg = dist::ProcessGroup::create(store, 0, 1);
