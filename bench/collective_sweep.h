@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -252,6 +253,38 @@ class Backend {
   virtual double max_over_ranks(double value) = 0;
   // Called after the warm-up runs of a size: the algorithm actually used, if the library says.
   virtual std::string algorithm() { return config(); }
+};
+
+// A 64-byte aligned float buffer that only grows (the anchors' rank buffers; loom's side uses
+// tensors). Growing discards the contents: prepare() refills every buffer before it is read.
+struct AlignedFloats {
+  float* p = nullptr;
+  size_t n = 0;
+  AlignedFloats() = default;
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  ~AlignedFloats() { std::free(p); }
+  void resize(size_t count) {
+    if (count <= n && p) return;
+    std::free(p);
+    p = static_cast<float*>(std::aligned_alloc(64, ((count * 4 + 63) / 64) * 64 + 64));
+    if (!p) throw std::bad_alloc();
+    n = count;
+  }
+};
+
+// One anchor rank's buffers for a size (see Layout): `out` stays empty for in-place ops.
+struct RankBuffers {
+  AlignedFloats in, out;
+  int64_t count = 0;  // elements of the larger buffer
+  int64_t block = 0;  // count / np: the per-rank block of allgather and reduce_scatter
+  void prepare(Op op, int64_t n, int np) {
+    Layout l = layout_for(op, n, np);
+    in.resize(static_cast<size_t>(l.in_count));
+    if (!l.in_place) out.resize(static_cast<size_t>(l.out_count));
+    count = n;
+    block = n / np;
+  }
 };
 
 inline double median_of(std::vector<double> v) {

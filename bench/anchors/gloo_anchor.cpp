@@ -116,18 +116,6 @@ std::vector<std::string> default_configs(Op op, bool busy_poll) {
   return c;
 }
 
-struct AlignedFloats {
-  float* p = nullptr;
-  size_t n = 0;
-  void resize(size_t count) {
-    if (count <= n && p) return;
-    std::free(p);
-    p = static_cast<float*>(std::aligned_alloc(64, ((count * 4 + 63) / 64) * 64 + 64));
-    n = count;
-  }
-  ~AlignedFloats() { std::free(p); }
-};
-
 class GlooBackend final : public coll::Backend {
  public:
   GlooBackend(std::string config, Op op, std::shared_ptr<gloo::Context> ctx,
@@ -141,31 +129,27 @@ class GlooBackend final : public coll::Backend {
 
   void prepare(int64_t count) override {
     const int np = ctx_->size;
-    coll::Layout l = coll::layout_for(op_, count, np);
-    in_.resize(static_cast<size_t>(l.in_count));
-    if (!l.in_place) out_.resize(static_cast<size_t>(l.out_count));
-    count_ = count;
-    block_ = count / np;
+    buf_.prepare(op_, count, np);
     old_.reset();
     const std::string base = config_.substr(0, config_.find('+'));
     if (uses_new_api(base)) return;
     // The older classes bind their buffers when constructed, so build one per size.
     const int n = static_cast<int>(count);
     if (base == "ring_chunked") {
-      old_ =
-          std::make_unique<gloo::AllreduceRingChunked<float>>(ctx_, std::vector<float*>{in_.p}, n);
+      old_ = std::make_unique<gloo::AllreduceRingChunked<float>>(ctx_,
+                                                                 std::vector<float*>{buf_.in.p}, n);
     } else if (base == "halving_doubling" && op_ == Op::kAllreduce) {
-      old_ = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(ctx_,
-                                                                     std::vector<float*>{in_.p}, n);
+      old_ = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(
+          ctx_, std::vector<float*>{buf_.in.p}, n);
     } else if (base == "halving_doubling") {
       old_ = std::make_unique<gloo::ReduceScatterHalvingDoubling<float>>(
-          ctx_, std::vector<float*>{in_.p}, n,
-          std::vector<int>(static_cast<size_t>(np), static_cast<int>(block_)));
+          ctx_, std::vector<float*>{buf_.in.p}, n,
+          std::vector<int>(static_cast<size_t>(np), static_cast<int>(buf_.block)));
     } else if (base == "allgather_ring") {
-      old_ = std::make_unique<gloo::AllgatherRing<float>>(ctx_, std::vector<const float*>{in_.p},
-                                                          out_.p, static_cast<int>(block_));
+      old_ = std::make_unique<gloo::AllgatherRing<float>>(
+          ctx_, std::vector<const float*>{buf_.in.p}, buf_.out.p, static_cast<int>(buf_.block));
     } else if (base == "one_to_all") {
-      old_ = std::make_unique<gloo::BroadcastOneToAll<float>>(ctx_, std::vector<float*>{in_.p},
+      old_ = std::make_unique<gloo::BroadcastOneToAll<float>>(ctx_, std::vector<float*>{buf_.in.p},
                                                               static_cast<size_t>(count), 0, 0);
     } else {
       throw std::runtime_error("unknown Gloo configuration " + config_ + " for " +
@@ -173,13 +157,13 @@ class GlooBackend final : public coll::Backend {
     }
   }
 
-  float* in() override { return in_.p; }
+  float* in() override { return buf_.in.p; }
   float* out() override {
-    if (op_ == Op::kAllgather) return out_.p;
+    if (op_ == Op::kAllgather) return buf_.out.p;
     // Reduce-scatter through an allreduce: this rank's block sits at its offset.
-    if (config_ == "allreduce") return in_.p + static_cast<int64_t>(ctx_->rank) * block_;
+    if (config_ == "allreduce") return buf_.in.p + static_cast<int64_t>(ctx_->rank) * buf_.block;
     // ReduceScatterHalvingDoubling works in place and leaves this rank's block at the start.
-    return in_.p;
+    return buf_.in.p;
   }
 
   void run() override {
@@ -187,10 +171,10 @@ class GlooBackend final : public coll::Backend {
       old_->run();
       return;
     }
-    const size_t n = static_cast<size_t>(count_);
+    const size_t n = static_cast<size_t>(buf_.count);
     if (op_ == Op::kAllreduce || op_ == Op::kReduceScatter) {
       gloo::AllreduceOptions o(ctx_);
-      o.setOutput(in_.p, n);
+      o.setOutput(buf_.in.p, n);
       o.setAlgorithm(config_ == "bcube" ? gloo::AllreduceOptions::Algorithm::BCUBE
                                         : gloo::AllreduceOptions::Algorithm::RING);
       o.setReduceFunction(
@@ -199,13 +183,13 @@ class GlooBackend final : public coll::Backend {
       gloo::allreduce(o);
     } else if (op_ == Op::kAllgather) {
       gloo::AllgatherOptions o(ctx_);
-      o.setInput(in_.p, static_cast<size_t>(block_));
-      o.setOutput(out_.p, n);
+      o.setInput(buf_.in.p, static_cast<size_t>(buf_.block));
+      o.setOutput(buf_.out.p, n);
       o.setTag(tag_++);
       gloo::allgather(o);
     } else if (op_ == Op::kBroadcast) {
       gloo::BroadcastOptions o(ctx_);
-      o.setOutput(in_.p, n);
+      o.setOutput(buf_.in.p, n);
       o.setRoot(0);
       o.setTag(tag_++);
       gloo::broadcast(o);
@@ -221,8 +205,7 @@ class GlooBackend final : public coll::Backend {
   std::string config_;
   Op op_;
   std::shared_ptr<gloo::Context> ctx_, barrier_;
-  AlignedFloats in_, out_;
-  int64_t count_ = 0, block_ = 0;
+  coll::RankBuffers buf_;
   std::unique_ptr<gloo::Algorithm> old_;
   uint32_t tag_ = 0;
 };

@@ -19,45 +19,35 @@ namespace {
 using loom::bench::coll::Op;
 namespace coll = loom::bench::coll;
 
-struct AlignedFloats {
-  float* p = nullptr;
-  size_t n = 0;
-  void resize(size_t count) {
-    if (count <= n && p) return;
-    std::free(p);
-    p = static_cast<float*>(std::aligned_alloc(64, ((count * 4 + 63) / 64) * 64 + 64));
-    n = count;
-  }
-  ~AlignedFloats() { std::free(p); }
-};
-
 class MpiBackend final : public coll::Backend {
  public:
   MpiBackend(Op op, int np) : op_(op), np_(np) {}
   std::string config() const override { return "default"; }
   void prepare(int64_t count) override {
-    coll::Layout l = coll::layout_for(op_, count, np_);
-    in_.resize(static_cast<size_t>(l.in_count));
-    if (!l.in_place) out_.resize(static_cast<size_t>(l.out_count));
-    count_ = static_cast<int>(count);
-    block_ = static_cast<int>(count / np_);
+    buf_.prepare(op_, count, np_);
+    count_ = static_cast<int>(buf_.count);
+    block_ = static_cast<int>(buf_.block);
   }
-  float* in() override { return in_.p; }
-  float* out() override { return op_ == Op::kAllreduce || op_ == Op::kBroadcast ? in_.p : out_.p; }
+  float* in() override { return buf_.in.p; }
+  float* out() override {
+    return op_ == Op::kAllreduce || op_ == Op::kBroadcast ? buf_.in.p : buf_.out.p;
+  }
   void run() override {
     int rc = MPI_SUCCESS;
     switch (op_) {
       case Op::kAllreduce:
-        rc = MPI_Allreduce(MPI_IN_PLACE, in_.p, count_, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf_.in.p, count_, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         break;
       case Op::kAllgather:
-        rc = MPI_Allgather(in_.p, block_, MPI_FLOAT, out_.p, block_, MPI_FLOAT, MPI_COMM_WORLD);
+        rc = MPI_Allgather(buf_.in.p, block_, MPI_FLOAT, buf_.out.p, block_, MPI_FLOAT,
+                           MPI_COMM_WORLD);
         break;
       case Op::kReduceScatter:
-        rc = MPI_Reduce_scatter_block(in_.p, out_.p, block_, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        rc = MPI_Reduce_scatter_block(buf_.in.p, buf_.out.p, block_, MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD);
         break;
       case Op::kBroadcast:
-        rc = MPI_Bcast(in_.p, count_, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        rc = MPI_Bcast(buf_.in.p, count_, MPI_FLOAT, 0, MPI_COMM_WORLD);
         break;
     }
     if (rc != MPI_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 4);
@@ -71,8 +61,8 @@ class MpiBackend final : public coll::Backend {
  private:
   Op op_;
   int np_;
-  AlignedFloats in_, out_;
-  int count_ = 0, block_ = 0;
+  coll::RankBuffers buf_;
+  int count_ = 0, block_ = 0;  // MPI counts are int
 };
 
 // The value of an MPI_T control variable by name, as its enum item name when it has one ("" if

@@ -6,12 +6,30 @@
 
 #include <thread>
 
+#include "loom/config.h"
 #include "loom/error.h"
 
 namespace loom::dist {
 
+namespace {
+
+std::chrono::microseconds spin_from_config() {
+  static const bool declared = [] {
+    config::declare("LOOM_DIST_SPIN_US", "1000",
+                    "microseconds a waiting rank spins before it sleeps (Note [Waiting] in "
+                    "src/dist/comm.cpp)");
+    return true;
+  }();
+  (void)declared;
+  const int64_t us = config::get_int("LOOM_DIST_SPIN_US", 1000);
+  LOOM_CHECK(us >= 0, "[dist] LOOM_DIST_SPIN_US must be >= 0 but is ", us);
+  return std::chrono::microseconds(us);
+}
+
+}  // namespace
+
 Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
-    : rank_(rank), size_(size), links_(std::move(links)) {
+    : rank_(rank), size_(size), links_(std::move(links)), spin_(spin_from_config()) {
   LOOM_INTERNAL_ASSERT(static_cast<int>(links_.size()) == size, "links for every rank");
 }
 
@@ -68,15 +86,24 @@ bool Comm::progress_once() {
 // Note [Waiting]
 // A rank waiting for a peer spins on progress() while it has a core to itself: a shared-memory
 // message arrives a few hundred nanoseconds after it is written, and a futex or poll() round trip
-// would cost several microseconds. After kSpin of idling it yields, and after kYield it blocks (poll()
-// on TCP descriptors, short sleeps for memory links) so that a long wait (a peer still computing)
-// gives the core back. When more ranks share the host than it has cores (oversubscribed), spinning
-// steals the time slice of the very peer being waited for, so every idle iteration yields instead,
-// as Open MPI does when oversubscribed.
+// would cost several microseconds. It spins for up to LOOM_DIST_SPIN_US (1 ms by default: longer
+// than the waits inside a collective once every rank has joined it, such as a peer's copy of a
+// 16 MiB message), then blocks (poll() on TCP descriptors, short sleeps for memory links), so
+// that a long wait (a peer still computing) gives the core back. Sleeping sooner costs bandwidth:
+// with a 50 us spin a 2-rank 16 MiB allreduce took 4.2-4.3 ms instead of 3.4-3.6 ms, as each
+// sleep oversleeps by tens of microseconds.
+// It never calls sched_yield() there. On a host shared with other busy processes (builds), Linux's
+// scheduler (EEVDF) answers a yield by pushing the task's deadline a whole slice back: a rank that
+// yields while its peer is preempted gives away its own turn too, and the two ranks seldom run at
+// the same time again. With two CPU-bound processes beside two ranks on 2 cores, a 4 KiB allgather
+// took 1.5 ms per call when waits yielded from 50 us on, and 4-7 us with spins then sleeps (Open
+// MPI, which spins, took about 7 us). A task that sleeps keeps its claim and preempts the
+// CPU-bound process when it wakes.
+// When more ranks share the host than it has cores (oversubscribed), spinning steals the time slice
+// of the very peer being waited for, so every idle iteration yields instead (the task that runs
+// next is then usually that peer), as Open MPI does when oversubscribed.
 void Comm::wait(Request* r) {
   if (r->complete) return;
-  constexpr auto kSpin = std::chrono::microseconds(50);
-  constexpr auto kYield = std::chrono::milliseconds(2);
   constexpr auto kYieldOversubscribed = std::chrono::milliseconds(20);
   int idle = 0;
   Clock::time_point idle_since{};
@@ -102,12 +129,8 @@ void Comm::wait(Request* r) {
         sched_yield();
         continue;
       }
-    } else {
-      if (idle_for < kSpin) continue;
-      if (idle_for < kYield) {
-        sched_yield();
-        continue;
-      }
+    } else if (idle_for < spin_) {
+      continue;
     }
     fds.clear();
     bool spin_links = false;
@@ -118,7 +141,7 @@ void Comm::wait(Request* r) {
     }
     if (!fds.empty()) {
       ::poll(fds.data(), fds.size(), spin_links ? 0 : 1);
-      if (spin_links) sched_yield();
+      if (spin_links) std::this_thread::sleep_for(std::chrono::microseconds(50));
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

@@ -106,6 +106,7 @@ class LOOM_API Comm {
   char* scratch(size_t bytes, int slot = 0);
 
   // More ranks than cores on this host: waits yield at once instead of spinning (Note [Waiting]).
+  // Otherwise a wait spins for LOOM_DIST_SPIN_US (read when the Comm is made), then sleeps.
   void set_oversubscribed(bool on) { oversubscribed_ = on; }
   bool oversubscribed() const { return oversubscribed_; }
 
@@ -131,6 +132,7 @@ class LOOM_API Comm {
   void* probe_arg_ = nullptr;
   std::atomic<bool> closed_{false};
   bool oversubscribed_ = false;
+  std::chrono::microseconds spin_;  // LOOM_DIST_SPIN_US (Note [Waiting])
   std::vector<char> scratch_[2];
 };
 

@@ -2,6 +2,7 @@
 #include "dist/local_link.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -144,6 +145,8 @@ class LocalLink : public Link {
 std::vector<std::unique_ptr<Comm>> make_local_comms(int size) {
   LOOM_CHECK(size >= 1, "[dist] make_local_comms expected a size of at least 1 but got ", size);
   auto mesh = std::make_shared<Mesh>(size);
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   std::vector<std::unique_ptr<Comm>> comms;
   comms.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
@@ -152,6 +155,9 @@ std::vector<std::unique_ptr<Comm>> make_local_comms(int size) {
       if (p != r) links[static_cast<size_t>(p)] = std::make_unique<LocalLink>(mesh, r, p);
     }
     comms.push_back(std::make_unique<Comm>(r, size, std::move(links)));
+    // As ProcessGroup::create does: more ranks than cores yield instead of spinning (Note [Waiting]
+    // in comm.cpp); spinning rank threads would otherwise take the cores their peers need.
+    comms.back()->set_oversubscribed(size > cores);
   }
   return comms;
 }

@@ -220,12 +220,12 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(Fingerprint fp, bool p2p, Body 
   fp.seq = p2p ? p2p_seq++ : next_seq++;
   uint64_t ticket = flight.scheduled(fp);
   auto w = std::make_shared<WorkImpl>(fp.seq);
-  w->run = [this, fp, p2p, ticket, body = std::move(body)] { execute(fp, p2p, ticket, body); };
   bool busy;
   {
     std::lock_guard<std::mutex> g(q_mu);
     busy = !queue.empty() || inflight;
     if (async || busy) {
+      w->run = [this, fp, p2p, ticket, body = std::move(body)] { execute(fp, p2p, ticket, body); };
       queue.push_back(w);
       if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
     }
@@ -236,10 +236,12 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(Fingerprint fp, bool p2p, Body 
     if (!async) w->wait();
     return w;
   }
+  // Inline: run the body here, without wrapping it in another std::function (a heap allocation
+  // and a copy of the fingerprint on every small collective).
   std::unique_lock<std::mutex> el(exec_mu);
   sl.unlock();
   try {
-    w->run();
+    execute(fp, p2p, ticket, body);
     w->finish(nullptr);
   } catch (...) {
     w->finish(std::current_exception());

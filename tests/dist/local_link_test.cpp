@@ -85,7 +85,9 @@ TEST(TreeShapes, SpanningTreesWithComplementaryLeaves) {
           int hops = 0;
           for (int x = r; node(x).parent >= 0 && hops <= size; x = node(x).parent) ++hops;
           EXPECT_LE(hops, btree_depth(size)) << size << " " << r;
-          if (which == 0) EXPECT_EQ(hops, btree_level(size, r)) << size << " " << r;
+          if (which == 0) {
+            EXPECT_EQ(hops, btree_level(size, r)) << size << " " << r;
+          }
         }
         for (int i = 0; i < n.num_children; ++i) EXPECT_EQ(node(n.child[i]).parent, r);
       }
@@ -95,7 +97,9 @@ TEST(TreeShapes, SpanningTreesWithComplementaryLeaves) {
     for (int r = 0; r < size; ++r) {
       bool leaf =
           btree_node(size, r).num_children == 0 || btree_complement_node(size, r).num_children == 0;
-      if (size > 2 && !(size % 2 == 1 && r == 0)) EXPECT_TRUE(leaf) << size << " " << r;
+      if (size > 2 && !(size % 2 == 1 && r == 0)) {
+        EXPECT_TRUE(leaf) << size << " " << r;
+      }
     }
   }
 }
