@@ -138,10 +138,12 @@ int run_bench(const std::vector<std::string>& argv) {
       if (s.name == argv[1] && s.run) return s.run({argv.begin() + 1, argv.end()});
     }
   }
-  cli::Args args(argv, {"help", "quick", "list"}, {"json", "rounds", "threads"});
+  cli::Args args(argv, {"help", "quick", "list"}, {"json", "rounds", "threads", "only"});
   if (args.flag("help") || args.flag("list") || args.positionals().empty()) {
-    std::printf("usage: loom bench SUITE [--rounds N] [--threads 1,2] [--quick] [--json FILE]\n"
+    std::printf("usage: loom bench SUITE [--rounds N] [--threads 1,2] [--quick] [--only NAME,...]"
+                " [--json FILE]\n"
                 "  Runs loom and its anchor side by side; prints medians and loom/anchor ratios.\n"
+                "  --only keeps the measurements whose name starts with one of the given prefixes.\n"
                 "  Suites with their own options: loom bench collectives --help\n"
                 "suites:\n");
     for (const auto& s : suites()) std::printf("  %-12s %s\n", s.name.c_str(), s.description.c_str());
@@ -169,6 +171,18 @@ int run_bench(const std::vector<std::string>& argv) {
               std::thread::hardware_concurrency(), blas_config().c_str());
   std::fflush(stdout);
   std::vector<Measure> measures = suite->setup(opt);
+  if (auto only = args.get("only")) {
+    // Prefixes, so that `--only mlp_step` keeps every thread count of that row.
+    std::vector<std::string> keep;
+    std::stringstream ss(*only);
+    std::string item;
+    while (std::getline(ss, item, ',')) keep.push_back(item);
+    std::erase_if(measures, [&](const Measure& m) {
+      return std::none_of(keep.begin(), keep.end(),
+                          [&](const std::string& k) { return m.name.rfind(k, 0) == 0; });
+    });
+    LOOM_CHECK(!measures.empty(), "[bench] --only ", *only, " matches no measurement of suite ", name);
+  }
   AnchorProcess anchor;
   bool have_anchor = !suite->anchor_binary.empty() && anchor.start(suite->anchor_binary, name);
   std::map<std::string, std::vector<double>> loom_vals, anchor_vals;

@@ -55,7 +55,7 @@ std::vector<Measure> setup_core(const SuiteOptions& opt) {
 }
 
 const RegisterSuite kCore(Suite{"core", "eager overhead, matmul, add/exp/sum throughput vs libtorch",
-                                "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_core});
+                                "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_core, nullptr});
 
 }  // namespace
 }  // namespace loom::bench

@@ -73,7 +73,7 @@ std::vector<Measure> setup_train(const SuiteOptions& opt) {
 }
 
 const RegisterSuite kTrain(Suite{"train", "MLP training step and autograd overhead vs libtorch",
-                                 "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_train});
+                                 "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_train, nullptr});
 
 }  // namespace
 }  // namespace loom::bench

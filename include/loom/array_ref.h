@@ -99,7 +99,12 @@ class LOOM_API DimVector {
     resize(n);
     for (size_t i = 0; i < n; ++i) data()[i] = value;
   }
-  void resize(size_t n);
+  // Inline while it fits (the common case: copying a tensor's sizes into a new one); grow() is
+  // out of line.
+  void resize(size_t n) {
+    if (n > capacity_) grow(n);
+    size_ = n;
+  }
   void push_back(int64_t v) {
     resize(size_ + 1);
     data()[size_ - 1] = v;
@@ -124,6 +129,7 @@ class LOOM_API DimVector {
   std::vector<int64_t> vec() const { return ref().vec(); }
 
  private:
+  void grow(size_t n);
   void release() {
     delete[] heap_;
     heap_ = nullptr;

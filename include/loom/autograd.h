@@ -10,8 +10,10 @@
 // The graph. A Node has one input per forward output and one next edge per differentiable forward
 // input; an Edge is (node, which input of that node). A leaf that requires grad ends in an
 // AccumulateGrad node that adds the incoming gradient into its .grad(). Nodes are owned by
-// shared_ptr: tensors own their grad_fn, nodes own the nodes their edges point to. Leaves do not own
-// their AccumulateGrad node (they keep a weak reference), so nothing forms a cycle.
+// shared_ptr: tensors own their grad_fn, nodes own the nodes their edges point to. A leaf owns its
+// AccumulateGrad node, which points back at the leaf without owning it; an edge to that node also
+// holds the leaf, so a graph keeps its leaves alive and nothing forms a cycle (see Note [Leaf owns
+// its AccumulateGrad] in variable.cpp).
 //
 // The engine (Engine::execute, reached from backward() and grad()) counts, for every node reachable
 // from the roots, how many edges point at it; then runs nodes from a ready queue, most recently created
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/detail/small_vector.h"
 #include "loom/export.h"
 #include "loom/tensor.h"
 
@@ -43,8 +46,14 @@ class Node;
 
 // An input slot of a node: gradients flowing along the edge arrive at fn's input `input_nr`.
 struct Edge {
+  Edge() = default;
+  Edge(std::shared_ptr<Node> node, uint32_t input, Tensor leaf_tensor = Tensor())
+      : fn(std::move(node)), input_nr(input), leaf(std::move(leaf_tensor)) {}
   std::shared_ptr<Node> fn;
   uint32_t input_nr = 0;
+  // Set on an edge to a leaf's AccumulateGrad (gradient_edge does it): the leaf, which owns that
+  // node, so that the graph keeps both alive.
+  Tensor leaf;
   bool valid() const { return fn != nullptr; }
 };
 
@@ -55,7 +64,9 @@ using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 // A node of the backward graph. Subclasses implement apply(): gradients of the forward outputs in
 // (undefined for outputs that got none), gradients of the forward inputs out, one per next edge.
-class LOOM_API Node : public std::enable_shared_from_this<Node> {
+// (Not enable_shared_from_this: nothing needs it, and its weak count made every node's creation and
+// destruction pay two more atomic operations.)
+class LOOM_API Node {
  public:
   // What the engine needs to know about each input (= each forward output).
   struct InputMeta {
@@ -63,6 +74,10 @@ class LOOM_API Node : public std::enable_shared_from_this<Node> {
     DType dtype = DType::Float32;
     Device device = kCPU;
   };
+  // Most nodes have one or two differentiable inputs and one output: those lists live inside the
+  // node (one allocation per node instead of three; see loom/detail/small_vector.h).
+  using EdgeList = ::loom::detail::SmallVector<Edge, 2>;
+  using InputMetaList = ::loom::detail::SmallVector<InputMeta, 1>;
 
   Node();
   virtual ~Node();
@@ -80,9 +95,9 @@ class LOOM_API Node : public std::enable_shared_from_this<Node> {
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Thread that recorded the node (profiler links forward ops to backward nodes by (thread, seq)).
   uint64_t thread_id() const { return thread_id_; }
-  const std::vector<Edge>& next_edges() const { return next_edges_; }
-  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
-  const std::vector<InputMeta>& input_meta() const { return input_meta_; }
+  const EdgeList& next_edges() const { return next_edges_; }
+  EdgeList& mutable_next_edges() { return next_edges_; }
+  const InputMetaList& input_meta() const { return input_meta_; }
   uint32_t add_input_meta(const Tensor& t);
   void reserve_input_meta(size_t n) { input_meta_.reserve(n); }
   size_t num_inputs() const { return input_meta_.size(); }
@@ -97,8 +112,8 @@ class LOOM_API Node : public std::enable_shared_from_this<Node> {
   std::string anomaly_trace;
 
  protected:
-  std::vector<Edge> next_edges_;
-  std::vector<InputMeta> input_meta_;
+  EdgeList next_edges_;
+  InputMetaList input_meta_;
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks_;
   uint64_t sequence_nr_;
   uint64_t thread_id_;

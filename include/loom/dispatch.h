@@ -132,6 +132,21 @@ struct LocalDispatchKeySet {
 extern LOOM_API thread_local LocalDispatchKeySet tls_dispatch_keys
     __attribute__((tls_model("initial-exec")));
 
+// A stack for boxing a typed call into a boxed kernel, borrowed from a per-thread pool (one stack
+// per nesting depth) and given back empty: a typed call into the Autograd fallback would otherwise
+// allocate and free a vector every time. The kernel must not keep the stack.
+class LOOM_API BorrowedStack {
+ public:
+  BorrowedStack();
+  ~BorrowedStack();
+  BorrowedStack(const BorrowedStack&) = delete;
+  BorrowedStack& operator=(const BorrowedStack&) = delete;
+  Stack& get() { return *stack_; }
+
+ private:
+  Stack* stack_;
+};
+
 // Cold paths, out of line.
 [[noreturn]] LOOM_API void report_missing_kernel(const OperatorEntry& e, DispatchKeySet keys);
 LOOM_API const KernelFunction& entry_table(const OperatorEntry& e, DispatchKey k);
@@ -355,7 +370,8 @@ Ret KernelFunction::call(const OperatorHandle& op, DispatchKeySet keys, Args... 
     return reinterpret_cast<Ret (*)(Args...)>(unboxed_)(args...);
   }
   // A boxed kernel: box the arguments, run it, unbox the returns.
-  Stack stack;
+  detail::BorrowedStack borrowed;
+  Stack& stack = borrowed.get();
   stack.reserve(sizeof...(Args));
   (stack.push_back(detail::ArgTraits<Args>::box(args)), ...);
   boxed_wrapper_(*this, op, keys, &stack);

@@ -11,10 +11,12 @@ namespace loom::autograd {
 // Lives behind TensorImpl::autograd_meta(). Created on first need (requires_grad_, an output of a
 // recorded operation, a hook); a tensor without it does not require grad.
 struct AutogradMeta final : AutogradMetaInterface {
+  ~AutogradMeta() override;
   bool requires_grad_ = false;  // set on leaves by requires_grad_(true)
   Tensor grad_;
   std::shared_ptr<Node> grad_fn_;
-  std::weak_ptr<Node> grad_accumulator_;
+  // A leaf's AccumulateGrad, created on first use and kept (Note [Leaf owns its AccumulateGrad]).
+  std::shared_ptr<Node> grad_accumulator_;
   uint32_t output_nr_ = 0;
   // retain_grad() on a non-leaf: the hook writes into this slot (shared so the hook does not keep
   // the tensor alive).
@@ -36,21 +38,30 @@ inline AutogradMeta* meta_of(const Tensor& t) {
 }
 AutogradMeta& materialize_meta(const Tensor& t);
 
-// Sets t's history: it is output `output_nr` of `fn`, and carries the Autograd key.
-void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t output_nr);
-// The AccumulateGrad node of a leaf that requires grad (created on first use).
+// Sets t's history: it is output `output_nr` of `fn`, and carries the Autograd key. By value: a
+// caller done with its reference moves it in (no reference-count update).
+void set_history(const Tensor& t, std::shared_ptr<Node> fn, uint32_t output_nr);
+// The AccumulateGrad node of a leaf that requires grad (created on first use, then kept by the leaf).
+// An edge to it must also hold the leaf: use gradient_edge.
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 
-// Sums a leaf's incoming gradient into its .grad(); runs the leaf's hooks.
+// Sums a leaf's incoming gradient into its .grad(); runs the leaf's hooks. Owned by the leaf, so it
+// points back at the leaf without owning it; the leaf clears that pointer when it dies.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(Tensor variable);
+  explicit AccumulateGrad(TensorImpl* variable);
   std::string name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
-  const Tensor& variable() const { return variable_; }
+  // The leaf, or an undefined tensor once the leaf is gone (only a node held outside any edge, e.g.
+  // through grad_accumulator(), can outlive its leaf).
+  Tensor variable() const { return variable_ ? Tensor(IntrusivePtr<TensorImpl>(variable_)) : Tensor(); }
+  void forget_variable() { variable_ = nullptr; }
+  // The node outlives the graphs that use it: an out= operator run on the leaf under NoGradGuard
+  // may have resized it since the node recorded its shape.
+  void refresh_input_meta(const Tensor& leaf);
 
  private:
-  Tensor variable_;
+  TensorImpl* variable_;  // not owning
 };
 
 // The root of a backward pass: passes the given gradients to the outputs' edges.

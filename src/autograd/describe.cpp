@@ -11,8 +11,12 @@ void describe(std::ostringstream& os, const Node* n, int depth, std::unordered_s
   os << std::string(static_cast<size_t>(depth) * 2, ' ');
   const bool acc = dynamic_cast<const AccumulateGrad*>(n) != nullptr;
   if (acc) {
-    const Tensor& v = static_cast<const AccumulateGrad*>(n)->variable();
-    os << "AccumulateGrad (leaf " << v.shape_str() << " " << dtype_name(v.dtype()) << ")\n";
+    const Tensor v = static_cast<const AccumulateGrad*>(n)->variable();
+    if (!v.defined()) {
+      os << "AccumulateGrad (leaf freed)\n";
+    } else {
+      os << "AccumulateGrad (leaf " << v.shape_str() << " " << dtype_name(v.dtype()) << ")\n";
+    }
     return;
   }
   os << n->name();

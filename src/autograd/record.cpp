@@ -207,8 +207,9 @@ OpInfo compute_info(const OperatorHandle& op) {
 }
 
 const OpInfo& op_info(const OperatorHandle& op) {
-  thread_local const OperatorEntry* last_entry = nullptr;
-  thread_local const OpInfo* last_info = nullptr;
+  // initial-exec: the default TLS model of a shared library calls __tls_get_addr per access.
+  thread_local const OperatorEntry* last_entry __attribute__((tls_model("initial-exec"))) = nullptr;
+  thread_local const OpInfo* last_info __attribute__((tls_model("initial-exec"))) = nullptr;
   if (op.entry() == last_entry) return *last_info;
   static std::mutex mu;
   static std::unordered_map<const OperatorEntry*, std::unique_ptr<OpInfo>> cache;
@@ -297,11 +298,13 @@ class FormulaNode final : public Node, public BackwardContext {
     bool defined = false;
   };
   const OpInfo& info_;
-  std::vector<SlotMeta> slots_;
-  std::vector<IValue> args_;         // non-tensor arguments by position (tensors left empty)
-  std::vector<size_t> list_sizes_;   // by position; empty when the op takes no Tensor[]
-  std::vector<std::pair<size_t, SavedVariable>> saved_inputs_;
-  std::vector<std::pair<size_t, SavedVariable>> saved_outputs_;
+  // Sized for the common operator (two tensor inputs, a few arguments, what a binary op saves) so
+  // that recording one allocates nothing but the node itself; longer lists spill to the heap.
+  ::loom::detail::SmallVector<SlotMeta, 2> slots_;
+  ::loom::detail::SmallVector<IValue, 4> args_;  // non-tensor arguments by position (tensors left empty)
+  std::vector<size_t> list_sizes_;       // by position; empty when the op takes no Tensor[]
+  ::loom::detail::SmallVector<std::pair<size_t, SavedVariable>, 2> saved_inputs_;
+  ::loom::detail::SmallVector<std::pair<size_t, SavedVariable>, 1> saved_outputs_;
   std::vector<Tensor> grads_;
   bool create_graph_ = false;
 };
@@ -386,10 +389,11 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   edges.reserve(info.tensor_args.size());
   node->slots_.reserve(info.tensor_args.size());
   auto add_slot = [&](const Tensor* t) {
-    FormulaNode::SlotMeta sm;
+    // Filled in place (a SlotMeta is two DimVectors; moving one copies their inline room).
+    FormulaNode::SlotMeta& sm = node->slots_.emplace_back();
     if (t && t->defined()) {
-      sm.sizes = DimVector(t->sizes());
-      sm.strides = DimVector(t->strides());
+      sm.sizes.assign(t->sizes());
+      sm.strides.assign(t->strides());
       sm.storage_offset = t->storage_offset();
       sm.dtype = t->dtype();
       sm.defined = true;
@@ -397,9 +401,8 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
     } else {
       edges.push_back(Edge{});
     }
-    node->slots_.push_back(std::move(sm));
   };
-  std::vector<int> slot_arg;  // schema position of each slot
+  ::loom::detail::SmallVector<int, 8> slot_arg;  // schema position of each slot
   for (size_t p = 0; p < info.nargs; ++p) {
     const IValue& v = args[p];
     if (v.is_tensor()) {
@@ -450,24 +453,28 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   // Outputs are now the last nrets values of the stack.
   const size_t nrets = info.nrets;
   IValue* rets = stack->data() + (stack->size() - nrets);
-  std::vector<Tensor> outs;
+  // Pointers into the stack, which nothing below changes: no copy and no reference-count traffic.
+  ::loom::detail::SmallVector<const Tensor*, 4> outs;
   for (size_t i = 0; i < nrets; ++i) {
     if (rets[i].is_tensor()) {
-      outs.push_back(rets[i].to_tensor());
+      outs.push_back(&rets[i].to_tensor());
     } else if (rets[i].is_tensor_list()) {
-      for (const Tensor& t : rets[i].to_tensor_list()) outs.push_back(t);
+      for (const Tensor& t : rets[i].to_tensor_list()) outs.push_back(&t);
     }
   }
   node->reserve_input_meta(outs.size());
+  // The last output takes this function's reference to the node when nothing below needs it.
+  const bool node_needed_after = !info.deriv->spec.save_outputs.empty();
   for (size_t i = 0; i < outs.size(); ++i) {
-    const Tensor& out = outs[i];
+    const Tensor& out = *outs[i];
     node->add_input_meta(out);
     if (!out.defined() || !is_floating(out.dtype())) continue;
     if (info.mutated_arg >= 0 && i == 0) {
       rebase_history(self, node);
       continue;
     }
-    set_history(out, node, static_cast<uint32_t>(i));
+    const bool last_use = !node_needed_after && i + 1 == outs.size();
+    set_history(out, last_use ? std::move(node) : node, static_cast<uint32_t>(i));
     if (view_input.defined()) {
       AutogradMeta& m = materialize_meta(out);
       const AutogradMeta* im = meta_of(view_input);
@@ -480,11 +487,11 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
     LOOM_INTERNAL_ASSERT(idx < outs.size(), "derivative of ", info.name, " saves output ", k);
     // In place through a view, self's grad_fn is now a view node that nothing else keeps alive:
     // save the output with this node's history instead (the same history for every other output).
-    const bool inplace_on_view = info.mutated_arg >= 0 && idx == 0 && outs[idx].defined() &&
-                                 is_floating(outs[idx].dtype()) && grad_fn(outs[idx]) != node;
-    node->saved_outputs_.emplace_back(idx, inplace_on_view
-                                               ? SavedVariable(outs[idx], node, 0)
-                                               : SavedVariable(outs[idx], true));
+    const Tensor& out = *outs[idx];
+    const bool inplace_on_view = info.mutated_arg >= 0 && idx == 0 && out.defined() &&
+                                 is_floating(out.dtype()) && grad_fn(out) != node;
+    node->saved_outputs_.emplace_back(idx, inplace_on_view ? SavedVariable(out, node, 0)
+                                                           : SavedVariable(out, true));
   }
 }
 

@@ -13,9 +13,11 @@ namespace loom::autograd {
 // ---- nodes ----
 
 namespace {
-thread_local uint64_t tls_sequence_nr = 0;
+// initial-exec: read on every recorded node; the default model for a shared library calls
+// __tls_get_addr on each access.
+thread_local uint64_t tls_sequence_nr __attribute__((tls_model("initial-exec"))) = 0;
 std::atomic<uint64_t> g_next_thread_id{1};
-thread_local uint64_t tls_thread_id = 0;
+thread_local uint64_t tls_thread_id __attribute__((tls_model("initial-exec"))) = 0;
 uint64_t this_thread_id() {
   if (tls_thread_id == 0) tls_thread_id = g_next_thread_id.fetch_add(1);
   return tls_thread_id;
@@ -28,15 +30,13 @@ Node::~Node() = default;
 uint64_t peek_sequence_nr() { return tls_sequence_nr; }
 
 uint32_t Node::add_input_meta(const Tensor& t) {
-  InputMeta m;
-  if (!t.defined()) {  // an optional result that was not computed: no gradient ever arrives
-    input_meta_.push_back(std::move(m));
-    return static_cast<uint32_t>(input_meta_.size() - 1);
+  // Filled in place: InputMeta holds a DimVector, whose move is a 48-byte copy.
+  InputMeta& m = input_meta_.emplace_back();
+  if (t.defined()) {  // else an optional result that was not computed: no gradient ever arrives
+    m.sizes.assign(t.sizes());
+    m.dtype = t.dtype();
+    m.device = t.device();
   }
-  m.sizes = DimVector(t.sizes());
-  m.dtype = t.dtype();
-  m.device = t.device();
-  input_meta_.push_back(std::move(m));
   return static_cast<uint32_t>(input_meta_.size() - 1);
 }
 
@@ -92,9 +92,9 @@ AutogradMeta& materialize_meta(const Tensor& t) {
   return *raw;
 }
 
-void set_history(const Tensor& t, const std::shared_ptr<Node>& fn, uint32_t output_nr) {
+void set_history(const Tensor& t, std::shared_ptr<Node> fn, uint32_t output_nr) {
   AutogradMeta& m = materialize_meta(t);
-  m.grad_fn_ = fn;
+  m.grad_fn_ = std::move(fn);
   m.output_nr_ = output_nr;
   m.attr_version_ = t.version();
   t.impl()->add_key(DispatchKey::Autograd);
@@ -194,18 +194,48 @@ void retain_grad(const Tensor& t) {
   });
 }
 
+// Note [Leaf owns its AccumulateGrad]
+// PyTorch's leaf keeps a weak reference to its AccumulateGrad and the node owns the leaf, so the
+// node dies with the last graph that uses the leaf and is made again by the next one. Recording
+// `a + b` with two leaves then made and destroyed two nodes each time, and that (two allocations,
+// a dozen atomic reference-count operations) was the largest part of recording a small operation.
+// Here the ownership is the other way round: the leaf's autograd meta owns the node, which points
+// back at the leaf without owning it, and every edge to the node (made by gradient_edge) also holds
+// the leaf. The graph still keeps its leaves alive (so gradients still reach a leaf the user
+// dropped, and its hooks still run), nothing forms a cycle, and the node is made once per leaf. When
+// the leaf dies it clears the node's pointer; only a node held outside any edge can see that, and
+// it then drops the gradients it gets.
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& m = materialize_meta(leaf);
-  if (auto acc = m.grad_accumulator_.lock()) return acc;
-  auto acc = std::make_shared<AccumulateGrad>(leaf);
-  acc->add_input_meta(leaf);
-  m.grad_accumulator_ = acc;
-  return acc;
+  if (!m.grad_accumulator_) {
+    auto acc = std::make_shared<AccumulateGrad>(leaf.impl());
+    acc->add_input_meta(leaf);
+    m.grad_accumulator_ = std::move(acc);
+  } else {
+    static_cast<AccumulateGrad&>(*m.grad_accumulator_).refresh_input_meta(leaf);
+  }
+  return m.grad_accumulator_;
+}
+
+void AccumulateGrad::refresh_input_meta(const Tensor& leaf) {
+  const InputMeta& im = input_meta_[0];
+  if (im.sizes.ref() == leaf.sizes() && im.dtype == leaf.dtype() && im.device == leaf.device()) return;
+  input_meta_.clear();
+  add_input_meta(leaf);
+}
+
+AutogradMeta::~AutogradMeta() {
+  if (grad_accumulator_) static_cast<AccumulateGrad&>(*grad_accumulator_).forget_variable();
 }
 
 Edge gradient_edge(const Tensor& t) {
-  if (auto fn = grad_fn(t)) return Edge{std::move(fn), output_nr(t)};
-  if (requires_grad(t)) return Edge{grad_accumulator(t), 0};
+  // One meta lookup; grad_fn() has work to do only for a tensor with history or a view.
+  AutogradMeta* m = meta_of(t);
+  if (!m) return Edge{};
+  if (m->grad_fn_ || m->is_view_) {
+    if (auto fn = grad_fn(t)) return Edge{std::move(fn), m->output_nr_};
+  }
+  if (m->requires_grad_) return Edge{grad_accumulator(t), 0, t};
   return Edge{};
 }
 
@@ -253,14 +283,15 @@ void zero_grads(const std::vector<Tensor>& params, bool set_to_none) {
 
 // ---- AccumulateGrad ----
 
-AccumulateGrad::AccumulateGrad(Tensor variable) : variable_(std::move(variable)) {
+AccumulateGrad::AccumulateGrad(TensorImpl* variable) : variable_(variable) {
   sequence_nr_ = UINT64_MAX;  // run as soon as ready, so gradients are freed early
 }
 
 std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   Tensor g = std::move(grads[0]);
-  if (!g.defined()) return {};
-  AutogradMeta& m = materialize_meta(variable_);
+  const Tensor variable = this->variable();
+  if (!g.defined() || !variable.defined()) return {};
+  AutogradMeta& m = materialize_meta(variable);
   for (auto& hook : m.leaf_hooks_) {
     Tensor r = hook(g);
     if (r.defined()) g = std::move(r);
@@ -275,12 +306,13 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   } else {
     m.grad_.add_(g);
   }
-  for (auto& hook : m.post_accumulate_hooks_) hook(variable_);
+  for (auto& hook : m.post_accumulate_hooks_) hook(variable);
   return {};
 }
 
 GraphRoot::GraphRoot(std::vector<Edge> edges, std::vector<Tensor> grads) : grads_(std::move(grads)) {
-  next_edges_ = std::move(edges);
+  next_edges_.reserve(edges.size());
+  for (Edge& e : edges) next_edges_.push_back(std::move(e));
 }
 
 // ---- views ----

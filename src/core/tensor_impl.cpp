@@ -12,16 +12,13 @@ std::ostream& operator<<(std::ostream& os, IntArrayRef a) {
   return os << "]";
 }
 
-void DimVector::resize(size_t n) {
-  if (n > capacity_) {
-    size_t cap = capacity_ * 2 > n ? capacity_ * 2 : n;
-    auto* p = new int64_t[cap];
-    std::memcpy(p, data(), size_ * sizeof(int64_t));
-    delete[] heap_;
-    heap_ = p;
-    capacity_ = cap;
-  }
-  size_ = n;
+void DimVector::grow(size_t n) {
+  size_t cap = capacity_ * 2 > n ? capacity_ * 2 : n;
+  auto* p = new int64_t[cap];
+  std::memcpy(p, data(), size_ * sizeof(int64_t));
+  delete[] heap_;
+  heap_ = p;
+  capacity_ = cap;
 }
 
 void DimVector::insert(size_t pos, int64_t v) {

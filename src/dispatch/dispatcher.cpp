@@ -20,6 +20,46 @@ const KernelFunction& entry_table(const OperatorEntry& e, DispatchKey k) {
 
 DispatchKeySet entry_non_fallthrough(const OperatorEntry& e) { return e.non_fallthrough; }
 
+namespace {
+struct StackPool {
+  std::vector<std::unique_ptr<Stack>> stacks;  // stacks[i] serves nesting depth i
+  size_t depth = 0;
+};
+// A plain pointer, initial-exec: a thread_local with a constructor or destructor is reached through
+// a guard variable that costs a __tls_get_addr call on every access.
+thread_local StackPool* tls_stack_pool __attribute__((tls_model("initial-exec"))) = nullptr;
+// A stack that grew past this (a long Tensor[] argument) is freed rather than kept.
+constexpr size_t kKeptStackCapacity = 64;
+
+StackPool& make_stack_pool() {
+  // Owns the thread's pool and frees it at thread exit (the cold path is the only one that sees it).
+  struct Owner {
+    std::unique_ptr<StackPool> pool;
+    ~Owner() { tls_stack_pool = nullptr; }
+  };
+  thread_local Owner owner;
+  owner.pool = std::make_unique<StackPool>();
+  tls_stack_pool = owner.pool.get();
+  return *tls_stack_pool;
+}
+}  // namespace
+
+BorrowedStack::BorrowedStack() {
+  StackPool& pool = tls_stack_pool ? *tls_stack_pool : make_stack_pool();
+  if (pool.depth == pool.stacks.size()) pool.stacks.push_back(std::make_unique<Stack>());
+  stack_ = pool.stacks[pool.depth++].get();
+}
+
+BorrowedStack::~BorrowedStack() {
+  // Emptied before it is given back, so a pooled stack never keeps a tensor alive.
+  if (stack_->capacity() > kKeptStackCapacity) {
+    Stack().swap(*stack_);
+  } else {
+    stack_->clear();
+  }
+  --tls_stack_pool->depth;
+}
+
 std::string CppSignature::str() const {
   std::string s = "(";
   for (size_t i = 0; i < args.size(); ++i) s += (i ? ", " : "") + args[i];

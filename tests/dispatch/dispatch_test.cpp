@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/dispatch.h"
+#include "loom/error.h"
 #include "loom/ops.h"
 
 namespace loom {
@@ -183,6 +184,34 @@ TEST_F(Dispatch, BoxedBackendFallbackHandlesAnyOperator) {
   g_fallback_log.clear();
   add(a, b);
   EXPECT_TRUE(g_fallback_log.empty());
+}
+
+// Typed calls box into a per-thread pool of stacks (detail::BorrowedStack): a boxed kernel that
+// makes typed calls of its own gets a second stack, and one that throws gives its stack back empty.
+void nesting_or_throwing_fallback(const OperatorHandle& op, DispatchKeySet ks, Stack* stack) {
+  if (op.name() == "loom::sub") LOOM_THROW(ValueError, "[test] sub is refused here");
+  if (op.name() == "loom::add") {
+    const Tensor a = (*stack)[stack->size() - 3].to_tensor();
+    mul(a, a);  // boxed again through this fallback, one level deeper
+  }
+  g_fallback_log.push_back(op.name());
+  op.redispatch_boxed(ks & DispatchKeySet::below(DispatchKey::Tracer), *stack);
+}
+
+TEST_F(Dispatch, BoxingStacksNestAndAreReturnedEmptyOnErrors) {
+  g_fallback_log.clear();
+  Library lib(Library::Kind::Impl, "_", DispatchKey::Tracer, __FILE__, __LINE__);
+  lib.fallback(KernelFunction::from_boxed(nesting_or_throwing_fallback));
+  Tensor a = from_vector<float>({1, 2}), b = from_vector<float>({3, 4});
+  IncludeDispatchKeyGuard tracer(DispatchKey::Tracer);
+  Tensor c = add(a, b);
+  EXPECT_EQ(to_vector<float>(c), (std::vector<float>{4, 6}));
+  EXPECT_EQ(g_fallback_log, (std::vector<std::string>{"loom::mul", "loom::add"}));
+  EXPECT_THROW(sub(a, b), ValueError);
+  // The stack the failed call borrowed no longer holds a or b.
+  EXPECT_EQ(a.use_count(), 1);
+  EXPECT_EQ(b.use_count(), 1);
+  EXPECT_EQ(to_vector<float>(mul(a, b)), (std::vector<float>{3, 8}));
 }
 
 TEST_F(Dispatch, BoxedCallOfUnboxedKernel) {
