@@ -153,11 +153,7 @@ void CachingAllocator::Impl::collect_garbage(size_t new_bytes) {
       remove_free(b);
       release_segment(b);
     } else if (b->next == nullptr) {
-      const size_t before = b->range->mapped;
-      detail::Expandable* r = b->range;
-      remove_free(b);
-      trim_tail(b);  // its whole pages, and the segment's end with them
-      excess -= static_cast<double>(before - r->mapped);
+      excess -= static_cast<double>(release_free_tail(b));  // the segment's end shrinks too
     } else {
       excess -= static_cast<double>(unmap_free_pages(b, SIZE_MAX));
     }

@@ -118,11 +118,7 @@ void CachingAllocator::Impl::map_for(Block* b, size_t size, size_t bytes,
     if (!map_pages(r, b->address, size)) {
       b->allocated = false;
       cache_block(b);
-      if (r.tail != nullptr && r.tail->is_free()) {
-        Block* t = r.tail;
-        remove_free(t);
-        trim_tail(t);
-      }
+      if (r.tail != nullptr && r.tail->is_free()) release_free_tail(r.tail);
       throw_oom(bytes, size, n, b->stream, context);
     }
   }
@@ -217,15 +213,7 @@ size_t CachingAllocator::Impl::share_pages(size_t want) {
   size_t done = 0;
   for (Block* b : candidates) {
     if (done >= want) break;
-    if (b->next == nullptr) {
-      Expandable* r = b->range;
-      const size_t before = r->mapped;
-      remove_free(b);
-      trim_tail(b);
-      done += before - r->mapped;
-    } else {
-      done += unmap_free_pages(b, want - done);
-    }
+    done += b->next == nullptr ? release_free_tail(b) : unmap_free_pages(b, want - done);
   }
   return done;
 }
@@ -264,15 +252,21 @@ void CachingAllocator::Impl::trim_tail(Block* b) {
   bump(stats.segments, -1);
 }
 
+// `b`, free and in its pool, is the block at the end of its segment: takes it out and trims it.
+// Returns the bytes unmapped.
+size_t CachingAllocator::Impl::release_free_tail(Block* b) {
+  Expandable& r = *b->range;
+  const size_t before = r.mapped;
+  remove_free(b);
+  trim_tail(b);
+  return before - r.mapped;
+}
+
 // empty_cache() and the OOM retry: the free block at the end of each segment goes (trim_tail), then
 // the free pages of the other free blocks.
 void CachingAllocator::Impl::release_expandable_pages() {
   for (auto& [key, r] : expandables) {
-    if (r.tail != nullptr && r.tail->is_free()) {
-      Block* t = r.tail;
-      remove_free(t);
-      trim_tail(t);
-    }
+    if (r.tail != nullptr && r.tail->is_free()) release_free_tail(r.tail);
   }
   for (Pool* pool : {&small_pool, &large_pool}) {
     for (Block* b : pool->blocks) {

@@ -236,6 +236,7 @@ struct CachingAllocator::Impl {
   size_t unmap_free_pages(Block* b, size_t limit);
   size_t share_pages(size_t want);
   void trim_tail(Block* b);
+  size_t release_free_tail(Block* b);
   void release_expandable_pages();
   void release_expandables();  // the destructor's
 
