@@ -193,7 +193,10 @@ LOOM_API Tensor softmax(const Tensor& self, int64_t dim, std::optional<DType> dt
 LOOM_API Tensor log_softmax(const Tensor& self, int64_t dim,
                             std::optional<DType> dtype = std::nullopt);
 
-// ---- linear algebra (OpenBLAS for float32/float64; float16/bfloat16 computed in float32) ----
+// ---- linear algebra (float32: loom's AVX-512 kernel where the CPU has one, else OpenBLAS; float64:
+// OpenBLAS; float16/bfloat16 computed in float32) ----
+// Which kernel runs float32 products in this process (LOOM_GEMM=blas forces OpenBLAS).
+LOOM_API std::string gemm_backend();
 LOOM_API Tensor mm(const Tensor& self, const Tensor& mat2);
 LOOM_API Tensor bmm(const Tensor& self, const Tensor& mat2);
 LOOM_API Tensor matmul(const Tensor& self, const Tensor& other);  // torch.matmul semantics

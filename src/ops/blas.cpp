@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 
+#include "gemm_kernel.h"
 #include "loom/error.h"
+#include "loom/ops.h"
 #include "loom/parallel.h"
 
 namespace loom::blas {
@@ -18,6 +21,11 @@ void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
+    // Below ~1M multiply-adds OpenBLAS's small-matrix path wins over packing for 12 x 32 tiles.
+    if (detail::use_loom_sgemm() && m * n * k >= (int64_t{1} << 20)) {
+      detail::sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
     cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, alpha, a, static_cast<int>(lda), b,
                 static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
   } else {
@@ -73,3 +81,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 }
 
 }  // namespace loom::blas
+
+namespace loom {
+std::string gemm_backend() { return blas::detail::sgemm_name(); }
+}  // namespace loom

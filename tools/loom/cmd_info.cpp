@@ -5,6 +5,7 @@
 #include "loom/config.h"
 #include "loom/cuda.h"
 #include "loom/dispatch.h"
+#include "loom/ops.h"
 #include "loom/parallel.h"
 
 
@@ -21,6 +22,7 @@ int run_info(const std::vector<std::string>& argv) {
   std::printf("CUDA backend: %s%s\n", cuda::is_built() ? "built" : "not built",
               cuda::is_built() ? (cuda::is_available() ? " (devices: " + std::to_string(cuda::device_count()) + ")" : " (no device visible)").c_str() : " (configure with -DLOOM_CUDA=ON)");
   std::printf("BLAS: %s\n", blas_config().c_str());
+  std::printf("f32 matrix products: %s\n", gemm_backend().c_str());
   std::printf("intra-op threads: %d (OpenBLAS set to the same)\n", get_num_threads());
   std::printf("operators: %zu\n\nsettings:\n", Dispatcher::singleton().all_operators().size());
   for (const auto& e : config::list()) {

@@ -1,0 +1,253 @@
+// See Note [loom sgemm] in gemm_kernel.h. Every function that uses AVX-512 carries the target
+// attribute, so this file builds (and the rest of loom runs) on CPUs without it.
+#include "gemm_kernel.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "loom/config.h"
+
+// GCC 12's avx512fintrin.h builds the "undefined" pass-through vector of unmasked shuffles by
+// initialising it from itself, which -Wuninitialized reports at every use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace loom::blas::detail {
+namespace {
+
+#define LOOM_AVX512 __attribute__((target("avx512f,fma")))
+
+constexpr int64_t kMR = 12;   // rows of c per micro-kernel tile
+constexpr int64_t kNR = 32;   // columns of c per tile: two zmm
+constexpr int64_t kMaxKC = 256;
+constexpr int64_t kMaxMC = 384;  // 12-row panels of a per block: 384 x 256 floats = 384 KiB in L2
+
+__mmask16 mask_of(int64_t n) {  // the low min(n, 16) lanes
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Per-thread packing buffers, 64-byte aligned, grown on demand and kept for the next call.
+struct Scratch {
+  float* data = nullptr;
+  int64_t floats = 0;
+  ~Scratch() { std::free(data); }
+  float* get(int64_t n) {
+    if (n > floats) {
+      std::free(data);
+      data = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n + 15) / 16 * 64)));
+      if (data == nullptr) throw std::bad_alloc();
+      floats = (n + 15) / 16 * 16;
+    }
+    return data;
+  }
+};
+thread_local Scratch t_apack, t_bpack;
+
+LOOM_AVX512 inline __m512 lo64(__m512 x, __m512 y) {
+  return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)));
+}
+LOOM_AVX512 inline __m512 hi64(__m512 x, __m512 y) {
+  return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)));
+}
+
+// out[j] (for j < 16) = column j of the 16x16 block whose rows are r[0..15].
+LOOM_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g + 0] = lo64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = hi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = lo64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = hi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);   // lanes 0,1 of each
+    const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);   // lanes 2,3 of each
+    const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);       // column c      (lane 0)
+    r[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xDD);   // column 4 + c  (lane 1)
+    r[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);   // column 8 + c  (lane 2)
+    r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xDD);  // column 12 + c (lane 3)
+  }
+}
+
+// Packs `rows` (<= 16) rows of a row-major matrix, each `kc` long starting at src (row stride ld),
+// transposed into dst[k * dst_ld + r] for r < rows (dst_ld = panel width; other lanes untouched
+// beyond `width`, which is zero-filled for r >= rows). Used for op(a) when a is not transposed and
+// for op(b) when b is transposed: both store the packed dimension along rows.
+LOOM_AVX512 void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, float scale,
+                                 float* dst, int64_t dst_ld, int64_t width) {
+  const __m512 s = _mm512_set1_ps(scale);
+  const __mmask16 store_mask = mask_of(width);
+  for (int64_t k0 = 0; k0 < kc; k0 += 16) {
+    const int64_t kn = std::min<int64_t>(16, kc - k0);
+    const __mmask16 km = mask_of(kn);
+    __m512 r[16];
+    for (int64_t i = 0; i < 16; ++i) {
+      // The rows are far apart (ld floats): fetch each one's next-but-three line ahead of use.
+      if (i < rows) _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + k0 + 64), _MM_HINT_T0);
+      r[i] = i < rows ? _mm512_maskz_loadu_ps(km, src + i * ld + k0) : _mm512_setzero_ps();
+      if (scale != 1.0f) r[i] = _mm512_mul_ps(r[i], s);
+    }
+    transpose16(r);
+    for (int64_t kk = 0; kk < kn; ++kk) _mm512_mask_storeu_ps(dst + (k0 + kk) * dst_ld, store_mask, r[kk]);
+  }
+}
+
+// Packs `cols` (<= width) contiguous floats from each of kc rows (stride ld) into dst[k * width + c],
+// zero-filling c >= cols. Used for op(a) when a is transposed and op(b) when b is not.
+LOOM_AVX512 void pack_rows(const float* src, int64_t ld, int64_t cols, int64_t kc, float scale,
+                           float* dst, int64_t width) {
+  const __m512 s = _mm512_set1_ps(scale);
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* row = src + k * ld;
+    // Rows are ld floats apart, often a multiple of 4 KiB that the hardware prefetcher will not
+    // follow: ask for the row eight ahead.
+    if (k + 8 < kc) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + 8 * ld), _MM_HINT_T0);
+      if (cols > 16) _mm_prefetch(reinterpret_cast<const char*>(row + 8 * ld + 16), _MM_HINT_T0);
+    }
+    for (int64_t c0 = 0; c0 < width; c0 += 16) {
+      const __mmask16 lm = c0 < cols ? mask_of(cols - c0) : static_cast<__mmask16>(0);
+      const __mmask16 sm = mask_of(width - c0);
+      __m512 v = _mm512_maskz_loadu_ps(lm, row + c0);
+      if (scale != 1.0f) v = _mm512_mul_ps(v, s);
+      _mm512_mask_storeu_ps(dst + k * width + c0, sm, v);
+    }
+  }
+}
+
+// c[R rows, 32 cols masked by m0/m1] (=|+=) ap[k][0..R) x bp[k][0..32), k < kc. ap rows are kMR
+// apart; beta == 0 writes without reading c.
+template <int R>
+LOOM_AVX512 void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
+                              __mmask16 m0, __mmask16 m1, float beta) {
+  __m512 acc0[R], acc1[R];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r]);
+      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+    }
+    ap += kMR;
+    bp += kNR;
+  }
+  const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    float* cr = c + r * ldc;
+    __m512 v0 = acc0[r], v1 = acc1[r];
+    if (beta != 0.0f) {
+      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), v0);
+      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), v1);
+    }
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+  }
+}
+
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, float);
+constexpr KernelFn kKernels[kMR + 1] = {nullptr,         micro_kernel<1>,  micro_kernel<2>,
+                                        micro_kernel<3>,  micro_kernel<4>,  micro_kernel<5>,
+                                        micro_kernel<6>,  micro_kernel<7>,  micro_kernel<8>,
+                                        micro_kernel<9>,  micro_kernel<10>, micro_kernel<11>,
+                                        micro_kernel<12>};
+
+// c = beta * c for an empty inner dimension (beta == 0 writes zeros, never reading c).
+void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) {
+      std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+    }
+  }
+}
+
+}  // namespace
+
+const char* sgemm_name() {
+  return use_loom_sgemm() ? "loom AVX-512 (12x32 micro-kernel; LOOM_GEMM=blas for OpenBLAS)" : "OpenBLAS";
+}
+
+bool use_loom_sgemm() {
+  static const bool use = [] {
+    const std::string v = config::declare(
+        "LOOM_GEMM", "", "f32 matrix products: \"loom\" (AVX-512 kernel, default where the CPU has it) or \"blas\"");
+    return v != "blas" && __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return use;
+}
+
+void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (k == 0 || alpha == 0.0f) {
+    scale_c(m, n, beta, c, ldc);
+    return;
+  }
+  // K in equal blocks of at most kMaxKC (784 -> 4 x 196, not 3 x 256 + 16).
+  const int64_t kblocks = (k + kMaxKC - 1) / kMaxKC;
+  const int64_t kc_max = (k + kblocks - 1) / kblocks;
+  const int64_t n_panels = (n + kNR - 1) / kNR;
+  const int64_t mc_max = std::min<int64_t>((m + kMR - 1) / kMR * kMR, kMaxMC);
+  float* bpack = t_bpack.get(n_panels * kNR * kc_max);
+  float* apack = t_apack.get(mc_max * kc_max);
+
+  for (int64_t p0 = 0; p0 < k; p0 += kc_max) {
+    const int64_t kc = std::min(kc_max, k - p0);
+    const float blk_beta = p0 == 0 ? beta : 1.0f;
+    // Pack op(b)[p0 : p0 + kc, all n] as n_panels panels of kc x 32.
+    for (int64_t jp = 0; jp < n_panels; ++jp) {
+      const int64_t j0 = jp * kNR, cols = std::min(kNR, n - j0);
+      float* dst = bpack + jp * kNR * kc;
+      if (tb) {  // b stored [n, k]: row j0 + c holds op(b)[:, j0 + c]
+        for (int64_t h = 0; h < kNR; h += 16) {
+          const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(16, cols - h));
+          pack_transposed(b + (j0 + h) * ldb + p0, ldb, rows, kc, 1.0f, dst + h, kNR, 16);
+        }
+      } else {   // b stored [k, n]
+        pack_rows(b + p0 * ldb + j0, ldb, cols, kc, 1.0f, dst, kNR);
+      }
+    }
+    for (int64_t i0 = 0; i0 < m; i0 += mc_max) {
+      const int64_t mc = std::min(mc_max, m - i0);
+      const int64_t m_panels = (mc + kMR - 1) / kMR;
+      // Pack alpha * op(a)[i0 : i0 + mc, p0 : p0 + kc] as m_panels panels of kc x 12.
+      for (int64_t ip = 0; ip < m_panels; ++ip) {
+        const int64_t r0 = i0 + ip * kMR, rows = std::min(kMR, m - r0);
+        float* dst = apack + ip * kMR * kc;
+        if (ta) {  // a stored [k, m]
+          pack_rows(a + p0 * lda + r0, lda, rows, kc, alpha, dst, kMR);
+        } else {   // a stored [m, k]
+          pack_transposed(a + r0 * lda + p0, lda, rows, kc, alpha, dst, kMR, kMR);
+        }
+      }
+      for (int64_t jp = 0; jp < n_panels; ++jp) {
+        const int64_t j0 = jp * kNR, cols = std::min(kNR, n - j0);
+        const __mmask16 m0 = mask_of(cols), m1 = cols > 16 ? mask_of(cols - 16) : 0;
+        const float* bp = bpack + jp * kNR * kc;
+        for (int64_t ip = 0; ip < m_panels; ++ip) {
+          const int64_t r0 = i0 + ip * kMR, rows = std::min(kMR, m - r0);
+          kKernels[rows](kc, apack + ip * kMR * kc, bp, c + r0 * ldc + j0, ldc, m0, m1, blk_beta);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace loom::blas::detail
