@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <map>
+#include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "loom/memory/caching_allocator.h"
 
@@ -111,6 +115,85 @@ inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) 
     const DeviceMemory& d = a.device();
     EXPECT_EQ(static_cast<int64_t>(d.capacity() - d.free_bytes()), reserved);
   }
+}
+
+// The blocks a random workload holds, by address, with the bytes each added to the allocator's
+// allocated count. On a backed device each carries a tag in its first and last byte, checked when it
+// is taken back. The counters follow what the allocator's statistics should say.
+struct LiveBlocks {
+  struct Block {
+    size_t requested;
+    size_t block;
+    uint8_t tag;
+  };
+  std::map<uint64_t, Block> by_address;
+  int64_t requested = 0, requested_peak = 0, allocated = 0, allocated_peak = 0, count = 0, count_peak = 0;
+
+  // Records a block the allocator just handed out (`block` = what it added to allocated_bytes);
+  // false (with the test failed) if it overlaps a live one.
+  bool add(void* p, size_t bytes, size_t block, std::mt19937_64& rng) {
+    const uint64_t x = addr(p);
+    auto next = by_address.lower_bound(x);
+    if (next != by_address.end() && x + block > next->first) {
+      ADD_FAILURE() << "block at " << pointer_text(p) << " overlaps the next live block";
+      return false;
+    }
+    if (next != by_address.begin() && std::prev(next)->first + std::prev(next)->second.block > x) {
+      ADD_FAILURE() << "block at " << pointer_text(p) << " overlaps the previous live block";
+      return false;
+    }
+    const uint8_t tag = static_cast<uint8_t>(rng());
+    static_cast<uint8_t*>(p)[0] = tag;
+    static_cast<uint8_t*>(p)[bytes - 1] = tag;
+    by_address[x] = Block{bytes, block, tag};
+    requested += static_cast<int64_t>(bytes);
+    allocated += static_cast<int64_t>(block);
+    ++count;
+    requested_peak = std::max(requested_peak, requested);
+    allocated_peak = std::max(allocated_peak, allocated);
+    count_peak = std::max(count_peak, count);
+    return true;
+  }
+  // Takes a random live block out of the set (the caller frees it); null (with the test failed) if
+  // its tags were overwritten.
+  void* take_random(std::mt19937_64& rng, Block* taken = nullptr) {
+    auto it = by_address.begin();
+    std::advance(it, static_cast<long>(rng() % by_address.size()));
+    auto* p = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(it->first));
+    if (p[0] != it->second.tag || p[it->second.requested - 1] != it->second.tag) {
+      ADD_FAILURE() << "the tags of the block at " << pointer_text(p) << " were overwritten";
+      return nullptr;
+    }
+    requested -= static_cast<int64_t>(it->second.requested);
+    allocated -= static_cast<int64_t>(it->second.block);
+    --count;
+    if (taken != nullptr) *taken = it->second;
+    by_address.erase(it);
+    return p;
+  }
+  bool empty() const { return by_address.empty(); }
+  std::vector<void*> pointers() const {
+    std::vector<void*> out;
+    for (const auto& [x, b] : by_address) out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
+    return out;
+  }
+};
+
+// The end of every random workload: frees what is still live, lets the device finish, empties the
+// cache, and expects the allocator and its device back where they started.
+inline void expect_drains_to_empty(CachingAllocator& a, SimulatedDevice& dev, const std::vector<void*>& live) {
+  for (void* p : live) a.free(p);
+  dev.complete();
+  a.empty_cache();
+  const MemoryStats s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.requested_bytes.current, 0);
+  EXPECT_EQ(s.active_bytes.current, 0);
+  EXPECT_EQ(s.reserved_bytes.current, 0);
+  EXPECT_EQ(s.segments.current, 0);
+  EXPECT_EQ(s.inactive_split_bytes.current, 0);
+  EXPECT_EQ(dev.free_bytes(), dev.capacity());
+  expect_consistent(a);
 }
 
 }  // namespace loom::memory::testing

@@ -32,23 +32,13 @@ size_t random_size(std::mt19937_64& rng, bool small_only) {
   return 10 * MiB + rng() % (30 * MiB);
 }
 
-struct Live {
-  size_t requested;
-  size_t block;  // allocated bytes this block added
-  StreamId stream;
-  uint8_t tag;
-};
-
-// A shadow of the live allocations: their bytes (requested, and allocated as the allocator
-// accounted them per block), their peaks, and that no two live blocks overlap. A backed device
-// lets every block carry a tag in its first and last byte, checked when it is freed.
+// A shadow of the live allocations (LiveBlocks): their bytes, requested and allocated as the
+// allocator accounted them per block, their peaks, no two overlapping, and tags intact.
 void run_random_workload(bool small_only, uint64_t seed) {
   SimulatedDevice dev(4 * GiB, /*backed=*/true, /*auto_complete=*/false);
   CachingAllocator a(dev);
   std::mt19937_64 rng(seed);
-  std::map<uint64_t, Live> live;  // by address
-  int64_t requested = 0, requested_peak = 0, allocated = 0, allocated_peak = 0, count = 0;
-  int64_t count_peak = 0;
+  LiveBlocks live;
   for (int op = 0; op < 10000; ++op) {
     bool do_alloc = live.empty() || rng() % 100 < 52;
     if (do_alloc) {
@@ -66,49 +56,25 @@ void run_random_workload(bool small_only, uint64_t seed) {
         ASSERT_GE(block, rounded(bytes));
         ASSERT_LE(block, rounded(bytes) + MiB);
       }
-      uint64_t x = addr(p);
-      auto next = live.lower_bound(x);
-      if (next != live.end()) {
-        ASSERT_LE(x + block, next->first) << "overlaps the next live block";
-      }
-      if (next != live.begin()) {
-        auto prev = std::prev(next);
-        ASSERT_LE(prev->first + prev->second.block, x) << "overlaps the previous live block";
-      }
-      uint8_t tag = static_cast<uint8_t>(rng());
-      static_cast<uint8_t*>(p)[0] = tag;
-      static_cast<uint8_t*>(p)[bytes - 1] = tag;
-      live[x] = Live{bytes, block, stream, tag};
-      requested += static_cast<int64_t>(bytes);
-      allocated += static_cast<int64_t>(block);
-      ++count;
-      requested_peak = std::max(requested_peak, requested);
-      allocated_peak = std::max(allocated_peak, allocated);
-      count_peak = std::max(count_peak, count);
+      ASSERT_TRUE(live.add(p, bytes, block, rng));
       if (rng() % 10 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 3));
     } else {
-      auto it = live.begin();
-      std::advance(it, static_cast<long>(rng() % live.size()));
-      auto* p = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(it->first));
-      ASSERT_EQ(p[0], it->second.tag);
-      ASSERT_EQ(p[it->second.requested - 1], it->second.tag);
+      LiveBlocks::Block taken{};
+      void* p = live.take_random(rng, &taken);
+      ASSERT_NE(p, nullptr);
       int64_t before = a.stats().allocated_bytes.current;
       a.free(p);
-      ASSERT_EQ(before - a.stats().allocated_bytes.current, static_cast<int64_t>(it->second.block));
-      requested -= static_cast<int64_t>(it->second.requested);
-      allocated -= static_cast<int64_t>(it->second.block);
-      --count;
-      live.erase(it);
+      ASSERT_EQ(before - a.stats().allocated_bytes.current, static_cast<int64_t>(taken.block));
     }
     if (rng() % 50 == 0) dev.complete(static_cast<StreamId>(rng() % 3));
     if (rng() % 2000 == 0) a.empty_cache();
     MemoryStats s = a.stats();
-    ASSERT_EQ(s.requested_bytes.current, requested) << "op " << op;
-    ASSERT_EQ(s.requested_bytes.peak, requested_peak) << "op " << op;
-    ASSERT_EQ(s.allocated_bytes.current, allocated) << "op " << op;
-    ASSERT_EQ(s.allocated_bytes.peak, allocated_peak) << "op " << op;
-    ASSERT_EQ(s.allocations.current, count) << "op " << op;
-    ASSERT_EQ(s.allocations.peak, count_peak) << "op " << op;
+    ASSERT_EQ(s.requested_bytes.current, live.requested) << "op " << op;
+    ASSERT_EQ(s.requested_bytes.peak, live.requested_peak) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.current, live.allocated) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.peak, live.allocated_peak) << "op " << op;
+    ASSERT_EQ(s.allocations.current, live.count) << "op " << op;
+    ASSERT_EQ(s.allocations.peak, live.count_peak) << "op " << op;
     ASSERT_GE(s.active_bytes.current, s.allocated_bytes.current);
     ASSERT_GE(s.reserved_bytes.current, s.active_bytes.current);
     if (op % 500 == 0) {
@@ -117,19 +83,8 @@ void run_random_workload(bool small_only, uint64_t seed) {
     }
   }
   expect_consistent(a);
-  for (auto& [x, l] : live) a.free(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
-  dev.complete();
-  a.empty_cache();
-  MemoryStats s = a.stats();
-  EXPECT_EQ(s.allocated_bytes.current, 0);
-  EXPECT_EQ(s.requested_bytes.current, 0);
-  EXPECT_EQ(s.active_bytes.current, 0);
-  EXPECT_EQ(s.reserved_bytes.current, 0);
-  EXPECT_EQ(s.segments.current, 0);
-  EXPECT_EQ(s.inactive_split_bytes.current, 0);
-  EXPECT_EQ(dev.free_bytes(), dev.capacity());
-  EXPECT_GT(s.num_device_mallocs, 0);
-  expect_consistent(a);
+  expect_drains_to_empty(a, dev, live.pointers());
+  EXPECT_GT(a.stats().num_device_mallocs, 0);
 }
 
 TEST(CachingAllocatorStats, MatchReferenceModelSmallRequests) {

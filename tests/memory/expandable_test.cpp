@@ -368,21 +368,15 @@ size_t random_size(std::mt19937_64& rng) {
   return 10 * MiB + rng() % (30 * MiB);
 }
 
-struct Live {
-  size_t requested;
-  size_t block;
-  uint8_t tag;
-};
-
-// The shadow model of caching_allocator_stats_test.cpp for the expandable policy on a backed
-// device (so mapped pages are really written): live bytes and peaks, no overlaps, tags intact.
-// `end`: the statistics after the last operation, before everything is freed.
+// The shadow model of caching_allocator_stats_test.cpp (LiveBlocks) for the expandable policy on a
+// backed device (so mapped pages are really written): live bytes and peaks, no overlaps, tags
+// intact. `end`: the statistics after the last operation, before everything is freed.
 void run_random_workload(uint64_t seed, size_t capacity, AllocatorConfig c, MemoryStats* end) {
   SimulatedDevice dev(capacity, /*backed=*/true, /*auto_complete=*/false);
   CachingAllocator a(dev, c);
   std::mt19937_64 rng(seed);
-  std::map<uint64_t, Live> live;
-  int64_t requested = 0, allocated = 0, allocated_peak = 0, ooms = 0;
+  LiveBlocks live;
+  int64_t ooms = 0;
   for (int op = 0; op < 8000; ++op) {
     if (live.empty() || rng() % 100 < 52) {
       size_t bytes = random_size(rng);
@@ -400,40 +394,19 @@ void run_random_workload(uint64_t seed, size_t capacity, AllocatorConfig c, Memo
       size_t rounded = (bytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
       ASSERT_GE(block, rounded);
       ASSERT_LE(block, rounded + MiB);
-      uint64_t x = addr(p);
-      auto next = live.lower_bound(x);
-      if (next != live.end()) {
-        ASSERT_LE(x + block, next->first) << "overlaps the next block";
-      }
-      if (next != live.begin()) {
-        auto prev = std::prev(next);
-        ASSERT_LE(prev->first + prev->second.block, x) << "overlaps the previous block";
-      }
-      uint8_t tag = static_cast<uint8_t>(rng());
-      static_cast<uint8_t*>(p)[0] = tag;
-      static_cast<uint8_t*>(p)[bytes - 1] = tag;
-      live[x] = Live{bytes, block, tag};
-      requested += static_cast<int64_t>(bytes);
-      allocated += static_cast<int64_t>(block);
-      allocated_peak = std::max(allocated_peak, allocated);
+      ASSERT_TRUE(live.add(p, bytes, block, rng));
       if (rng() % 10 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 3));
     } else {
-      auto it = live.begin();
-      std::advance(it, static_cast<long>(rng() % live.size()));
-      auto* p = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(it->first));
-      ASSERT_EQ(p[0], it->second.tag);
-      ASSERT_EQ(p[it->second.requested - 1], it->second.tag);
+      void* p = live.take_random(rng);
+      ASSERT_NE(p, nullptr);
       a.free(p);
-      requested -= static_cast<int64_t>(it->second.requested);
-      allocated -= static_cast<int64_t>(it->second.block);
-      live.erase(it);
     }
     if (rng() % 50 == 0) dev.complete(static_cast<StreamId>(rng() % 3));
     if (rng() % 1000 == 0) a.empty_cache();
     MemoryStats s = a.stats();
-    ASSERT_EQ(s.requested_bytes.current, requested) << "op " << op;
-    ASSERT_EQ(s.allocated_bytes.current, allocated) << "op " << op;
-    ASSERT_EQ(s.allocated_bytes.peak, allocated_peak) << "op " << op;
+    ASSERT_EQ(s.requested_bytes.current, live.requested) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.current, live.allocated) << "op " << op;
+    ASSERT_EQ(s.allocated_bytes.peak, live.allocated_peak) << "op " << op;
     ASSERT_EQ(s.reserved_bytes.current % static_cast<int64_t>(kExpandablePage), 0);
     ASSERT_LE(s.segments.current, 6);
     if (op % 400 == 0) {
@@ -443,17 +416,8 @@ void run_random_workload(uint64_t seed, size_t capacity, AllocatorConfig c, Memo
   }
   expect_consistent(a);
   *end = a.stats();
-  for (auto& [x, l] : live) a.free(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
-  dev.complete();
-  a.empty_cache();
-  MemoryStats s = a.stats();
-  EXPECT_EQ(s.allocated_bytes.current, 0);
-  EXPECT_EQ(s.reserved_bytes.current, 0);
-  EXPECT_EQ(s.segments.current, 0);
-  EXPECT_EQ(s.inactive_split_bytes.current, 0);
-  EXPECT_EQ(dev.free_bytes(), dev.capacity());
-  EXPECT_EQ(s.num_ooms, ooms);
-  expect_consistent(a);
+  EXPECT_EQ(end->num_ooms, ooms);
+  expect_drains_to_empty(a, dev, live.pointers());
 }
 
 TEST(ExpandableSegments, RandomWorkloadMatchesShadowModel) {
