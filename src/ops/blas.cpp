@@ -21,8 +21,11 @@ void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
-    // Below ~1M multiply-adds OpenBLAS's small-matrix path wins over packing for 12 x 32 tiles.
-    if (detail::use_loom_sgemm() && m * n * k >= (int64_t{1} << 20)) {
+    // loom's kernel is sized for training shapes (Note [loom sgemm]): below 2^20 multiply-adds
+    // OpenBLAS's small-matrix path skips packing, and from 2^27 (512^3) its large-square blocking
+    // is as fast or faster, so both ends stay with OpenBLAS.
+    const int64_t macs = m * n * k;
+    if (detail::use_loom_sgemm() && macs >= (int64_t{1} << 20) && macs < (int64_t{1} << 27)) {
       detail::sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }

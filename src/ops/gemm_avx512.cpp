@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -21,10 +22,10 @@ namespace {
 
 #define LOOM_AVX512 __attribute__((target("avx512f,fma")))
 
-constexpr int64_t kMR = 12;   // rows of c per micro-kernel tile
-constexpr int64_t kNR = 32;   // columns of c per tile: two zmm
-constexpr int64_t kMaxKC = 256;
-constexpr int64_t kMaxMC = 384;  // 12-row panels of a per block: 384 x 256 floats = 384 KiB in L2
+constexpr int64_t kMR = 8;    // rows of c per micro-kernel tile
+constexpr int64_t kNR = 48;   // columns of c per tile: three zmm
+constexpr int64_t kMaxKC = 192;
+constexpr int64_t kMaxMC = 384;  // rows of a per block: 384 x 192 floats = 288 KiB in L2
 
 __mmask16 mask_of(int64_t n) {  // the low min(n, 16) lanes
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
@@ -126,46 +127,60 @@ LOOM_AVX512 void pack_rows(const float* src, int64_t ld, int64_t cols, int64_t k
   }
 }
 
-// c[R rows, 32 cols masked by m0/m1] (=|+=) ap[k][0..R) x bp[k][0..32), k < kc. ap rows are kMR
-// apart; beta == 0 writes without reading c.
-template <int R>
+// c[R rows, 16 V columns, the last 16 masked by `last`] (=|+=) ap[k][0..R) x bp[k][0..16 V), k < kc.
+// ap rows are kMR apart and bp rows kNR; beta == 0 writes without reading c.
+template <int R, int V>
 LOOM_AVX512 void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
-                              __mmask16 m0, __mmask16 m1, float beta) {
-  __m512 acc0[R], acc1[R];
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+                              __mmask16 last, float beta) {
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    // The tile's rows are ldc apart (often a multiple of 4 KiB): start fetching them now so that
+    // they are in L1 when the k loop ends, whether or not they are read.
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * V - 1), _MM_HINT_T0);
+  }
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#pragma GCC unroll 12
+    // a streams from L2: fetch 16 k ahead (one line covers two k). b is mostly in L1 already.
+    if (k % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(ap + 16 * kMR), _MM_HINT_T0);
+    __m512 b[V];
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) b[v] = _mm512_load_ps(bp + 16 * v);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(ap[r]);
-      acc0[r] = _mm512_fmadd_ps(av, b0, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(av, b1, acc1[r]);
+#pragma GCC unroll 3
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
     }
     ap += kMR;
     bp += kNR;
   }
   const __m512 vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     float* cr = c + r * ldc;
-    __m512 v0 = acc0[r], v1 = acc1[r];
-    if (beta != 0.0f) {
-      v0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, cr), v0);
-      v1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, cr + 16), v1);
+#pragma GCC unroll 3
+    for (int v = 0; v < V; ++v) {
+      const __mmask16 mk = v == V - 1 ? last : static_cast<__mmask16>(0xFFFF);
+      __m512 x = acc[r][v];
+      if (beta != 0.0f) x = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, cr + 16 * v), x);
+      _mm512_mask_storeu_ps(cr + 16 * v, mk, x);
     }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
   }
 }
 
-using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, __mmask16, float);
-constexpr KernelFn kKernels[kMR + 1] = {nullptr,         micro_kernel<1>,  micro_kernel<2>,
-                                        micro_kernel<3>,  micro_kernel<4>,  micro_kernel<5>,
-                                        micro_kernel<6>,  micro_kernel<7>,  micro_kernel<8>,
-                                        micro_kernel<9>,  micro_kernel<10>, micro_kernel<11>,
-                                        micro_kernel<12>};
+using KernelFn = void (*)(int64_t, const float*, const float*, float*, int64_t, __mmask16, float);
+template <int R>
+constexpr std::array<KernelFn, 3> kernels_for_rows() {
+  return {micro_kernel<R, 1>, micro_kernel<R, 2>, micro_kernel<R, 3>};
+}
+// [rows - 1][vectors - 1]
+constexpr std::array<std::array<KernelFn, 3>, kMR> kKernels = {
+    kernels_for_rows<1>(), kernels_for_rows<2>(), kernels_for_rows<3>(), kernels_for_rows<4>(),
+    kernels_for_rows<5>(), kernels_for_rows<6>(), kernels_for_rows<7>(), kernels_for_rows<8>()};
 
 // c = beta * c for an empty inner dimension (beta == 0 writes zeros, never reading c).
 void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
@@ -182,7 +197,7 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 }  // namespace
 
 const char* sgemm_name() {
-  return use_loom_sgemm() ? "loom AVX-512 (12x32 micro-kernel; LOOM_GEMM=blas for OpenBLAS)" : "OpenBLAS";
+  return use_loom_sgemm() ? "loom AVX-512 (8x48 micro-kernel, 2^20..2^27 multiply-adds; OpenBLAS outside; LOOM_GEMM=blas for OpenBLAS always)" : "OpenBLAS";
 }
 
 bool use_loom_sgemm() {
@@ -200,7 +215,7 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
     scale_c(m, n, beta, c, ldc);
     return;
   }
-  // K in equal blocks of at most kMaxKC (784 -> 4 x 196, not 3 x 256 + 16).
+  // K in equal blocks of at most kMaxKC (784 -> 5 x 157, not 4 x 192 + 16).
   const int64_t kblocks = (k + kMaxKC - 1) / kMaxKC;
   const int64_t kc_max = (k + kblocks - 1) / kblocks;
   const int64_t n_panels = (n + kNR - 1) / kNR;
@@ -239,11 +254,12 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
       }
       for (int64_t jp = 0; jp < n_panels; ++jp) {
         const int64_t j0 = jp * kNR, cols = std::min(kNR, n - j0);
-        const __mmask16 m0 = mask_of(cols), m1 = cols > 16 ? mask_of(cols - 16) : 0;
+        const int64_t vectors = (cols + 15) / 16;
+        const __mmask16 last = mask_of(cols - 16 * (vectors - 1));
         const float* bp = bpack + jp * kNR * kc;
         for (int64_t ip = 0; ip < m_panels; ++ip) {
           const int64_t r0 = i0 + ip * kMR, rows = std::min(kMR, m - r0);
-          kKernels[rows](kc, apack + ip * kMR * kc, bp, c + r0 * ldc + j0, ldc, m0, m1, blk_beta);
+          kKernels[rows - 1][vectors - 1](kc, apack + ip * kMR * kc, bp, c + r0 * ldc + j0, ldc, last, blk_beta);
         }
       }
     }

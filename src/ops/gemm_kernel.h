@@ -8,23 +8,27 @@
 // 0.3.21's SkylakeX sgemm on the MLP step's shapes, this is 5-12 % faster per product. It is the
 // classic Goto/BLIS structure:
 //
-//   for each block of KC rows of op(b) (K split into equal blocks of at most 256):
-//     pack op(b)[kc, n] into panels of 32 columns, [k][32] each (zero-padded at the edge)
+//   for each block of KC rows of op(b) (K split into equal blocks of at most 192):
+//     pack op(b)[kc, n] into panels of 48 columns, [k][48] each (zero-padded at the edge)
 //     for each block of MC rows of op(a):
-//       pack alpha * op(a)[mc, kc] into panels of 12 rows, [k][12] each
-//       for each 32-column panel of b:        (its kc x 32 floats stay in L1)
-//         for each 12-row panel of a:         (streamed from L2)
-//           micro-kernel: 12 x 32 tile of c in 24 zmm accumulators, one FMA per
-//           (row, half-panel) per k; c is read only when beta != 0 or for the 2nd+ K block.
+//       pack alpha * op(a)[mc, kc] into panels of 8 rows, [k][8] each
+//       for each 48-column panel of b:        (its kc x 48 floats mostly stay in L1)
+//         for each 8-row panel of a:          (streamed from L2, prefetched 16 k ahead)
+//           micro-kernel: 8 x 48 tile of c in 24 zmm accumulators, 8 broadcasts and 3 loads
+//           per 24 FMAs; c is read only when beta != 0 or for the 2nd+ K block.
+//
+// 8 x 48 beat 12 x 32 (12 broadcasts per 24 FMAs) by 4-8 % on these shapes, and 8 divides the
+// batch sizes and widths that training uses, so rows rarely need an edge tile.
 //
 // Transposed operands are transposed while packing (16x16 register transposes), so all four
-// (ta, tb) cases run the same micro-kernel. Edges: rows by a kernel compiled for 1..12 rows,
-// columns by AVX-512 write masks. One call is single-threaded; blas.cpp splits large products
+// (ta, tb) cases run the same micro-kernel. Edges: a kernel is compiled for each of 1..8 rows and
+// 1..3 vectors, and the last vector's columns are masked. One call is single-threaded; blas.cpp splits large products
 // across loom's pool exactly as it does for OpenBLAS (Note [One pool for BLAS]). Scratch is a
 // per-thread buffer reused across calls, so a call allocates only when a larger shape first comes.
 //
-// The path is chosen once per process: AVX-512F present (cpuid) and LOOM_GEMM not "blas". Products
-// under 2^20 multiply-adds stay with OpenBLAS, whose small-matrix kernels skip packing.
+// The path is chosen once per process: AVX-512F present (cpuid) and LOOM_GEMM not "blas". Per call,
+// products under 2^20 multiply-adds stay with OpenBLAS (its small-matrix kernels skip packing), and
+// so do those of 2^27 or more: at 1024^3 OpenBLAS's blocking for large squares was 6-30 % faster.
 #pragma once
 
 #include <cstdint>

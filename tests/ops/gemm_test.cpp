@@ -1,6 +1,6 @@
 // float32 matrix products through the public mm/addmm against a float64 loop, over the shapes where a
 // blocked kernel goes wrong: every transpose pair, padded leading dimensions, edges of the 12 x 32
-// tile and of the 256-long K blocks, alpha/beta, K = 0, and the split across two threads. Whichever
+// tile and of the 192-long K blocks, alpha/beta, K = 0, and the split across two threads. Whichever
 // kernel this machine runs (see gemm_backend()) is the one under test.
 #include <gtest/gtest.h>
 
@@ -82,9 +82,11 @@ TEST(Gemm, BackendIsNamed) {
 }
 
 TEST(Gemm, EveryTransposeAtTileEdges) {
-  // 12 x 32 tiles: one short of, exactly, and one past a tile; K around the 16-wide packing step.
-  const int64_t ms[] = {1, 11, 12, 13, 25};
-  const int64_t ns[] = {1, 15, 16, 17, 32, 33, 70};
+  // 8 x 48 tiles: one short of, exactly, and one past a tile and each of its 16-wide vectors; K
+  // around the 16-wide packing step. Shapes stay small, so OpenBLAS (below 2^20 multiply-adds)
+  // checks its own path here; the larger cases below run loom's kernel.
+  const int64_t ms[] = {1, 7, 8, 9, 17};
+  const int64_t ns[] = {1, 15, 16, 17, 33, 47, 48, 49, 97};
   const int64_t ks[] = {1, 15, 16, 17, 40};
   uint64_t seed = 1;
   for (bool ta : {false, true})
@@ -95,24 +97,28 @@ TEST(Gemm, EveryTransposeAtTileEdges) {
 }
 
 TEST(Gemm, KBlocksAndLargeTiles) {
-  // K split into equal blocks of at most 256: 257 -> 2 x 129, 784 -> 4 x 196; the second block
-  // accumulates onto the first.
+  // K split into equal blocks of at most 192: 257 -> 2 x 129, 784 -> 5 x 157; later blocks
+  // accumulate onto the first. Every tile edge again, at sizes that run loom's kernel.
   uint64_t seed = 100;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      check_product(37, 65, 257, ta, tb, 1, 1, 0, seed++);
+      check_product(70, 65, 257, ta, tb, 1, 1, 0, seed++);
       check_product(128, 96, 784, ta, tb, 0, 1, 0, seed++);
       check_product(400, 40, 128, ta, tb, 2, 1, 0, seed++);  // more rows than one 384-row block
+      for (int64_t m : {97, 103})
+        for (int64_t n : {95, 97, 113}) check_product(m, n, 200, ta, tb, 1, 1, 0, seed++);
     }
 }
 
+// Sizes of 2^20 multiply-adds or more run loom's kernel where the CPU has AVX-512.
 TEST(Gemm, AlphaAndBeta) {
   uint64_t seed = 200;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      check_product(29, 47, 300, ta, tb, 0, 0.5, 1, seed++);   // beta = 1 over two K blocks
-      check_product(13, 33, 20, ta, tb, 1, -2, 0.25, seed++);
-      check_product(13, 33, 20, ta, tb, 1, 1, -1, seed++);
+      check_product(60, 47, 400, ta, tb, 0, 0.5, 1, seed++);   // beta = 1 over three K blocks
+      check_product(41, 57, 450, ta, tb, 1, -2, 0.25, seed++);
+      check_product(41, 57, 450, ta, tb, 1, 1, -1, seed++);
+      check_product(128, 128, 128, ta, tb, 0, 0, 0.5, seed++);  // alpha = 0: c = beta c only
     }
 }
 
