@@ -91,6 +91,9 @@ class LOOM_API Node {
   virtual void release_variables() {}
   // The forward operator this node differentiates ("loom::mul"), for errors and anomaly mode.
   virtual std::string forward_op() const { return std::string(); }
+  // Whether apply() can add a gradient into a leaf's .grad() itself when the engine offers it
+  // (Note [Accumulating into .grad] in engine.cpp).
+  virtual bool accepts_grad_sinks() const { return false; }
 
   uint64_t sequence_nr() const { return sequence_nr_; }
   // Thread that recorded the node (profiler links forward ops to backward nodes by (thread, seq)).
@@ -250,5 +253,9 @@ LOOM_API std::string describe_graph(const Tensor& t);
 
 // Number of nodes created on this thread (the next sequence number); for tests and the profiler.
 LOOM_API uint64_t peek_sequence_nr();
+
+// How many gradients a derivative has added straight into a leaf's existing .grad() in this process,
+// skipping the separate add (Note [Accumulating into .grad] in src/autograd/engine.cpp).
+LOOM_API uint64_t grads_accumulated_in_place();
 
 }  // namespace loom::autograd

@@ -67,6 +67,11 @@ class LOOM_API BackwardContext {
   // Forward outputs count and whether create_graph is on (derivatives then avoid fused kernels
   // that have no derivative of their own).
   virtual bool create_graph() const = 0;
+  // The leaf .grad() that slot's gradient is headed for, when the engine lets this derivative add
+  // into it directly instead of returning a fresh gradient to be added (Note [Accumulating into
+  // .grad] in engine.cpp); undefined otherwise, and always for derivatives whose spec did not ask.
+  // A derivative that adds its gradient into the sink returns the sink itself for that slot.
+  virtual Tensor grad_sink(size_t /*slot*/) const { return Tensor(); }
 };
 
 using DerivativeFn = GradList (*)(const BackwardContext& ctx);
@@ -74,10 +79,16 @@ using DerivativeFn = GradList (*)(const BackwardContext& ctx);
 struct DerivativeSpec {
   std::vector<int> save_inputs;   // slots
   std::vector<int> save_outputs;  // output indices
+  bool grad_sinks = false;        // may add into a leaf's .grad() (BackwardContext::grad_sink)
 };
 // saves({0, 1}) saves inputs 0 and 1; saves({}, {0}) saves output 0.
 inline DerivativeSpec saves(std::vector<int> inputs, std::vector<int> outputs = {}) {
   return DerivativeSpec{std::move(inputs), std::move(outputs)};
+}
+// with_grad_sinks(saves({0, 1})): the derivative uses BackwardContext::grad_sink.
+inline DerivativeSpec with_grad_sinks(DerivativeSpec spec) {
+  spec.grad_sinks = true;
+  return spec;
 }
 
 class LOOM_API DerivativeRegistrar {

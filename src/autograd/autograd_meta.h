@@ -59,10 +59,25 @@ class AccumulateGrad final : public Node {
   // The node outlives the graphs that use it: an out= operator run on the leaf under NoGradGuard
   // may have resized it since the node recorded its shape.
   void refresh_input_meta(const Tensor& leaf);
+  // The leaf's .grad() when a producer may add into it directly (Note [Accumulating into .grad]):
+  // the leaf is alive, has no hooks that would see the gradient first, and its grad is a dense
+  // tensor of the leaf's shape, dtype and device outside any graph. Undefined otherwise.
+  Tensor grad_sink() const;
+  // What apply() does after accumulating, for a gradient a producer already added in.
+  void run_post_accumulate_hooks() const;
 
  private:
   TensorImpl* variable_;  // not owning
 };
+
+// The sinks the engine offers the node it is about to apply, by next edge (undefined: none); set
+// only around that call, on the engine's thread.
+struct GradSinkOffer {
+  const Node* node = nullptr;
+  ::loom::detail::SmallVector<Tensor, 3> by_edge;
+};
+const GradSinkOffer* current_grad_sink_offer();
+void set_current_grad_sink_offer(const GradSinkOffer* offer);
 
 // The root of a backward pass: passes the given gradients to the outputs' edges.
 class GraphRoot final : public Node {

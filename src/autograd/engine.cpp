@@ -1,5 +1,22 @@
 // The backward engine: dependency counting, a ready queue ordered by sequence number, gradient
 // buffers per node, hooks, output validation and anomaly checks; and the backward()/grad() entries.
+//
+// Note [Accumulating into .grad]
+// When a leaf already has a .grad() (gradients kept across steps, zeroed in place, or summed over
+// micro-batches), the usual path computes its gradient into a fresh tensor and AccumulateGrad then
+// adds that into .grad(): one more pass over the weight's bytes, and a temporary of its size. A
+// derivative that declares with_grad_sinks (linear's) may instead be handed the .grad() itself
+// and add its product there (a GEMM with beta = 1). The engine offers a sink for an edge only when
+// the result cannot differ from the usual path: the edge leads to the leaf's AccumulateGrad, it is
+// the last edge into it and no gradient is waiting there (so nothing else would be summed first),
+// the leaf and its node have no hooks that should see the gradient before it is added, the grad
+// is dense with the leaf's shape, dtype and device and outside any graph, and the pass neither
+// creates a graph, captures gradients (grad(), backward(inputs=)) nor runs anomaly mode. A
+// derivative that used the sink returns it; the engine then skips the add, and AccumulateGrad only
+// runs its post-accumulate-grad hooks (data-parallel bucketing still sees every gradient). The
+// in-place add bumps .grad()'s version counter as add_ would. grads_accumulated_in_place() counts
+// the gradients that took this path.
+#include <atomic>
 #include <cmath>
 #include <queue>
 #include <sstream>
@@ -72,6 +89,34 @@ struct GraphTask {
   std::unordered_set<Node*> needed;  // empty: run everything
   bool filter = false;
   std::unordered_map<Node*, InputBuffer> buffers;
+  // AccumulateGrad nodes whose gradient a producer already added into .grad().
+  std::unordered_set<Node*> pre_accumulated;
+};
+
+std::atomic<uint64_t> g_accumulated_in_place{0};
+
+// The sinks `node` may use, by next edge (Note [Accumulating into .grad]).
+void offer_grad_sinks(GraphTask& task, const Node& node, GradSinkOffer& offer) {
+  offer.node = &node;
+  const auto& edges = node.next_edges();
+  offer.by_edge.clear();
+  offer.by_edge.resize(edges.size());
+  for (size_t i = 0; i < edges.size(); ++i) {
+    const Edge& e = edges[i];
+    if (!e.valid()) continue;
+    auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get());
+    if (acc == nullptr || task.dependencies[acc] != 1 || task.buffers.count(acc) != 0) continue;
+    offer.by_edge[i] = acc->grad_sink();
+  }
+}
+
+// Restores the previous offer when apply returns or throws (a hook may run a nested backward).
+struct GradSinkOfferScope {
+  explicit GradSinkOfferScope(const GradSinkOffer* offer) : prev_(current_grad_sink_offer()) {
+    set_current_grad_sink_offer(offer);
+  }
+  ~GradSinkOfferScope() { set_current_grad_sink_offer(prev_); }
+  const GradSinkOffer* prev_;
 };
 
 void compute_dependencies(GraphTask& task, Node* root) {
@@ -141,6 +186,10 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
         inputs.resize(node->num_inputs());
       }
     }
+    if (LOOM_UNLIKELY(task.pre_accumulated.count(node) != 0)) {
+      static_cast<AccumulateGrad*>(node)->run_post_accumulate_hooks();
+      continue;
+    }
     run_pre_hooks(*node, inputs);
     if (capture_nodes.count(node)) {
       for (size_t k = 0; k < task.capture.size(); ++k) {
@@ -162,11 +211,16 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
     for (const Tensor& t : inputs) any_input = any_input || t.defined();
 
     std::vector<Tensor> outputs;
+    GradSinkOffer offer;
     if (any_input) {
       std::optional<RecordFunctionGuard> scope;  // the profiler links it to its forward operator
       if (LOOM_UNLIKELY(record_function_active())) {
         scope.emplace(OpEvent::Kind::Backward, node->name(), -1, node->thread_id(), node->sequence_nr());
       }
+      if (node->accepts_grad_sinks() && !task.create_graph && !task.filter && !AnomalyMode::is_enabled()) {
+        offer_grad_sinks(task, *node, offer);
+      }
+      GradSinkOfferScope offer_scope(offer.node != nullptr ? &offer : nullptr);
       outputs = node->apply(std::move(inputs));
       if (AnomalyMode::is_enabled()) check_anomaly(*node, outputs);
     } else {
@@ -181,7 +235,11 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
       const Edge& e = edges[i];
       if (!e.valid()) continue;
       Node* next = e.fn.get();
-      if (i < outputs.size() && outputs[i].defined()) {
+      if (i < offer.by_edge.size() && offer.by_edge[i].defined() && i < outputs.size() &&
+          outputs[i].defined() && outputs[i].impl() == offer.by_edge[i].impl()) {
+        task.pre_accumulated.insert(next);  // already in .grad(); the node runs its hooks only
+        g_accumulated_in_place.fetch_add(1, std::memory_order_relaxed);
+      } else if (i < outputs.size() && outputs[i].defined()) {
         Tensor g = validate_grad(*node, i, std::move(outputs[i]), next->input_meta()[e.input_nr]);
         auto [it, fresh] = task.buffers.try_emplace(next);
         if (fresh) it->second.grads.resize(next->num_inputs());
@@ -220,6 +278,8 @@ std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
 }
 
 }  // namespace
+
+uint64_t grads_accumulated_in_place() { return g_accumulated_in_place.load(std::memory_order_relaxed); }
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph, const std::vector<Tensor>& inputs) {

@@ -290,6 +290,12 @@ class FormulaNode final : public Node, public BackwardContext {
   const IValue& arg(size_t pos) const override { return args_[pos]; }
   size_t list_size(size_t pos) const override { return pos < list_sizes_.size() ? list_sizes_[pos] : 0; }
   bool create_graph() const override { return create_graph_; }
+  bool accepts_grad_sinks() const override { return info_.deriv->spec.grad_sinks; }
+  Tensor grad_sink(size_t slot) const override {
+    const GradSinkOffer* offer = current_grad_sink_offer();
+    if (offer == nullptr || offer->node != this || slot >= offer->by_edge.size()) return Tensor();
+    return offer->by_edge[slot];
+  }
 
   struct SlotMeta {
     DimVector sizes, strides;

@@ -310,6 +310,32 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   return {};
 }
 
+Tensor AccumulateGrad::grad_sink() const {
+  const Tensor variable = this->variable();
+  AutogradMeta* m = meta_of(variable);
+  if (m == nullptr || !m->leaf_hooks_.empty() || !pre_hooks_.empty()) return Tensor();
+  const Tensor& g = m->grad_;
+  if (!g.defined() || !g.is_contiguous() || g.sizes() != variable.sizes() ||
+      g.dtype() != variable.dtype() || g.device() != variable.device() || requires_grad(g)) {
+    return Tensor();
+  }
+  return g;
+}
+
+void AccumulateGrad::run_post_accumulate_hooks() const {
+  const Tensor variable = this->variable();
+  AutogradMeta* m = meta_of(variable);
+  if (m == nullptr) return;
+  for (auto& hook : m->post_accumulate_hooks_) hook(variable);
+}
+
+namespace {
+thread_local const GradSinkOffer* tls_grad_sink_offer = nullptr;
+}  // namespace
+
+const GradSinkOffer* current_grad_sink_offer() { return tls_grad_sink_offer; }
+void set_current_grad_sink_offer(const GradSinkOffer* offer) { tls_grad_sink_offer = offer; }
+
 GraphRoot::GraphRoot(std::vector<Edge> edges, std::vector<Tensor> grads) : grads_(std::move(grads)) {
   next_edges_.reserve(edges.size());
   for (Edge& e : edges) next_edges_.push_back(std::move(e));

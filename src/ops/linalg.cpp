@@ -326,6 +326,16 @@ Tensor matmul_composite(const Tensor& self, const Tensor& other) {
   return r.view(out_shape);
 }
 
+// _linear: input [n, in] @ weight [out, in]^T + bias, below autograd (linear checked the shapes).
+Tensor linear_2d_kernel(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? addmm(*bias, input, weight.t()) : mm(input, weight.t());
+}
+
+Tensor linear_2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
+  LOOM_CALL_OP("loom::_linear", Tensor(const Tensor&, const Tensor&, const std::optional<Tensor>&),
+               input, weight, bias);
+}
+
 // input [..., in] @ weight[out, in]^T + bias.
 Tensor linear_composite(const Tensor& input, const Tensor& weight,
                         const std::optional<Tensor>& bias_opt) {
@@ -346,17 +356,13 @@ Tensor linear_composite(const Tensor& input, const Tensor& weight,
     Tensor out = matmul(input, weight);
     return has_bias ? add(out, *bias_opt) : out;
   }
-  const Tensor wt = weight.t();
-  if (has_bias && input.dim() == 2) return addmm(*bias_opt, input, wt);
-  if (has_bias && input.dim() >= 3) {
-    std::vector<int64_t> out_shape(input.sizes().begin(), input.sizes().end() - 1);
-    int64_t rows = 1;
-    for (int64_t s : out_shape) rows *= s;
-    out_shape.push_back(weight.size(0));
-    return addmm(*bias_opt, input.reshape({rows, input.size(-1)}), wt).view(out_shape);
-  }
-  Tensor out = matmul(input, wt);
-  return has_bias ? add(out, *bias_opt) : out;
+  // A 2-D weight goes through _linear on a 2-D input (one node with its own derivative, which can
+  // add the weight's gradient straight into weight.grad(): Note [Accumulating into .grad]).
+  std::vector<int64_t> out_shape(input.sizes().begin(), input.sizes().end() - 1);
+  out_shape.push_back(weight.size(0));
+  const Tensor rows = input.dim() == 2 ? input : input.reshape({-1, input.size(-1)});
+  Tensor out = linear_2d(rows, weight, has_bias ? bias_opt : std::nullopt);
+  return input.dim() == 2 ? out : out.view(out_shape);
 }
 
 }  // namespace
@@ -374,6 +380,8 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   }
   m.def("matmul(Tensor self, Tensor other) -> Tensor", matmul_composite);
   m.def("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", linear_composite);
+  m.def("_linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  m.impl("_linear", DispatchKey::CompositeExplicit, linear_2d_kernel);
 }
 
 using MatSig = Tensor(const Tensor&, const Tensor&);
@@ -456,6 +464,25 @@ LOOM_DERIVATIVES(m) {
       r[2] = mm_mat2_backward(c, g, c.input(1), 2);
       if (alpha != 1.0) r[2] = mul(r[2], alpha);
     }
+    return r;
+  });
+  // _linear (2-D input): d input = G W, d weight = G^T input, d bias = G summed to the bias. The
+  // weight's gradient may be added straight into weight.grad() (Note [Accumulating into .grad]).
+  m.def("_linear", autograd::with_grad_sinks(autograd::saves({0, 1})), [](const BackwardContext& c) -> GradList {
+    const Tensor& g = c.grad(0);
+    GradList r(3);
+    if (c.needs(0)) r[0] = mm(g, c.input(1));
+    if (c.needs(1)) {
+      const Tensor sink = c.grad_sink(1);
+      if (sink.defined()) {
+        batched_product(sink.unsqueeze(0), g.t().unsqueeze(0), c.input(0).unsqueeze(0), 1, 1, "linear");
+        sink.storage()->bump_version();
+        r[1] = sink;
+      } else {
+        r[1] = mm(g.t(), c.input(0));
+      }
+    }
+    if (c.needs(2)) r[2] = autograd::sum_to(g, c.input_sizes(2));
     return r;
   });
   m.def("dot", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {

@@ -31,6 +31,12 @@ const RegisterGradCases kCases({
      [] { return V{rnd({2, 3, 4}, 20), rnd({2, 4, 2}, 21)}; }, true},
     {"addmm", "broadcast bias, alpha, beta", [](const V& x) { return V{addmm(x[0], x[1], x[2], 0.5, 2.0)}; },
      [] { return V{rnd({2}, 22), rnd({3, 4}, 23), rnd({4, 2}, 24)}; }, true},
+    {"_linear", "3-D input (through linear)", [](const V& x) { return V{linear(x[0], x[1], x[2])}; },
+     [] { return V{rnd({2, 3, 4}, 40), noncontig({5, 4}, 41), rnd({5}, 42)}; }, true},
+    {"_linear", "broadcast bias, no bias", [](const V& x) {
+       return V{linear(x[0], x[1], x[2]), linear(x[0], x[1])};
+     },
+     [] { return V{noncontig({3, 4}, 43), rnd({2, 4}, 44), rnd({1}, 45)}; }, true},
     {"dot", "", [](const V& x) { return V{dot(x[0], x[1])}; },
      [] { return V{rnd({5}, 25), noncontig({5}, 26)}; }, true},
     {"sum", "all", [](const V& x) { return V{sum(x[0])}; }, [] { return V{rnd({2, 3}, 27)}; }},
