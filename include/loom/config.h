@@ -27,6 +27,9 @@ LOOM_API std::string declare(const std::string& name, const std::string& default
 LOOM_API std::string get(const std::string& name);
 LOOM_API int64_t get_int(const std::string& name, int64_t fallback);
 LOOM_API void set(const std::string& name, const std::string& value);
+// Changes with every set(): a hot path may cache a value it read and read it again only when this
+// moved (the environment is read once, as above).
+LOOM_API uint64_t generation();
 LOOM_API std::vector<Entry> list();
 
 }  // namespace loom::config

@@ -1,5 +1,6 @@
 #include "loom/config.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -20,6 +21,8 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, Knob> knobs;  // GUARDED_BY(mu)
 };
+
+std::atomic<uint64_t> g_generation{0};
 
 Registry& registry() {
   static Registry* r = new Registry();  // leaked on purpose: used from static destructors
@@ -75,7 +78,10 @@ void set(const std::string& name, const std::string& value) {
   Knob& k = r.knobs[name];
   k.has_override = true;
   k.override_value = value;
+  g_generation.fetch_add(1, std::memory_order_release);
 }
+
+uint64_t generation() { return g_generation.load(std::memory_order_acquire); }
 
 std::vector<Entry> list() {
   Registry& r = registry();

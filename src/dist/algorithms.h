@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "loom/array_ref.h"
 #include "loom/dist/reduce_op.h"
 #include "loom/dtype.h"
 #include "loom/export.h"
@@ -49,20 +50,20 @@ LOOM_API void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, 
 
 // ---- ring allgather: rank r's block (bytes[r] long) sits at out + sum(bytes[0..r)) on entry (its
 // own block only); on return every block is filled. Uneven sizes allowed. ----
-LOOM_API void allgather_ring(Comm& c, void* out, const std::vector<size_t>& bytes);
+LOOM_API void allgather_ring(Comm& c, void* out, ArrayRef<size_t> bytes);
 // The same with this rank's block read from `in` (bytes[rank] long, not inside `out` unless exactly
 // at its place) and copied into `out` by the algorithm.
-LOOM_API void allgather_ring(Comm& c, const void* in, void* out, const std::vector<size_t>& bytes);
+LOOM_API void allgather_ring(Comm& c, const void* in, void* out, ArrayRef<size_t> bytes);
 
 // ---- ring reduce-scatter, out of place (Note [Out-of-place reduce-scatter]): `in` holds every
 // block of this rank's contribution (counts[r] elements each, in rank order) and is only read; on
 // return `out` (counts[rank] elements, not overlapping `in`) holds the reduction of everyone's block
 // `rank`. Uses scratch slot 0 for partial sums only on more than two ranks (two blocks' worth). ----
-LOOM_API void reduce_scatter_ring(Comm& c, const void* in, void* out,
-                                  const std::vector<size_t>& counts, DType dt, ReduceOp op);
+LOOM_API void reduce_scatter_ring(Comm& c, const void* in, void* out, ArrayRef<size_t> counts,
+                                  DType dt, ReduceOp op);
 // The same with block r of the input at in_blocks[r] (blocks anywhere, e.g. separate tensors).
-LOOM_API void reduce_scatter_ring(Comm& c, const std::vector<const void*>& in_blocks, void* out,
-                                  const std::vector<size_t>& counts, DType dt, ReduceOp op);
+LOOM_API void reduce_scatter_ring(Comm& c, ArrayRef<const void*> in_blocks, void* out,
+                                  ArrayRef<size_t> counts, DType dt, ReduceOp op);
 
 // ---- binomial trees rooted anywhere ----
 LOOM_API void broadcast_binomial(Comm& c, void* data, size_t bytes, int root);

@@ -6,6 +6,7 @@
 
 #include "dist/process_group_impl.h"
 #include "loom/autograd.h"
+#include "loom/detail/small_vector.h"
 #include "loom/dist/rendezvous.h"
 #include "loom/error.h"
 #include "loom/ops.h"
@@ -87,23 +88,42 @@ void write_from(const Tensor& t, const void* src, DType dt) {
 }
 
 // A contiguous working copy of a tensor in the dtype the algorithms reduce in (the tensor itself when
-// it already qualifies), written back by finish().
+// it already qualifies), written back by finish(). Refers to `t`, which the collective's body owns:
+// the common case takes no reference count and makes no copy.
 struct Buffer {
-  Tensor user;
-  Tensor work;
+  const Tensor& user;
+  Tensor converted;  // undefined when `user` itself qualifies
   DType dt;
+  void* ptr;
   Buffer(const Tensor& t, DType want) : user(t), dt(want) {
     if (t.dtype() == want && t.is_contiguous()) {
-      work = t;
+      ptr = t.data_ptr();
     } else {
-      work = t.dtype() == want ? t.contiguous() : t.to(want).contiguous();
+      converted = t.dtype() == want ? t.contiguous() : t.to(want).contiguous();
+      ptr = converted.data_ptr();
     }
   }
-  void* data() const { return work.data_ptr(); }
-  size_t count() const { return static_cast<size_t>(work.numel()); }
+  void* data() const { return ptr; }
+  size_t count() const { return static_cast<size_t>(user.numel()); }
   size_t bytes() const { return count() * element_size(dt); }
-  void finish() const { write_from(user, work.data_ptr(), dt); }
+  void finish() const { write_from(user, ptr, dt); }
 };
+
+// `t` itself when contiguous (no dispatcher call, no reference count), else a contiguous copy kept
+// in `tmp`.
+const Tensor& contiguous_in(const Tensor& t, Tensor& tmp) {
+  if (t.is_contiguous()) return t;
+  tmp = t.contiguous();
+  return tmp;
+}
+
+// Per-rank sizes and pointers without a heap allocation for groups of up to 8 ranks.
+template <class T>
+using PerRank = detail::SmallVector<T, 8>;
+template <class T>
+ArrayRef<T> ref(const PerRank<T>& v) {
+  return ArrayRef<T>(v.data(), v.size());
+}
 
 // True when the bytes of a and b (contiguous) share an address.
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
@@ -135,8 +155,7 @@ WorkPtr ProcessGroup::broadcast(Tensor& tensor, int root, CollectiveOptions o) {
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kBroadcast, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), root, -1);
-  Tensor t = tensor;
-  return im->submit(fp, false, [t, root](Comm& c) {
+  return im->submit(fp, false, [t = tensor, root](Comm& c) {
     Buffer b(t, t.dtype());
     broadcast_binomial(c, b.data(), b.bytes(), root);
     c.wait_all();
@@ -150,8 +169,7 @@ WorkPtr ProcessGroup::allreduce(Tensor& tensor, ReduceOp op, CollectiveOptions o
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kAllreduce, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), -1, static_cast<int>(op));
-  Tensor t = tensor;
-  return im->submit(fp, false, [im, t, op](Comm& c) {
+  return im->submit(fp, false, [im, t = tensor, op](Comm& c) {
     Buffer b(t, work_dtype(t.dtype(), op));
     Algo a = choose_allreduce(b.bytes(), c.size(), im->algo);
     im->note_allreduce(a, b.bytes());
@@ -174,8 +192,7 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp
   check_op("allreduce_coalesced", dt, op);
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kAllreduce, dt, {}, total, -1, static_cast<int>(op));
-  std::vector<Tensor> ts = tensors;
-  return im->submit(fp, false, [im, ts, op, dt, total](Comm& c) {
+  return im->submit(fp, false, [im, ts = tensors, op, dt, total](Comm& c) {
     DType wdt = work_dtype(dt, op);
     size_t es = element_size(wdt);
     char* buf = c.scratch(total * es, 1);
@@ -204,8 +221,7 @@ WorkPtr ProcessGroup::reduce(Tensor& tensor, int root, ReduceOp op, CollectiveOp
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kReduce, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), root, static_cast<int>(op));
-  Tensor t = tensor;
-  return im->submit(fp, false, [t, root, op](Comm& c) {
+  return im->submit(fp, false, [t = tensor, root, op](Comm& c) {
     Buffer b(t, work_dtype(t.dtype(), op));
     reduce_binomial(c, b.data(), b.count(), b.dt, algo_op(op), root);
     c.wait_all();
@@ -234,13 +250,11 @@ WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& inpu
              input.numel());
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kAllgather, input.dtype(), {}, total, -1, -1);
-  std::vector<Tensor> outs = outputs;
-  Tensor in = input;
-  return im->submit(fp, false, [outs, in, bytes](Comm& c) {
+  return im->submit(fp, false, [outs = outputs, in = input, bytes = std::move(bytes)](Comm& c) {
     std::vector<size_t> off = offsets_of(bytes);
     char* buf = c.scratch(sum_of(bytes), 1);
-    Tensor mine = in.contiguous();
-    allgather_ring(c, mine.data_ptr(), buf, bytes);
+    Tensor tmp;
+    allgather_ring(c, contiguous_in(in, tmp).data_ptr(), buf, bytes);
     c.wait_all();
     for (size_t r = 0; r < outs.size(); ++r) write_from(outs[r], buf + off[r], in.dtype());
   }, o.async_op);
@@ -256,20 +270,23 @@ WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input,
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kAllgather, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), -1, -1);
-  Tensor out = output, in = input;
-  return im->submit(fp, false, [out, in](Comm& c) {
+  return im->submit(fp, false, [out = output, in = input](Comm& c) {
     // This rank's block is sent from the input and copied into the output by the algorithm, unless the
     // input overlaps the output other than exactly at this rank's place: then it is copied first.
     Buffer b(out, out.dtype());
     size_t each = static_cast<size_t>(in.numel()) * in.element_size();
     char* place = static_cast<char*>(b.data()) + each * static_cast<size_t>(c.rank());
-    Tensor mine = in.contiguous();
+    Tensor tmp;
+    const Tensor& mine = contiguous_in(in, tmp);
     const void* src = mine.data_ptr();
     if (src != place && overlaps(src, each, b.data(), b.bytes())) {
       read_into(mine, place, mine.dtype());
       src = place;
     }
-    allgather_ring(c, src, b.data(), std::vector<size_t>(static_cast<size_t>(c.size()), each));
+    PerRank<size_t> bytes;
+    bytes.resize(static_cast<size_t>(c.size()));
+    for (size_t& x : bytes) x = each;
+    allgather_ring(c, src, b.data(), ref(bytes));
     c.wait_all();
     b.finish();
   }, o.async_op);
@@ -281,8 +298,8 @@ namespace {
 // elements of wdt) is at in_blocks[r], read in place. The ring reduces straight into `output` when it
 // is contiguous, of wdt and clear of the input; otherwise into scratch slot 1 at `staged` (room for
 // this rank's block), then converted.
-void run_reduce_scatter(Comm& c, const std::vector<const void*>& in_blocks, const std::vector<size_t>& counts,
-                        DType wdt, ReduceOp op, const Tensor& output, char* staged) {
+void run_reduce_scatter(Comm& c, ArrayRef<const void*> in_blocks, ArrayRef<size_t> counts, DType wdt,
+                        ReduceOp op, const Tensor& output, char* staged) {
   const size_t n = counts[static_cast<size_t>(c.rank())];
   char* dst = staged ? staged : static_cast<char*>(output.data_ptr());
   reduce_scatter_ring(c, in_blocks, dst, counts, wdt, algo_op(op));
@@ -292,8 +309,8 @@ void run_reduce_scatter(Comm& c, const std::vector<const void*>& in_blocks, cons
 }
 
 // Whether the ring can write the output tensor directly (see run_reduce_scatter).
-bool output_direct(const Tensor& output, DType wdt, const std::vector<const void*>& in_blocks,
-                   const std::vector<size_t>& counts) {
+bool output_direct(const Tensor& output, DType wdt, ArrayRef<const void*> in_blocks,
+                   ArrayRef<size_t> counts) {
   if (output.dtype() != wdt || !output.is_contiguous()) return false;
   const size_t es = element_size(wdt), out_bytes = static_cast<size_t>(output.numel()) * es;
   for (size_t r = 0; r < in_blocks.size(); ++r) {
@@ -323,9 +340,7 @@ WorkPtr ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& 
              " (this rank's block) has ", counts[static_cast<size_t>(rank())]);
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kReduceScatter, output.dtype(), {}, total, -1, static_cast<int>(op));
-  Tensor out = output;
-  std::vector<Tensor> ins = inputs;
-  return im->submit(fp, false, [out, ins, counts, op](Comm& c) {
+  return im->submit(fp, false, [out = output, ins = inputs, counts = std::move(counts), op](Comm& c) {
     // Inputs that are contiguous and of the working dtype are read where they are; only the others
     // are packed (converted) into scratch slot 1, followed by room for a staged output.
     DType wdt = work_dtype(out.dtype(), op);
@@ -363,25 +378,27 @@ WorkPtr ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kReduceScatter, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), -1, static_cast<int>(op));
-  Tensor out = output, in = input;
-  return im->submit(fp, false, [out, in, op](Comm& c) {
+  return im->submit(fp, false, [out = output, in = input, op](Comm& c) {
     // The input is read in place when contiguous and of the working dtype, else converted into scratch
     // slot 1 (followed by room for a staged output).
     DType wdt = work_dtype(in.dtype(), op);
     size_t es = element_size(wdt), each = static_cast<size_t>(out.numel());
-    std::vector<size_t> counts(static_cast<size_t>(c.size()), each);
+    PerRank<size_t> counts;
+    counts.resize(static_cast<size_t>(c.size()));
+    for (size_t& x : counts) x = each;
     bool in_direct = in.dtype() == wdt && in.is_contiguous();
     size_t packed = in_direct ? 0 : static_cast<size_t>(in.numel()) * es;
     const char* src = in_direct ? static_cast<const char*>(in.data_ptr()) : nullptr;
-    std::vector<const void*> blocks(counts.size());
+    PerRank<const void*> blocks;
+    blocks.resize(counts.size());
     for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = src ? src + r * each * es : nullptr;
-    bool out_direct = output_direct(out, wdt, blocks, counts);
+    bool out_direct = output_direct(out, wdt, ref(blocks), ref(counts));
     char* stage = packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : each * es), 1) : nullptr;
     if (!in_direct) {
       read_into(in, stage, wdt);
       for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = stage + r * each * es;
     }
-    run_reduce_scatter(c, blocks, counts, wdt, op, out, out_direct ? nullptr : stage + packed);
+    run_reduce_scatter(c, ref(blocks), ref(counts), wdt, op, out, out_direct ? nullptr : stage + packed);
   }, o.async_op);
 }
 
@@ -412,19 +429,19 @@ WorkPtr ProcessGroup::alltoallv(Tensor& output, const Tensor& input, const std::
   check_splits(output_splits, output.numel(), "output");
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kAlltoall, input.dtype(), {}, static_cast<uint64_t>(size()), -1, -1);
-  Tensor out = output, in = input;
   size_t es = input.element_size();
   std::vector<size_t> sb, rb;
   for (int64_t x : input_splits) sb.push_back(static_cast<size_t>(x) * es);
   for (int64_t x : output_splits) rb.push_back(static_cast<size_t>(x) * es);
-  return im->submit(fp, false, [out, in, sb, rb](Comm& c) {
+  auto body = [out = output, in = input, sb = std::move(sb), rb = std::move(rb)](Comm& c) {
     char* src = c.scratch(sum_of(sb), 0);
     read_into(in, src, in.dtype());
     Buffer b(out, out.dtype());
     alltoallv_pairwise(c, src, sb, offsets_of(sb), b.data(), rb, offsets_of(rb));
     c.wait_all();
     b.finish();
-  }, o.async_op);
+  };
+  return im->submit(fp, false, std::move(body), o.async_op);
 }
 
 WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root, CollectiveOptions o) {
@@ -445,9 +462,7 @@ WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, 
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kGather, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), root, -1);
-  std::vector<Tensor> outs = outputs;
-  Tensor in = input;
-  return im->submit(fp, false, [outs, in, root, bytes](Comm& c) {
+  return im->submit(fp, false, [outs = outputs, in = input, root, bytes = std::move(bytes)](Comm& c) {
     std::vector<size_t> off = offsets_of(bytes);
     char* src = c.scratch(bytes[0], 0);
     read_into(in, src, in.dtype());
@@ -478,9 +493,7 @@ WorkPtr ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs,
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kScatter, output.dtype(), output.sizes(),
                                    static_cast<uint64_t>(output.numel()), root, -1);
-  Tensor out = output;
-  std::vector<Tensor> ins = inputs;
-  return im->submit(fp, false, [out, ins, root, bytes](Comm& c) {
+  return im->submit(fp, false, [out = output, ins = inputs, root, bytes = std::move(bytes)](Comm& c) {
     char* src = nullptr;
     if (c.rank() == root) {
       src = c.scratch(sum_of(bytes), 1);
@@ -512,7 +525,7 @@ WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, CollectiveOptions o) {
   Fingerprint fp = im->fingerprint(CollKind::kSend, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), dst, -1);
   Tensor t = tensor.contiguous();
-  return im->submit(fp, true, [t, dst](Comm& c) {
+  return im->submit(fp, true, [t = std::move(t), dst](Comm& c) {
     c.send(dst, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
   }, o.async_op);
 }
@@ -524,8 +537,7 @@ WorkPtr ProcessGroup::recv(Tensor& tensor, int src, CollectiveOptions o) {
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::kRecv, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), src, -1);
-  Tensor t = tensor;
-  return im->submit(fp, true, [t, src](Comm& c) {
+  return im->submit(fp, true, [t = tensor, src](Comm& c) {
     Buffer b(t, t.dtype());
     c.recv(src, b.data(), b.bytes());
     b.finish();

@@ -80,6 +80,8 @@ class LOOM_API Comm {
   Request* isend(int peer, const void* data, size_t bytes);
   Request* irecv(int peer, void* data, size_t bytes);
   void wait(Request* r);
+  // Drives every link once without blocking; true when r (null: nothing) has completed.
+  bool test(Request* r);
   void wait_all();  // every request posted since reset()
   // Blocking conveniences.
   void send(int peer, const void* data, size_t bytes) { wait(isend(peer, data, bytes)); }

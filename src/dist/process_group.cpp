@@ -86,8 +86,8 @@ std::string flight_dir() {
 }
 
 ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, ProcessGroupOptions o)
-    : root_store(std::move(root)), rank(rank_), size(size_), name(o.name), opts(std::move(o)),
-      flight(static_cast<size_t>(opts.flight_entries)) {}
+    : root_store(std::move(root)), rank(rank_), size(size_), name(o.name), name_hash(hash_string(name)),
+      opts(std::move(o)), flight(static_cast<size_t>(opts.flight_entries)) {}
 
 ProcessGroup::Impl::~Impl() {
   {
@@ -192,65 +192,60 @@ void ProcessGroup::Impl::worker_loop() {
       if (queue.empty()) return;
       w = queue.front();
       queue.pop_front();
-      inflight = true;
     }
     try {
       std::lock_guard<std::mutex> g(exec_mu);
-      w->run();
+      execute(w->fp, w->p2p, w->ticket, Clock::now(), BodyRef(w->body));
       w->finish(nullptr);
     } catch (...) {
       w->finish(std::current_exception());
     }
-    {
-      std::lock_guard<std::mutex> g(q_mu);
-      inflight = false;
-    }
-    q_cv.notify_all();
+    w->body = nullptr;  // the tensors it holds are the caller's again
+    worker_pending.fetch_sub(1, std::memory_order_release);
   }
 }
 
-std::shared_ptr<Work> ProcessGroup::Impl::submit(Fingerprint fp, bool p2p, Body body, bool async) {
+ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, bool p2p, bool async) {
   if (comm->closed()) {
     std::lock_guard<std::mutex> g(exec_mu);
     throw DistError(detail::str_cat("[dist] ", dist::describe(fp), " in group '", name, "': ",
                                     broken ? "the group failed earlier: " + broken_reason
                                            : std::string("the group was aborted")));
   }
+  Submission s;
+  s.fp = fp;
+  s.p2p = p2p;
   std::unique_lock<std::mutex> sl(submit_mu);
-  fp.seq = p2p ? p2p_seq++ : next_seq++;
-  uint64_t ticket = flight.scheduled(fp);
-  auto w = std::make_shared<WorkImpl>(fp.seq);
-  bool busy;
+  s.fp.seq = p2p ? p2p_seq++ : next_seq++;
+  s.when = Clock::now();
+  s.ticket = flight.scheduled(s.fp, flight.wall_us(s.when));
+  // Synchronous and nothing queued before it: run here, without a thread handoff. exec_mu is taken
+  // before submit_mu is let go, so no later call can run first.
+  s.here = !async && worker_pending.load(std::memory_order_acquire) == 0;
+  if (s.here) {
+    s.lock = std::unique_lock<std::mutex>(exec_mu);
+  } else {
+    s.lock = std::move(sl);
+  }
+  return s;
+}
+
+std::shared_ptr<Work> ProcessGroup::Impl::enqueue(Submission& s, CollectiveBody body, bool async) {
+  auto w = std::make_shared<WorkImpl>(s.fp, s.p2p, s.ticket, std::move(body));
   {
     std::lock_guard<std::mutex> g(q_mu);
-    busy = !queue.empty() || inflight;
-    if (async || busy) {
-      w->run = [this, fp, p2p, ticket, body = std::move(body)] { execute(fp, p2p, ticket, body); };
-      queue.push_back(w);
-      if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
-    }
+    queue.push_back(w);
+    worker_pending.fetch_add(1, std::memory_order_relaxed);
+    if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
   }
-  if (async || busy) {
-    q_cv.notify_all();
-    sl.unlock();
-    if (!async) w->wait();
-    return w;
-  }
-  // Inline: run the body here, without wrapping it in another std::function (a heap allocation
-  // and a copy of the fingerprint on every small collective).
-  std::unique_lock<std::mutex> el(exec_mu);
-  sl.unlock();
-  try {
-    execute(fp, p2p, ticket, body);
-    w->finish(nullptr);
-  } catch (...) {
-    w->finish(std::current_exception());
-    throw;
-  }
+  q_cv.notify_all();
+  s.lock.unlock();  // submit_mu: queued in call order
+  if (!async) w->wait();
   return w;
 }
 
-void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticket, const Body& body) {
+void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticket,
+                                 Clock::time_point start, BodyRef body) {
   struct Ctx {
     const Fingerprint* fp;
     const std::string* group;
@@ -264,8 +259,8 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
     throw DistError(detail::str_cat("[dist] ", what_of(&ctx), ": the group failed earlier: ", broken_reason));
   }
   comm->reset();
-  comm->set_context(+what_of, &ctx, Clock::now() + opts.timeout);
-  flight.started(ticket);
+  comm->set_context(+what_of, &ctx, start + opts.timeout);
+  flight.started(ticket, flight.wall_us(start));
   // The profiler's collective event: times the transfer on the thread that runs it (async ones too).
   std::optional<RecordFunctionGuard> profiler_scope;
   if (LOOM_UNLIKELY(record_function_active())) {
@@ -290,7 +285,7 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
     }
     body(*comm);
     comm->wait_all();
-    flight.completed(ticket);
+    flight.completed(ticket, flight.now_us());
   } catch (const Error& e) {
     flight.failed(ticket, e.what());
     if (contract_error) throw;

@@ -2,6 +2,7 @@
 // dumped by ranks that timed out name the rank that never joined; malformed records are DataErrors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -32,6 +33,60 @@ TEST(FlightRecorder, KeepsTheLastEntriesWithStates) {
   std::string j = fr.json("g", 1, 2);
   EXPECT_CONTAINS(j, "\"rank\":1");
   EXPECT_CONTAINS(j, "\"desc\":\"allreduce(float32[4], count=4, op=sum)\"");
+}
+
+// The hot path writes slots without a lock (Note [Flight recorder slots]): a reader running beside
+// a scheduling thread and a worker, with the ring wrapping around many times, must only ever see
+// whole entries, and updates of an overwritten entry must not touch its successor.
+TEST(FlightRecorder, EntriesStayWholeUnderConcurrentWritesAndWraparound) {
+  FlightRecorder fr(4);
+  constexpr uint64_t kN = 100000;
+  std::atomic<uint64_t> scheduled{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0}, reads{0};
+  std::thread worker([&] {
+    for (uint64_t t = 0; t < kN; ++t) {
+      while (scheduled.load(std::memory_order_acquire) <= t) std::this_thread::yield();
+      fr.started(t, static_cast<int64_t>(3 * t + 1), "ring");
+      fr.completed(t, static_cast<int64_t>(3 * t + 2));
+    }
+  });
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (const FlightRecorder::Entry& e : fr.entries()) {
+        const uint64_t s = e.fp.seq;
+        const int64_t t = static_cast<int64_t>(3 * s);
+        bool ok = e.fp.count == s * 7 && e.t_scheduled_us == t;
+        ok = ok && (e.state >= FlightRecorder::kStarted ? e.t_started_us == t + 1 && e.algo == "ring"
+                                                        : e.t_started_us == 0 && e.algo.empty());
+        ok = ok && (e.state == FlightRecorder::kCompleted ? e.t_completed_us == t + 2
+                                                          : e.t_completed_us == 0);
+        if (!ok) torn.fetch_add(1);
+      }
+      reads.fetch_add(1);
+    }
+  });
+  for (uint64_t t = 0; t < kN; ++t) {
+    Fingerprint f = make_fingerprint("g", CollKind::kAllreduce, kFloat32, {4}, t * 7, -1, 0);
+    f.seq = t;
+    EXPECT_EQ(fr.scheduled(f, static_cast<int64_t>(3 * t)), t);
+    scheduled.store(t + 1, std::memory_order_release);
+  }
+  worker.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(torn.load(), 0) << "of " << reads.load() << " reads";
+  auto e = fr.entries();
+  ASSERT_EQ(e.size(), 4u);
+  EXPECT_EQ(e.back().fp.seq, kN - 1);
+  EXPECT_EQ(e.back().state, FlightRecorder::kCompleted);
+
+  FlightRecorder one(2);
+  uint64_t t = one.scheduled(e[0].fp);
+  one.failed(t, "rank 1 has exited");
+  EXPECT_EQ(one.entries().at(0).state, FlightRecorder::kFailed);
+  EXPECT_EQ(one.entries().at(0).error, "rank 1 has exited");
+  EXPECT_CONTAINS(one.json("g", 0, 2), "\"error\":\"rank 1 has exited\"");
 }
 
 TEST(FlightRecorder, ContractMismatchNamesFields) {

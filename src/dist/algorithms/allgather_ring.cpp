@@ -12,36 +12,51 @@
 // process_vm_readv, and on the 2-core development host one 4 MiB read of a peer's buffer took
 // ~480 us where eight 512 KiB reads took ~580 us (the kernel pins and copies per call; median of 41
 // reads while the peer spins). Such passes send each block as one message.
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "dist/algorithms.h"
 #include "dist/algorithms/ring_pass.h"
+#include "loom/detail/small_vector.h"
 #include "loom/error.h"
 
 namespace loom::dist {
 
-void allgather_ring(Comm& c, const void* in, void* out, const std::vector<size_t>& bytes) {
-  const int size = c.size();
+// Note [Two-rank allgather]
+// Two ranks swap their blocks: one receive, one send, as the ring pass would post them. This rank's
+// own block is copied into `out` while the peer's block is still on its way, once the send has
+// completed (its bytes left this process: a small message is copied into the link at once), so the
+// copy is off the critical path of a small allgather. A send still in flight (a large message the
+// peer reads by address) keeps the copy for after the exchange, for the reason given above.
+void allgather_ring(Comm& c, const void* in, void* out, ArrayRef<size_t> bytes) {
+  const int size = c.size(), rank = c.rank();
   LOOM_CHECK(bytes.size() == static_cast<size_t>(size), "[dist] allgather expected ", size,
              " block sizes but got ", bytes.size());
-  std::vector<size_t> off(bytes.size() + 1);
+  detail::SmallVector<size_t, 9> off;  // no allocation up to 8 ranks
+  off.resize(bytes.size() + 1);
   for (size_t b = 0; b < bytes.size(); ++b) off[b + 1] = off[b] + bytes[b];
-  char* mine = static_cast<char*>(out) + off[static_cast<size_t>(c.rank())];
+  char* mine = static_cast<char*>(out) + off[static_cast<size_t>(rank)];
   const char* own = static_cast<const char*>(in) == mine ? nullptr : static_cast<const char*>(in);
-  if (size > 1) {
-    const size_t chunk =
-        size == 2 ? std::max<size_t>(1, *std::max_element(bytes.begin(), bytes.end())) : pipeline_chunk_bytes();
-    ring_pass(c, static_cast<char*>(out), off.data(), 1, 0, nullptr, chunk, own);
+  const size_t own_bytes = bytes[static_cast<size_t>(rank)];
+  if (size == 2) {
+    const int peer = 1 - rank;
+    const size_t peer_bytes = bytes[static_cast<size_t>(peer)];
+    char* theirs = static_cast<char*>(out) + off[static_cast<size_t>(peer)];
+    Request* recv = peer_bytes > 0 ? c.irecv(peer, theirs, peer_bytes) : nullptr;
+    Request* send = own_bytes > 0 ? c.isend(peer, own ? own : mine, own_bytes) : nullptr;
+    if (own && own_bytes > 0 && c.test(send)) {
+      std::memcpy(mine, own, own_bytes);
+      own = nullptr;
+    }
+    if (recv) c.wait(recv);
+  } else if (size > 2) {
+    ring_pass(c, static_cast<char*>(out), off.data(), 1, 0, nullptr, pipeline_chunk_bytes(), own);
   }
-  if (own && bytes[static_cast<size_t>(c.rank())] > 0) {
-    std::memcpy(mine, own, bytes[static_cast<size_t>(c.rank())]);
-  }
+  if (own && own_bytes > 0) std::memcpy(mine, own, own_bytes);
   c.wait_all();
 }
 
-void allgather_ring(Comm& c, void* out, const std::vector<size_t>& bytes) {
+void allgather_ring(Comm& c, void* out, ArrayRef<size_t> bytes) {
   allgather_ring(c, nullptr, out, bytes);
 }
 

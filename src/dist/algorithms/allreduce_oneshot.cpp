@@ -3,7 +3,6 @@
 // of the ring's 2*(size-1) or halving-doubling's 2*log2(size); it moves (size-1) times the buffer per
 // rank, so it only pays while messages are small (Note [Allreduce thresholds] in select.cpp).
 #include <cstring>
-#include <vector>
 
 #include "dist/algorithms.h"
 
@@ -14,11 +13,9 @@ void allreduce_oneshot(Comm& c, void* data, size_t count, DType dt, ReduceOp op)
   const size_t bytes = count * element_size(dt);
   if (n == 1 || bytes == 0) return;
   char* buf = c.scratch(bytes * static_cast<size_t>(n), 0);
-  std::vector<Request*> recvs;
-  recvs.reserve(static_cast<size_t>(n));
   for (int k = 1; k < n; ++k) {
     int p = (me + n - k) % n;
-    recvs.push_back(c.irecv(p, buf + static_cast<size_t>(p) * bytes, bytes));
+    c.irecv(p, buf + static_cast<size_t>(p) * bytes, bytes);
   }
   for (int k = 1; k < n; ++k) c.isend((me + k) % n, data, bytes);
   if (me >= 2) std::memcpy(buf + static_cast<size_t>(me) * bytes, data, bytes);

@@ -19,6 +19,7 @@
 
 #include "dist/algorithms.h"
 #include "dist/algorithms/pieces.h"
+#include "loom/detail/small_vector.h"
 #include "loom/error.h"
 
 namespace loom::dist {
@@ -26,8 +27,8 @@ namespace {
 constexpr size_t kDepth = 2;  // receive of item t+1 in flight while item t is reduced
 }  // namespace
 
-void reduce_scatter_ring(Comm& c, const std::vector<const void*>& in_blocks, void* out,
-                         const std::vector<size_t>& counts, DType dt, ReduceOp op) {
+void reduce_scatter_ring(Comm& c, ArrayRef<const void*> in_blocks, void* out, ArrayRef<size_t> counts,
+                         DType dt, ReduceOp op) {
   const int size = c.size(), rank = c.rank();
   LOOM_CHECK(counts.size() == static_cast<size_t>(size), "[dist] reduce_scatter expected ", size,
              " block counts but got ", counts.size());
@@ -55,7 +56,8 @@ void reduce_scatter_ring(Comm& c, const std::vector<const void*>& in_blocks, voi
     return wrap_rank(rank - 1 - static_cast<long>(s) - (recv ? 1 : 0), size);
   };
 
-  std::vector<Request*> sent(items, nullptr);
+  detail::SmallVector<Request*, 8> sent;  // no allocation for small rings of whole blocks
+  sent.resize(items);
   const size_t depth = std::min(kDepth, items);
   Request* req[kDepth] = {};
   char* into[kDepth] = {};
@@ -96,15 +98,16 @@ void reduce_scatter_ring(Comm& c, const std::vector<const void*>& in_blocks, voi
   c.wait_all();
 }
 
-void reduce_scatter_ring(Comm& c, const void* in, void* out, const std::vector<size_t>& counts,
-                         DType dt, ReduceOp op) {
-  std::vector<const void*> blocks(counts.size());
+void reduce_scatter_ring(Comm& c, const void* in, void* out, ArrayRef<size_t> counts, DType dt,
+                         ReduceOp op) {
+  detail::SmallVector<const void*, 8> blocks;
+  blocks.resize(counts.size());
   const char* p = static_cast<const char*>(in);
   for (size_t b = 0; b < counts.size(); ++b) {
     blocks[b] = p;
     p += counts[b] * element_size(dt);
   }
-  reduce_scatter_ring(c, blocks, out, counts, dt, op);
+  reduce_scatter_ring(c, ArrayRef<const void*>(blocks.data(), blocks.size()), out, counts, dt, op);
 }
 
 }  // namespace loom::dist
