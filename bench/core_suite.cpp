@@ -13,7 +13,7 @@ constexpr int64_t kBig = 16 * 1024 * 1024;  // 16M float32 = 64 MiB per tensor
 
 std::vector<Measure> setup_core(const SuiteOptions& opt) {
   struct State {
-    Tensor a8, b8, x, y, out, m1, m2;
+    Tensor a8, b8, x, y, out, m1, m2, act, w, g;
   };
   auto s = std::make_shared<State>();
   s->a8 = rand({8});
@@ -23,6 +23,11 @@ std::vector<Measure> setup_core(const SuiteOptions& opt) {
   s->out = empty({kBig});
   s->m1 = rand({1024, 1024});
   s->m2 = rand({1024, 1024});
+  // The first layer of `loom bench train`'s MLP: activations [128, 784], weight [512, 784], the
+  // output's gradient [128, 512].
+  s->act = rand({128, 784});
+  s->w = rand({512, 784});
+  s->g = rand({128, 512});
   const int reps = opt.quick ? 2 : 5;
   std::vector<Measure> m;
   // Eager overhead: a fresh output each call, as `c = a + b` does.
@@ -45,6 +50,14 @@ std::vector<Measure> setup_core(const SuiteOptions& opt) {
                  }});
     m.push_back({"sum_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
                    return 4.0 * kBig / median_seconds([&] { sum(s->x); }, reps) / 1e9;
+                 }});
+    // The MLP step's two largest products: forward x W^T and the weight gradient G^T x.
+    constexpr double kMlpFlop = 2.0 * 128 * 784 * 512;
+    m.push_back({"mm_mlp_fwd" + sfx, "GFLOP/s", false, 1.0, th, [s, reps] {
+                   return kMlpFlop / median_seconds([&] { mm(s->act, s->w.t()); }, reps) / 1e9;
+                 }});
+    m.push_back({"mm_mlp_wgrad" + sfx, "GFLOP/s", false, 1.0, th, [s, reps] {
+                   return kMlpFlop / median_seconds([&] { mm(s->g.t(), s->act); }, reps) / 1e9;
                  }});
     // Last in its group: OpenBLAS workers spin for a while after a call.
     m.push_back({"matmul_1024" + sfx, "GFLOP/s", false, 1.0, th, [s, reps] {

@@ -53,6 +53,7 @@ double core(const std::string& name, bool quick) {
   static auto a8 = torch::rand({8}), b8 = torch::rand({8});
   static auto x = torch::rand({big}), y = torch::rand({big}), out = torch::empty({big});
   static auto m1 = torch::rand({1024, 1024}), m2 = torch::rand({1024, 1024});
+  static auto act = torch::rand({128, 784}), w = torch::rand({512, 784}), g = torch::rand({128, 512});
   const int reps = quick ? 2 : 5;
   auto base = name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
   if (name == "eager_add_8") {
@@ -66,6 +67,12 @@ double core(const std::string& name, bool quick) {
   }
   if (base == "matmul_1024") {
     return 2.0 * 1024 * 1024 * 1024 / median_seconds([&] { torch::mm(m1, m2); }, reps) / 1e9;
+  }
+  if (base == "mm_mlp_fwd") {
+    return 2.0 * 128 * 784 * 512 / median_seconds([&] { torch::mm(act, w.t()); }, reps) / 1e9;
+  }
+  if (base == "mm_mlp_wgrad") {
+    return 2.0 * 128 * 784 * 512 / median_seconds([&] { torch::mm(g.t(), act); }, reps) / 1e9;
   }
   if (base == "add_16M") return 3.0 * 4 * big / median_seconds([&] { torch::add_out(out, x, y); }, reps) / 1e9;
   if (base == "exp_16M") return 2.0 * 4 * big / median_seconds([&] { torch::exp_out(out, x); }, reps) / 1e9;
