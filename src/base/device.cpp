@@ -44,7 +44,11 @@ Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(-1) {
 
 std::string Device::str() const {
   std::string s = device_type_name(type_);
-  if (type_ == DeviceType::CUDA) s += ":" + std::to_string(index_ < 0 ? 0 : index_);
+  if (type_ == DeviceType::CUDA) {
+    // Appended piece by piece: GCC 12 reports a false -Wrestrict on ":" + std::to_string(...).
+    s += ':';
+    s += std::to_string(index_ < 0 ? 0 : index_);
+  }
   return s;
 }
 
