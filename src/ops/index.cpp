@@ -484,7 +484,7 @@ Tensor one_hot_kernel(const Tensor& self, int64_t num_classes) {
   shape.push_back(num_classes);
   Tensor out = empty_tensor(shape, kInt64, self.device());
   int64_t* o = out.data_ptr<int64_t>();
-  std::memset(o, 0, out.nbytes());
+  if (out.nbytes() > 0) std::memset(o, 0, out.nbytes());  // an empty result has no data pointer
   for (int64_t i = 0; i < idx.size(); ++i) o[i * num_classes + idx[i]] = 1;
   return out;
 }
