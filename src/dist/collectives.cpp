@@ -558,7 +558,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   auto it = std::find(sorted.begin(), sorted.end(), rank());
   if (it == sorted.end()) return nullptr;
   std::string key = "g[";
-  for (size_t i = 0; i < sorted.size(); ++i) key += (i ? "," : "") + std::to_string(sorted[i]);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (i) key += ',';
+    key += std::to_string(sorted[i]);
+  }
   key += "]";
   int n;
   {

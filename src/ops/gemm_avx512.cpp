@@ -16,6 +16,7 @@
 // GCC 12's avx512fintrin.h builds the "undefined" pass-through vector of unmasked shuffles by
 // initialising it from itself, which -Wuninitialized reports at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace loom::blas::detail {
 namespace {

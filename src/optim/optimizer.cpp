@@ -141,7 +141,8 @@ OptimizerState Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const OptimizerState& st) {
-  const std::string who = "[" + name() + ".load_state_dict] ";
+  std::string who = "[";
+  (who += name()) += ".load_state_dict] ";
   // Validate the groups and hyperparameters.
   std::unordered_set<std::string> known_scalars;
   for (size_t g = 0; g < groups_.size(); ++g) {

@@ -32,7 +32,9 @@ TEST(DType, PromotionTableMatchesPyTorch) {
       // The result holds both: promoting again changes nothing.
       EXPECT_EQ(promote_types(p, a), p);
       EXPECT_EQ(promote_types(p, b), p);
-      if (is_floating(a) || is_floating(b)) EXPECT_TRUE(is_floating(p)) << a << " " << b;
+      if (is_floating(a) || is_floating(b)) {
+        EXPECT_TRUE(is_floating(p)) << a << " " << b;
+      }
     }
   }
 }

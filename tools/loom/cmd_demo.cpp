@@ -70,7 +70,8 @@ int run_demo(const std::vector<std::string>& argv) {
         for (const auto& sh : ev.input_shapes) {
           std::ostringstream os;
           os << sh.ref();
-          shapes += (shapes.empty() ? "" : " ") + os.str();
+          if (!shapes.empty()) shapes += ' ';
+          shapes += os.str();
         }
         open.push_back(calls.size());
         calls.push_back(Call{ev.depth, std::string(ev.name), shapes});
