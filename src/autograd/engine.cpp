@@ -105,7 +105,9 @@ void offer_grad_sinks(GraphTask& task, const Node& node, GradSinkOffer& offer) {
     const Edge& e = edges[i];
     if (!e.valid()) continue;
     auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get());
-    if (acc == nullptr || task.dependencies[acc] != 1 || task.buffers.count(acc) != 0) continue;
+    if (acc == nullptr || task.buffers.count(acc) != 0) continue;
+    auto dep = task.dependencies.find(acc);
+    if (dep == task.dependencies.end() || dep->second != 1) continue;
     offer.by_edge[i] = acc->grad_sink();
   }
 }
@@ -217,10 +219,11 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
       if (LOOM_UNLIKELY(record_function_active())) {
         scope.emplace(OpEvent::Kind::Backward, node->name(), -1, node->thread_id(), node->sequence_nr());
       }
+      std::optional<GradSinkOfferScope> offer_scope;  // only nodes that take sinks touch the TLS
       if (node->accepts_grad_sinks() && !task.create_graph && !task.filter && !AnomalyMode::is_enabled()) {
         offer_grad_sinks(task, *node, offer);
+        offer_scope.emplace(&offer);
       }
-      GradSinkOfferScope offer_scope(offer.node != nullptr ? &offer : nullptr);
       outputs = node->apply(std::move(inputs));
       if (AnomalyMode::is_enabled()) check_anomaly(*node, outputs);
     } else {
