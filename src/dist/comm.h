@@ -46,6 +46,24 @@ struct Request {
   bool complete = false;
 };
 
+// Note [Doorbells]
+// A way to sleep until a peer made progress, without polling: a pair of words in memory the peers
+// share (for shared-memory links, the header of this rank's inbox segment). The owner announces
+// itself in `sleepers`, re-checks its links, then sleeps on `rings` with a futex; a peer that moved
+// anything this rank may wait for (wrote a message, consumed one, acknowledged a read) calls
+// notify(), which wakes it only when someone sleeps. The announce-then-check on one side and the
+// publish-then-check (with a full fence between) on the other make a lost wake-up impossible: at
+// least one side sees the other's store. A sleep is still bounded (Comm::wait), so a peer that died
+// without ringing is noticed by the liveness checks.
+struct Doorbell {
+  std::atomic<uint32_t> rings;     // bumped by notify(); the futex word
+  std::atomic<uint32_t> sleepers;  // owners asleep (or about to sleep) on `rings`
+  // Peer side: call after publishing progress. Costs one fence when nobody sleeps.
+  void notify();
+  // Owner side: sleep until `rings` differs from `seen` or `timeout` passes; false on timeout.
+  bool sleep(uint32_t seen, std::chrono::microseconds timeout);
+};
+
 // One peer. Implementations: TCP (src/dist/tcp_link.cpp), shared memory (shm_link.cpp), in-process
 // (local_link.cpp, for tests).
 class Link {
@@ -60,6 +78,11 @@ class Link {
   // Returns false when the link must instead be polled by calling progress() (shared memory,
   // in-process).
   virtual bool add_poll_fds(std::vector<struct pollfd>& out) const { return false; }
+  // The doorbell peers ring after progress on this link (Note [Doorbells]); null when the link cannot
+  // wake a sleeper (then add_poll_fds() or polling applies).
+  virtual Doorbell* doorbell() const { return nullptr; }
+  // Throws DistError when the peer is known to be gone; called after a sleep that nobody ended.
+  virtual void check_alive() {}
   virtual bool has_pending() const = 0;
   virtual const char* kind() const = 0;
   // Tears the link down; pending and later requests fail with DistError.
@@ -111,16 +134,24 @@ class LOOM_API Comm {
   // Otherwise a wait spins for LOOM_DIST_SPIN_US (read when the Comm is made), then sleeps.
   void set_oversubscribed(bool on) { oversubscribed_ = on; }
   bool oversubscribed() const { return oversubscribed_; }
+  // Waits that slept on a doorbell, and those of them no peer ended (they ran to kMaxSleep).
+  uint64_t doorbell_sleeps() const { return sleeps_; }
+  uint64_t doorbell_timeouts() const { return sleep_timeouts_; }
 
   // Abort: any thread may call request_abort(); waits then fail with DistError. close_all() tears the
   // links down and is called by the owning thread.
-  void request_abort() { closed_.store(true); }
+  void request_abort();
   void close_all();
   bool closed() const { return closed_.load(); }
 
  private:
   [[noreturn]] void fail(int peer, const std::string& why);
   bool progress_once();
+  void block(Request* r, std::vector<struct pollfd>& fds);
+  void check_alive();
+
+  // The longest doorbell sleep: a peer that dies without ringing is noticed this late at most.
+  static constexpr std::chrono::microseconds kMaxSleep{10000};
 
   int rank_;
   int size_;
@@ -134,7 +165,10 @@ class LOOM_API Comm {
   void* probe_arg_ = nullptr;
   std::atomic<bool> closed_{false};
   bool oversubscribed_ = false;
-  std::chrono::microseconds spin_;  // LOOM_DIST_SPIN_US (Note [Waiting])
+  std::chrono::microseconds spin_;   // LOOM_DIST_SPIN_US (Note [Waiting])
+  std::chrono::microseconds yield_;  // LOOM_DIST_YIELD_US (Note [Waiting])
+  uint64_t sleeps_ = 0;
+  uint64_t sleep_timeouts_ = 0;
   std::vector<char> scratch_[2];
 };
 

@@ -150,6 +150,10 @@ std::string ProcessGroup::describe() const {
   std::lock_guard<std::mutex> g(impl_->exec_mu);
   std::string s = "group '" + impl_->name + "' rank " + std::to_string(impl_->rank) + "/" +
                   std::to_string(impl_->size) + ": " + impl_->transport_desc;
+  if (const Comm* c = impl_->comm.get(); c->doorbell_sleeps() > 0) {
+    s += detail::str_cat("; waits slept ", c->doorbell_sleeps(), " times on the doorbell (",
+                         c->doorbell_timeouts(), " unwoken)");
+  }
   if (impl_->last_algo != Algo::kAuto) {
     std::string why;
     choose_allreduce(impl_->last_algo_bytes, impl_->size, impl_->algo, &why);

@@ -30,7 +30,7 @@ namespace loom::dist {
 namespace {
 
 constexpr uint32_t kMagic = 0x6c6f6f6d;  // "loom"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the inbox header holds the owner's doorbell
 constexpr uint64_t kByAddress = 1ull << 63;
 constexpr int kStallBeforeBuffering = 64;
 constexpr int kStallBetweenLivenessChecks = 4096;
@@ -57,8 +57,10 @@ struct SegHeader {
   int32_t slots;
   int32_t owner_pid;
   uint64_t ring_bytes;
-  char pad[40];
+  Doorbell bell;  // rung by the peers that write into this inbox (Note [Doorbells] in comm.h)
+  char pad[32];
 };
+static_assert(sizeof(SegHeader) == 64);
 
 size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
 
@@ -105,6 +107,10 @@ class ShmLink final : public Link {
 
   const char* kind() const override { return "shm"; }
   bool has_pending() const override { return !sends_.empty() || !recvs_.empty(); }
+  // Every move is published in a ring: message bytes (head), space freed (tail), a by-address read
+  // done (acks). The peer may sleep waiting for any of them, so each progress() that moved rings it.
+  Doorbell* doorbell() const override { return &inbox_->header()->bell; }
+  void check_alive() override { check_peer(); }
 
   void post(Request* r) override {
     if (closed_) throw DistError(detail::str_cat("shared-memory link to rank ", peer_, " is closed"));
@@ -121,6 +127,7 @@ class ShmLink final : public Link {
     moved |= progress_recvs();
     if (moved) {
       stall_ = 0;
+      outbox_->header()->bell.notify();
     } else if (++stall_ % kStallBetweenLivenessChecks == 0) {
       check_peer();
     }
@@ -132,6 +139,7 @@ class ShmLink final : public Link {
     closed_ = true;
     out_->producer_closed.store(1);
     in_->consumer_closed.store(1);
+    outbox_->header()->bell.notify();
   }
 
  private:

@@ -394,6 +394,47 @@ TEST(ProcessGroup, ContractMismatchesAreNamedOnEveryRank) {
   }
 }
 
+// ---- waiting ----
+
+// With no spinning and no yielding, every wait that finds nothing sleeps on the shared-memory
+// doorbell at once, so peers' notifications carry the whole exchange (Note [Doorbells] in
+// src/dist/comm.h). A lost wake-up would leave a sleep to run to its 10 ms bound: many such, and the
+// 300 small collectives below would take seconds. Results are checked as well, for every size from
+// inline messages to ones read by address.
+TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {
+  const int size = 3;
+  auto res = run_processes(size, [&](int rank, const std::string& path) {
+    setenv("LOOM_DIST_SPIN_US", "0", 1);
+    setenv("LOOM_DIST_YIELD_US", "0", 1);
+    ProcessGroupOptions o;
+    o.transport = "shm";
+    auto pg = make_group(rank, size, path, o);
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 18}) {
+      Tensor t = rank_tensor(rank, n);
+      pg->allreduce(t);
+      check_values(t, [&](int64_t i) { return reference(ReduceOp::SUM, size, i); }, 1e-5, "allreduce");
+      Tensor b = rank_tensor(rank, n);
+      pg->broadcast(b, size - 1);
+      check_values(b, [&](int64_t i) { return value(size - 1, i); }, 0, "broadcast");
+    }
+    for (int i = 0; i < 300; ++i) {
+      Tensor t = full({4}, Scalar(1.0), TensorOptions(kFloat32));
+      pg->allreduce(t);
+      CHILD_CHECK(t.data_ptr<float>()[3] == size, "allreduce " << i);
+    }
+    const std::string d = pg->describe();
+    const size_t at = d.find("waits slept ");
+    CHILD_CHECK(at != std::string::npos, d);
+    const long sleeps = std::atol(d.c_str() + at + 12);
+    const size_t open = d.find('(', at);
+    const long unwoken = std::atol(d.c_str() + open + 1);
+    CHILD_CHECK(sleeps >= 10, d);
+    // Tolerates a peer descheduled for 10 ms now and then on a loaded machine, not lost wake-ups.
+    CHILD_CHECK(unwoken * 20 <= sleeps, d);
+  });
+  expect_ok(res);
+}
+
 // ---- faults ----
 
 TEST(ProcessGroup, DeadRankIsNamedWithinTheTimeout) {
