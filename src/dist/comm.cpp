@@ -168,7 +168,7 @@ void Comm::wait(Request* r) {
   std::vector<pollfd> fds;
   while (!r->complete) {
     if (closed_) fail(r->peer, "the group was aborted");
-    if (progress_once()) {
+    if (progress_once() || help_once()) {
       idle = 0;
       idle_since = {};
       idle_for = {};
@@ -234,6 +234,26 @@ void Comm::block(Request* r, std::vector<pollfd>& fds) {
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+bool Comm::help_once() {
+  bool moved = false;
+  for (int p = 0; p < size_; ++p) {
+    Link* l = links_[static_cast<size_t>(p)].get();
+    if (!l || !l->has_pending()) continue;
+    try {
+      moved |= l->help();
+    } catch (const DistError& e) {
+      fail(p, e.what());
+    }
+  }
+  return moved;
+}
+
+uint64_t Comm::bytes_helped() const {
+  uint64_t n = 0;
+  for (const auto& l : links_) n += l ? l->bytes_helped() : 0;
+  return n;
 }
 
 void Comm::check_alive() {

@@ -83,6 +83,10 @@ class Link {
   virtual Doorbell* doorbell() const { return nullptr; }
   // Throws DistError when the peer is known to be gone; called after a sleep that nobody ended.
   virtual void check_alive() {}
+  // Called when this rank would otherwise wait idle: takes over work the peer would do for a pending
+  // send (shared memory: Note [Cooperative copies]). True if anything moved.
+  virtual bool help() { return false; }
+  virtual uint64_t bytes_helped() const { return 0; }
   virtual bool has_pending() const = 0;
   virtual const char* kind() const = 0;
   // Tears the link down; pending and later requests fail with DistError.
@@ -137,6 +141,8 @@ class LOOM_API Comm {
   // Waits that slept on a doorbell, and those of them no peer ended (they ran to kMaxSleep).
   uint64_t doorbell_sleeps() const { return sleeps_; }
   uint64_t doorbell_timeouts() const { return sleep_timeouts_; }
+  // Bytes this rank copied into peers' receives while it waited (Note [Cooperative copies]).
+  uint64_t bytes_helped() const;
 
   // Abort: any thread may call request_abort(); waits then fail with DistError. close_all() tears the
   // links down and is called by the owning thread.
@@ -148,6 +154,7 @@ class LOOM_API Comm {
   [[noreturn]] void fail(int peer, const std::string& why);
   bool progress_once();
   void block(Request* r, std::vector<struct pollfd>& fds);
+  bool help_once();
   void check_alive();
 
   // The longest doorbell sleep: a peer that dies without ringing is noticed this late at most.

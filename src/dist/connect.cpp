@@ -279,12 +279,16 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
 
   // Shared memory: map the peers' inboxes and test single-copy reads.
   std::vector<std::shared_ptr<ShmSegment>> outbox(static_cast<size_t>(size));
+  std::vector<bool> coop(static_cast<size_t>(size));
+  const bool no_cma = std::getenv("LOOM_SHM_NO_CMA") != nullptr;
+  const bool no_coop = no_cma || std::getenv("LOOM_SHM_NO_COOP") != nullptr;
   for (int p = 0; p < size; ++p) {
     if (p == rank || !local[static_cast<size_t>(p)]) continue;
     const Record& pr = recs[static_cast<size_t>(p)];
     outbox[static_cast<size_t>(p)] = shm_open_inbox(pr.shm_name);
-    bool ok = std::getenv("LOOM_SHM_NO_CMA") == nullptr && cma_probe(pr.pid, pr.cma_addr);
+    bool ok = !no_cma && cma_probe(pr.pid, pr.cma_addr);
     shm_mark_cma(*inbox, p, ok);
+    coop[static_cast<size_t>(p)] = !no_coop && cma_write_probe(pr.pid, pr.cma_addr);
   }
 
   // TCP: connect to lower ranks, accept from higher ones.
@@ -352,7 +356,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
     if (p == rank) continue;
     if (local[static_cast<size_t>(p)]) {
       links[static_cast<size_t>(p)] = make_shm_link(rank, p, recs[static_cast<size_t>(p)].pid, inbox,
-                                                    outbox[static_cast<size_t>(p)], opts.cma_min_bytes);
+                                                    outbox[static_cast<size_t>(p)], opts.cma_min_bytes,
+                                                    coop[static_cast<size_t>(p)]);
       ++n_shm;
     } else {
       for (int fd : fds[static_cast<size_t>(p)]) set_nonblocking(fd);

@@ -150,9 +150,13 @@ std::string ProcessGroup::describe() const {
   std::lock_guard<std::mutex> g(impl_->exec_mu);
   std::string s = "group '" + impl_->name + "' rank " + std::to_string(impl_->rank) + "/" +
                   std::to_string(impl_->size) + ": " + impl_->transport_desc;
-  if (const Comm* c = impl_->comm.get(); c->doorbell_sleeps() > 0) {
+  const Comm* c = impl_->comm.get();
+  if (c->doorbell_sleeps() > 0) {
     s += detail::str_cat("; waits slept ", c->doorbell_sleeps(), " times on the doorbell (",
                          c->doorbell_timeouts(), " unwoken)");
+  }
+  if (c->bytes_helped() > 0) {
+    s += detail::str_cat("; copied ", c->bytes_helped(), " bytes into peers' receives while waiting");
   }
   if (impl_->last_algo != Algo::kAuto) {
     std::string why;

@@ -5,12 +5,14 @@
 // bit = "by address") and either the bytes themselves, padded to 8, streamed through the ring as space
 // frees, or, for large messages when the kernel allows it, the sender's address: the receiver copies
 // straight from the sender's memory with process_vm_readv (one copy instead of two) and bumps an
-// acknowledgement counter that completes the send.
+// acknowledgement counter that completes the send. A sender with nothing else to do helps with that
+// copy, writing pieces straight into the receiver's memory (Note [Cooperative copies]).
 //
 // Liveness: a stalled link checks every so often that the peer's process still exists and that it
 // has not closed its side; either failure is a DistError naming the peer.
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -30,10 +32,29 @@ namespace loom::dist {
 namespace {
 
 constexpr uint32_t kMagic = 0x6c6f6f6d;  // "loom"
-constexpr uint32_t kVersion = 2;  // 2: the inbox header holds the owner's doorbell
+constexpr uint32_t kVersion = 3;  // 2: the inbox header holds the owner's doorbell; 3: coop copies
 constexpr uint64_t kByAddress = 1ull << 63;
 constexpr int kStallBeforeBuffering = 64;
 constexpr int kStallBetweenLivenessChecks = 4096;
+constexpr int kTicketBits = 24;
+constexpr uint64_t kOffsetMask = (uint64_t{1} << (64 - kTicketBits)) - 1;
+
+// Note [Cooperative copies]
+// A message sent by address is copied by its receiver, one process_vm_readv at a time, while the
+// sender waits for the acknowledgement, often with nothing else to do: a broadcast root, a rank that
+// finished its own receives first. So the receiver publishes its destination and claims the
+// message's pieces (kCoopPiece bytes) from a shared counter; a sender that is idle in wait() claims
+// pieces from the same counter (help()) and writes them into the receiver's memory with
+// process_vm_writev. Whoever runs copies; on two ranks a broadcast moves up to twice as fast, and
+// four ranks on two cores share the copying instead of leaving it to the receivers.
+// The claim word holds the message's ticket beside the offset, and a sender claims with a
+// compare-and-swap that checks it, so a sender still looking at an earlier message can never take a
+// piece of the next one. The receiver acknowledges only when `copied` reaches the length: the
+// sender's buffer stays untouched by either side after that, and the sender's pieces are in place.
+// Receivers copy alone below kCoopMinBytes, when the sender cannot write into the receiver
+// (ptrace rules), or with LOOM_SHM_NO_COOP.
+constexpr uint64_t kCoopPiece = 256u << 10;
+constexpr uint64_t kCoopMinBytes = 2 * kCoopPiece;
 
 struct alignas(64) Ring {
   std::atomic<uint64_t> head;  // written by the producer
@@ -48,8 +69,15 @@ struct alignas(64) Ring {
   std::atomic<uint32_t> consumer_closed;
   std::atomic<uint32_t> consumer_can_read_producer;  // process_vm_readv works consumer <- producer
   char pad3[44];
+  // The by-address message being copied (Note [Cooperative copies]): `claim` packs the message's
+  // ticket (top kTicketBits) and the next offset to copy; `copied` counts bytes either side copied.
+  std::atomic<uint64_t> claim;
+  std::atomic<uint64_t> copied;
+  std::atomic<uint64_t> dst;  // the consumer's destination address
+  std::atomic<uint64_t> len;
+  char pad4[32];
 };
-static_assert(sizeof(Ring) == 256);
+static_assert(sizeof(Ring) == 320);
 
 struct SegHeader {
   uint32_t magic;
@@ -91,9 +119,9 @@ size_t segment_bytes(int slots, size_t ring_bytes) {
 class ShmLink final : public Link {
  public:
   ShmLink(int rank, int peer, int peer_pid, std::shared_ptr<ShmSegment> inbox,
-          std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min)
+          std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min, bool coop)
       : rank_(rank), peer_(peer), peer_pid_(peer_pid), inbox_(std::move(inbox)),
-        outbox_(std::move(peer_inbox)) {
+        outbox_(std::move(peer_inbox)), coop_(coop) {
     in_ = inbox_->ring(peer);
     in_data_ = inbox_->ring_data(peer);
     in_cap_ = inbox_->ring_bytes();
@@ -111,6 +139,31 @@ class ShmLink final : public Link {
   // done (acks). The peer may sleep waiting for any of them, so each progress() that moved rings it.
   Doorbell* doorbell() const override { return &inbox_->header()->bell; }
   void check_alive() override { check_peer(); }
+  uint64_t bytes_helped() const override { return helped_; }
+
+  // Copies pieces of the oldest send the peer is reading by address (Note [Cooperative copies]).
+  bool help() override {
+    if (!coop_ || closed_ || sends_.empty()) return false;
+    Request* r = sends_.front();
+    if (r->parts != 2) return false;
+    const uint64_t ticket = r->done & ((uint64_t{1} << kTicketBits) - 1);
+    bool moved = false;
+    for (;;) {
+      uint64_t cur = out_->claim.load(std::memory_order_acquire);
+      if ((cur >> (64 - kTicketBits)) != ticket) return moved;
+      const uint64_t off = cur & kOffsetMask;
+      if (off >= r->bytes) return moved;
+      if (!out_->claim.compare_exchange_weak(cur, cur + kCoopPiece, std::memory_order_acq_rel)) continue;
+      // The piece is ours, so the receiver waits for it: dst is this message's.
+      const uint64_t dst = out_->dst.load(std::memory_order_relaxed);
+      const size_t n = std::min<uint64_t>(kCoopPiece, r->bytes - off);
+      write_remote(dst + off, r->data + off, n);
+      out_->copied.fetch_add(n, std::memory_order_release);
+      outbox_->header()->bell.notify();  // the receiver may sleep waiting for this piece
+      helped_ += n;
+      moved = true;
+    }
+  }
 
   void post(Request* r) override {
     if (closed_) throw DistError(detail::str_cat("shared-memory link to rank ", peer_, " is closed"));
@@ -229,6 +282,7 @@ class ShmLink final : public Link {
     uint64_t total = 0;
     uint64_t addr = 0;
     size_t got = 0;  // payload bytes consumed, padding included
+    bool shared = false;  // a shared copy was published (Note [Cooperative copies])
     Request* req = nullptr;
     std::vector<char> buf;
   };
@@ -281,7 +335,11 @@ class ShmLink final : public Link {
       }
       char* dst = in_msg_.req ? in_msg_.req->data : in_msg_.buf.data();
       if (in_msg_.by_addr) {
-        read_remote(dst, in_msg_.addr, in_msg_.total);
+        if (in_msg_.total >= kCoopMinBytes) {
+          if (!read_shared(dst, moved)) return moved;  // the sender is still writing a piece
+        } else {
+          read_remote(dst, in_msg_.addr, 0, in_msg_.total);
+        }
         in_->acks.fetch_add(1, std::memory_order_release);
       } else {
         size_t total = round8(in_msg_.total);
@@ -315,19 +373,64 @@ class ShmLink final : public Link {
     }
   }
 
-  void read_remote(char* dst, uint64_t addr, size_t n) {
-    size_t off = 0;
-    while (off < n) {
-      iovec local{dst + off, n - off};
-      iovec remote{reinterpret_cast<void*>(addr + off), n - off};
+  // Copies bytes [begin, end) of the peer's message at `addr` into dst + begin.
+  void read_remote(char* dst, uint64_t addr, size_t begin, size_t end) {
+    size_t off = begin;
+    while (off < end) {
+      iovec local{dst + off, end - off};
+      iovec remote{reinterpret_cast<void*>(addr + off), end - off};
       ssize_t r = ::process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0);
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
-        throw DistError(detail::str_cat("reading ", n, " bytes from rank ", peer_, " (pid ", peer_pid_,
+        throw DistError(detail::str_cat("reading ", end - begin, " bytes from rank ", peer_, " (pid ",
+                                        peer_pid_, ") failed: ", r == 0 ? "no data" : std::strerror(errno)));
+      }
+      off += static_cast<size_t>(r);
+    }
+  }
+
+  // Writes n bytes from src into the peer's memory at addr (the sender's half of a shared copy).
+  void write_remote(uint64_t addr, const char* src, size_t n) {
+    size_t off = 0;
+    while (off < n) {
+      iovec local{const_cast<char*>(src) + off, n - off};
+      iovec remote{reinterpret_cast<void*>(addr + off), n - off};
+      ssize_t r = ::process_vm_writev(peer_pid_, &local, 1, &remote, 1, 0);
+      if (r <= 0) {
+        if (r < 0 && errno == EINTR) continue;
+        throw DistError(detail::str_cat("writing ", n, " bytes into rank ", peer_, " (pid ", peer_pid_,
                                         ") failed: ", r == 0 ? "no data" : std::strerror(errno)));
       }
       off += static_cast<size_t>(r);
     }
+  }
+
+  // The receiver's side of a shared copy (Note [Cooperative copies]): publish, claim pieces until
+  // none is left; true once the sender's pieces are in place too. Until then progress() returns and
+  // Comm::wait() checks the deadline (a sender stopped in the middle of a piece must not hang us).
+  bool read_shared(char* dst, bool& moved) {
+    const uint64_t total = in_msg_.total;
+    if (!in_msg_.shared) {
+      in_msg_.shared = true;
+      const uint64_t ticket = (in_->acks.load(std::memory_order_relaxed) + 1) &
+                              ((uint64_t{1} << kTicketBits) - 1);
+      in_->dst.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
+      in_->len.store(total, std::memory_order_relaxed);
+      in_->copied.store(0, std::memory_order_relaxed);
+      in_->claim.store(ticket << (64 - kTicketBits), std::memory_order_release);
+      outbox_->header()->bell.notify();  // a sleeping sender may come and help
+      uint64_t mine = 0;
+      for (;;) {
+        const uint64_t off = in_->claim.fetch_add(kCoopPiece, std::memory_order_acq_rel) & kOffsetMask;
+        if (off >= total) break;
+        const uint64_t end = std::min(total, off + kCoopPiece);
+        read_remote(dst, in_msg_.addr, off, end);
+        mine += end - off;
+      }
+      moved = true;
+      if (in_->copied.fetch_add(mine, std::memory_order_acq_rel) + mine == total) return true;
+    }
+    return in_->copied.load(std::memory_order_acquire) >= total;
   }
 
   int rank_;
@@ -345,6 +448,8 @@ class ShmLink final : public Link {
   uint64_t out_tail_ = 0;  // cached consumer position
   uint64_t acks_expected_ = 0;
   size_t cma_min_;
+  bool coop_;             // this rank may write into the peer's memory (Note [Cooperative copies])
+  uint64_t helped_ = 0;   // bytes this rank wrote into the peer's receives
   std::deque<Request*> sends_;
   std::deque<Request*> recvs_;
   Incoming in_msg_;
@@ -435,15 +540,23 @@ bool cma_probe(int pid, uint64_t addr) {
   return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == 8 && v == g_cma_probe;
 }
 
+bool cma_write_probe(int pid, uint64_t addr) {
+  uint64_t v = g_cma_probe;  // the value already there: readers of it see no change
+  iovec local{&v, 8};
+  iovec remote{reinterpret_cast<void*>(addr), 8};
+  return ::process_vm_writev(pid, &local, 1, &remote, 1, 0) == 8;
+}
+
 void shm_mark_cma(ShmSegment& inbox, int peer, bool ok) {
   inbox.ring(peer)->consumer_can_read_producer.store(ok ? 1 : 0);
   inbox.ring(peer)->producer_pid.store(0);
 }
 
 std::unique_ptr<Link> make_shm_link(int rank, int peer, int peer_pid, std::shared_ptr<ShmSegment> inbox,
-                                    std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min_bytes) {
+                                    std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min_bytes,
+                                    bool coop_writes) {
   return std::make_unique<ShmLink>(rank, peer, peer_pid, std::move(inbox), std::move(peer_inbox),
-                                   cma_min_bytes);
+                                   cma_min_bytes, coop_writes);
 }
 
 }  // namespace loom::dist

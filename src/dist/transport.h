@@ -57,14 +57,18 @@ struct ShmSetup {
 std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, size_t ring_bytes);
 std::shared_ptr<ShmSegment> shm_open_inbox(const std::string& name);
 void shm_unlink(const std::string& name);
+// coop_writes: this rank may write into the peer's memory (cma_write_probe), so it helps copy the
+// large messages it sends (Note [Cooperative copies] in shm_link.cpp).
 std::unique_ptr<Link> make_shm_link(int rank, int peer, int peer_pid,
                                     std::shared_ptr<ShmSegment> inbox,
-                                    std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min_bytes);
+                                    std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min_bytes,
+                                    bool coop_writes);
 // Single-copy reads (process_vm_readv): each rank publishes cma_probe_address(); a consumer tests
 // cma_probe(peer_pid, addr) and records the answer in its inbox with shm_mark_cma before the links
 // are made, so the producer knows whether it may send by address.
 uint64_t cma_probe_address();
 bool cma_probe(int pid, uint64_t addr);
+bool cma_write_probe(int pid, uint64_t addr);  // process_vm_writev into the peer works
 void shm_mark_cma(ShmSegment& inbox, int peer, bool ok);
 
 }  // namespace loom::dist

@@ -577,6 +577,7 @@ int run_train(const std::vector<std::string>& argv) {
     std::printf("data parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for gradients\n",
                 static_cast<long long>(st.reductions), static_cast<double>(st.bytes_reduced) / 1e6,
                 st.wait_seconds);
+    std::printf("process group: %s\n", par.group->describe().c_str());
   }
   if (!cfg.save_final.empty()) {
     io::TensorMap params;
