@@ -23,6 +23,8 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <memory>
+#include <vector>
 
 #include "dist/transport.h"
 #include "loom/error.h"
@@ -276,6 +278,32 @@ class ShmLink final : public Link {
   }
 
   // ---- consumer side ----
+  // A message kept until its receive is posted. Not zero-filled, and recycled (spare_): a sender
+  // running ahead of its receiver makes many of these, and fresh zeroed memory cost a 32 KiB
+  // broadcast page faults and a memset each (14 us instead of 3.5 per call).
+  struct Held {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+    size_t cap = 0;
+  };
+  static constexpr size_t kMaxSpare = 8;
+
+  Held take_buffer(size_t n) {
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      if (spare_[i].cap >= n) {
+        Held h = std::move(spare_[i]);
+        spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+        h.size = n;
+        return h;
+      }
+    }
+    return Held{std::make_unique_for_overwrite<char[]>(std::max<size_t>(n, 1)), n, std::max<size_t>(n, 1)};
+  }
+
+  void give_back(Held h) {
+    if (spare_.size() < kMaxSpare) spare_.push_back(std::move(h));
+  }
+
   struct Incoming {
     bool active = false;
     bool by_addr = false;
@@ -284,7 +312,7 @@ class ShmLink final : public Link {
     size_t got = 0;  // payload bytes consumed, padding included
     bool shared = false;  // a shared copy was published (Note [Cooperative copies])
     Request* req = nullptr;
-    std::vector<char> buf;
+    Held buf;  // holds the message when no receive was posted for it
   };
 
   void check_size(Request* r, uint64_t total) const {
@@ -298,8 +326,9 @@ class ShmLink final : public Link {
   void match_unexpected() {
     while (!recvs_.empty() && !unexpected_.empty()) {
       Request* r = recvs_.front();
-      check_size(r, unexpected_.front().size());
-      if (r->bytes) std::memcpy(r->data, unexpected_.front().data(), r->bytes);
+      check_size(r, unexpected_.front().size);
+      if (r->bytes) std::memcpy(r->data, unexpected_.front().data.get(), r->bytes);
+      give_back(std::move(unexpected_.front()));
       r->complete = true;
       recvs_.pop_front();
       unexpected_.pop_front();
@@ -329,11 +358,11 @@ class ShmLink final : public Link {
           in_msg_.req = recvs_.front();
           check_size(in_msg_.req, in_msg_.total);
         } else {
-          in_msg_.buf.resize(in_msg_.total);
+          in_msg_.buf = take_buffer(in_msg_.total);
         }
         moved = true;
       }
-      char* dst = in_msg_.req ? in_msg_.req->data : in_msg_.buf.data();
+      char* dst = in_msg_.req ? in_msg_.req->data : in_msg_.buf.data.get();
       if (in_msg_.by_addr) {
         if (in_msg_.total >= kCoopMinBytes) {
           if (!read_shared(dst, moved)) return moved;  // the sender is still writing a piece
@@ -365,6 +394,9 @@ class ShmLink final : public Link {
       if (in_msg_.req) {
         in_msg_.req->complete = true;
         recvs_.pop_front();
+        // The link was busy: a next message already here waits for its receive (kStallBeforeBuffering
+        // counts from now), rather than being copied aside at once because of waits before this one.
+        stall_ = 0;
       } else {
         unexpected_.push_back(std::move(in_msg_.buf));
       }
@@ -453,7 +485,8 @@ class ShmLink final : public Link {
   std::deque<Request*> sends_;
   std::deque<Request*> recvs_;
   Incoming in_msg_;
-  std::deque<std::vector<char>> unexpected_;
+  std::deque<Held> unexpected_;
+  std::vector<Held> spare_;
   int stall_ = 0;
   bool closed_ = false;
 };

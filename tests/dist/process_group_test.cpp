@@ -493,6 +493,51 @@ TEST(ProcessGroup, LargeMessagesAreCopiedByBothSides) {
   expect_ok(res);
 }
 
+// Both ranks send everything before receiving anything, more than a shared-memory ring holds: the
+// messages must be held aside until their receives are posted (or both ranks would wait for ring
+// space forever), in order, with their values, streamed through the rings and read by address.
+TEST(ProcessGroup, MessagesAheadOfTheirReceivesAreHeld) {
+  for (bool streamed : {true, false}) {
+    const int size = 2;
+    auto res = run_processes(size, [&](int rank, const std::string& path) {
+      if (streamed) setenv("LOOM_SHM_NO_CMA", "1", 1);
+      ProcessGroupOptions o;
+      o.transport = "shm";
+      auto pg = make_group(rank, size, path, o);
+      const int peer = 1 - rank;
+      auto pattern = [](int from, int64_t msg, int64_t i) {
+        return static_cast<float>(from * 100000 + msg * 1000 + i % 997);
+      };
+      const std::vector<int64_t> numels = {2, 1025, 25000, 700000, 3, 300000, 700001};
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<std::shared_ptr<Work>> sent;
+        std::vector<Tensor> keep;
+        for (size_t m = 0; m < numels.size(); ++m) {
+          Tensor t = empty({numels[m]}, TensorOptions(kFloat32));
+          float* p = t.data_ptr<float>();
+          for (int64_t i = 0; i < numels[m]; ++i) p[i] = pattern(rank, static_cast<int64_t>(m), i);
+          sent.push_back(pg->send(t, peer, {true}));
+          keep.push_back(t);
+        }
+        for (size_t m = 0; m < numels.size(); ++m) {
+          Tensor t = full({numels[m]}, Scalar(-1.0), TensorOptions(kFloat32));
+          pg->recv(t, peer);
+          const float* p = t.data_ptr<float>();
+          for (int64_t i = 0; i < numels[m]; ++i) {
+            CHILD_CHECK(p[i] == pattern(peer, static_cast<int64_t>(m), i),
+                        "message " << m << " element " << i << " is " << p[i]);
+          }
+        }
+        for (auto& w : sent) w->wait();
+      }
+    });
+    for (size_t r = 0; r < res.size(); ++r) {
+      EXPECT_EQ(res[r].exit_code, 0) << (streamed ? "streamed" : "by address") << ", rank " << r << ": "
+                                     << res[r].output;
+    }
+  }
+}
+
 // ---- faults ----
 
 TEST(ProcessGroup, DeadRankIsNamedWithinTheTimeout) {
