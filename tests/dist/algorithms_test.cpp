@@ -132,11 +132,17 @@ TEST(AllreduceSelect, ThresholdsAndReasons) {
   EXPECT_EQ(choose_allreduce((16 << 10) + 4, 2, Algo::kAuto), Algo::kRing);
   EXPECT_EQ(choose_allreduce(4096, 8, Algo::kAuto, &why), Algo::kRhd);
   EXPECT_CONTAINS(why, "latency dominates");
-  // The boundary: blocks of 2 KiB.
-  EXPECT_EQ(choose_allreduce((16 << 10) - 1, 8, Algo::kAuto), Algo::kRhd);
-  EXPECT_EQ(choose_allreduce(16 << 10, 8, Algo::kAuto, &why), Algo::kRing);
+  // Not a power of two: the boundary is blocks of 2 KiB.
+  EXPECT_EQ(choose_allreduce((12 << 10) - 1, 6, Algo::kAuto), Algo::kRhd);
+  EXPECT_EQ(choose_allreduce(12 << 10, 6, Algo::kAuto, &why), Algo::kRing);
   EXPECT_CONTAINS(why, "blocks of 2048 >= 2048");
   EXPECT_EQ(choose_allreduce(64 << 10, 3, Algo::kAuto), Algo::kRing);
+  // A power of two: halving-doubling up to 2 MiB, then the ring.
+  EXPECT_EQ(choose_allreduce(16 << 10, 8, Algo::kAuto, &why), Algo::kRhd);
+  EXPECT_CONTAINS(why, "power of two");
+  EXPECT_EQ(choose_allreduce(2 << 20, 4, Algo::kAuto), Algo::kRhd);
+  EXPECT_EQ(choose_allreduce((2 << 20) + 4, 4, Algo::kAuto, &why), Algo::kRing);
+  EXPECT_CONTAINS(why, "ring");
   EXPECT_EQ(choose_allreduce(16, 5, Algo::kDbt, &why), Algo::kDbt);
   EXPECT_CONTAINS(why, "forced");
   EXPECT_EQ(choose_allreduce(16, 5, Algo::kTree), Algo::kTree);
