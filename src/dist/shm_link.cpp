@@ -12,7 +12,6 @@
 // has not closed its side; either failure is a DistError naming the peer.
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -75,9 +74,8 @@ struct alignas(64) Ring {
   // ticket (top kTicketBits) and the next offset to copy; `copied` counts bytes either side copied.
   std::atomic<uint64_t> claim;
   std::atomic<uint64_t> copied;
-  std::atomic<uint64_t> dst;  // the consumer's destination address
-  std::atomic<uint64_t> len;
-  char pad4[32];
+  std::atomic<uint64_t> dst;  // the consumer's destination address (the length is the message's)
+  char pad4[40];
 };
 static_assert(sizeof(Ring) == 320);
 
@@ -447,7 +445,6 @@ class ShmLink final : public Link {
       const uint64_t ticket = (in_->acks.load(std::memory_order_relaxed) + 1) &
                               ((uint64_t{1} << kTicketBits) - 1);
       in_->dst.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
-      in_->len.store(total, std::memory_order_relaxed);
       in_->copied.store(0, std::memory_order_relaxed);
       in_->claim.store(ticket << (64 - kTicketBits), std::memory_order_release);
       outbox_->header()->bell.notify();  // a sleeping sender may come and help
