@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <thread>
 
 #include "loom/config.h"
@@ -23,29 +24,22 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-std::chrono::microseconds yield_from_config() {
+constexpr int64_t kDefaultWaitUs = 1000;  // LOOM_DIST_SPIN_US and LOOM_DIST_YIELD_US
+
+// A waiting budget in microseconds (Note [Waiting]).
+std::chrono::microseconds wait_budget(const char* name) {
   static const bool declared = [] {
-    config::declare("LOOM_DIST_YIELD_US", "1000",
+    config::declare("LOOM_DIST_SPIN_US", std::to_string(kDefaultWaitUs),
+                    "microseconds a waiting rank spins before it sleeps (Note [Waiting] in "
+                    "src/dist/comm.cpp)");
+    config::declare("LOOM_DIST_YIELD_US", std::to_string(kDefaultWaitUs),
                     "microseconds a waiting rank of an oversubscribed host yields before it sleeps "
                     "(Note [Waiting] in src/dist/comm.cpp)");
     return true;
   }();
   (void)declared;
-  const int64_t us = config::get_int("LOOM_DIST_YIELD_US", 1000);
-  LOOM_CHECK(us >= 0, "[dist] LOOM_DIST_YIELD_US must be >= 0 but is ", us);
-  return std::chrono::microseconds(us);
-}
-
-std::chrono::microseconds spin_from_config() {
-  static const bool declared = [] {
-    config::declare("LOOM_DIST_SPIN_US", "1000",
-                    "microseconds a waiting rank spins before it sleeps (Note [Waiting] in "
-                    "src/dist/comm.cpp)");
-    return true;
-  }();
-  (void)declared;
-  const int64_t us = config::get_int("LOOM_DIST_SPIN_US", 1000);
-  LOOM_CHECK(us >= 0, "[dist] LOOM_DIST_SPIN_US must be >= 0 but is ", us);
+  const int64_t us = config::get_int(name, kDefaultWaitUs);
+  LOOM_CHECK(us >= 0, "[dist] ", name, " must be >= 0 but is ", us);
   return std::chrono::microseconds(us);
 }
 
@@ -72,8 +66,8 @@ Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
     : rank_(rank),
       size_(size),
       links_(std::move(links)),
-      spin_(spin_from_config()),
-      yield_(yield_from_config()) {
+      spin_(wait_budget("LOOM_DIST_SPIN_US")),
+      yield_(wait_budget("LOOM_DIST_YIELD_US")) {
   LOOM_INTERNAL_ASSERT(static_cast<int>(links_.size()) == size, "links for every rank");
 }
 
@@ -113,19 +107,24 @@ void Comm::fail(int peer, const std::string& why) {
   throw DistError(msg);
 }
 
-bool Comm::progress_once() {
+// Runs `step` on every link with pending requests; a link's DistError names the peer and the
+// running collective (fail).
+bool Comm::each_pending(bool (Link::*step)()) {
   bool moved = false;
   for (int p = 0; p < size_; ++p) {
     Link* l = links_[static_cast<size_t>(p)].get();
     if (!l || !l->has_pending()) continue;
     try {
-      moved |= l->progress();
+      moved |= (l->*step)();
     } catch (const DistError& e) {
       fail(p, e.what());
     }
   }
   return moved;
 }
+
+bool Comm::progress_once() { return each_pending(&Link::progress); }
+bool Comm::help_once() { return each_pending(&Link::help); }
 
 // Note [Waiting]
 // A rank waiting for a peer spins on progress() while it has a core to itself: a shared-memory
@@ -168,7 +167,9 @@ void Comm::wait(Request* r) {
   std::vector<pollfd> fds;
   while (!r->complete) {
     if (closed_) fail(r->peer, "the group was aborted");
-    if (progress_once() || help_once()) {
+    // Helping a peer (a large message it reads) is looked for every 8 idle rounds, off the path
+    // of small messages, which land within a few.
+    if (progress_once() || ((idle & 7) == 0 && help_once())) {
       idle = 0;
       idle_since = {};
       idle_for = {};
@@ -234,20 +235,6 @@ void Comm::block(Request* r, std::vector<pollfd>& fds) {
   } else {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-}
-
-bool Comm::help_once() {
-  bool moved = false;
-  for (int p = 0; p < size_; ++p) {
-    Link* l = links_[static_cast<size_t>(p)].get();
-    if (!l || !l->has_pending()) continue;
-    try {
-      moved |= l->help();
-    } catch (const DistError& e) {
-      fail(p, e.what());
-    }
-  }
-  return moved;
 }
 
 uint64_t Comm::bytes_helped() const {

@@ -152,6 +152,7 @@ class LOOM_API Comm {
 
  private:
   [[noreturn]] void fail(int peer, const std::string& why);
+  bool each_pending(bool (Link::*step)());
   bool progress_once();
   void block(Request* r, std::vector<struct pollfd>& fds);
   bool help_once();
