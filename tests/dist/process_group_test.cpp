@@ -429,8 +429,9 @@ TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {
     const size_t open = d.find('(', at);
     const long unwoken = std::atol(d.c_str() + open + 1);
     CHILD_CHECK(sleeps >= 10, d);
-    // Tolerates a peer descheduled for 10 ms now and then on a loaded machine, not lost wake-ups.
-    CHILD_CHECK(unwoken * 20 <= sleeps, d);
+    // Tolerates a peer descheduled for 10 ms now and then on a loaded machine, not lost wake-ups
+    // (without notifications every sleep runs to its bound).
+    CHILD_CHECK(unwoken * 4 <= sleeps, d);
   });
   expect_ok(res);
 }
