@@ -9,8 +9,9 @@
 //   - A message may arrive before its receive is posted (the transport keeps it), so posting order
 //     between different peers cannot deadlock. Algorithms still post receives before waiting on sends
 //     so that large messages go straight into their destination.
-//   - wait() drives progress on every link with pending requests and blocks (spin, then yield or
-//     poll) until the request completes. It throws DistError when a peer's link breaks and when the
+//   - wait() drives progress on every link with pending requests, helps peers with the sends they
+//     are copying (Link::help) and blocks (spin or yield, then a doorbell or poll()) until the
+//     request completes. It throws DistError when a peer's link breaks and when the
 //     deadline passes, naming the peer and the running collective (set_context).
 //   - Sending to or receiving from oneself is not allowed: algorithms copy locally.
 //
@@ -134,8 +135,8 @@ class LOOM_API Comm {
   // page-fault fresh memory each call). Slot 0 and 1 are independent buffers.
   char* scratch(size_t bytes, int slot = 0);
 
-  // More ranks than cores on this host: waits yield at once instead of spinning (Note [Waiting]).
-  // Otherwise a wait spins for LOOM_DIST_SPIN_US (read when the Comm is made), then sleeps.
+  // More ranks than cores on this host: waits yield for LOOM_DIST_YIELD_US instead of spinning for
+  // LOOM_DIST_SPIN_US (both read when the Comm is made), then sleep (Note [Waiting]).
   void set_oversubscribed(bool on) { oversubscribed_ = on; }
   bool oversubscribed() const { return oversubscribed_; }
   // Waits that slept on a doorbell, and those of them no peer ended (they ran to kMaxSleep).
