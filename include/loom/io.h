@@ -55,6 +55,19 @@ LOOM_API SafetensorsFile load_safetensors(const std::string& path);
 // file's permission bits are kept; a new file gets 0666 minus the umask.
 LOOM_API void atomic_write_file(const std::string& path, std::string_view bytes);
 
+// What remove_orphan_temp_files removed.
+struct OrphanSweep {
+  std::vector<std::string> files;  // names within the directory
+  uint64_t bytes = 0;
+};
+
+// Removes the temporary files (`NAME.tmp.<pid>.<n>`) that atomic writes in `dir` left behind when
+// their writer was killed mid-write. A writer locks its temporary while it writes, so only files
+// that no live process holds are removed: never a write in progress. A file whose pid is alive but
+// unlocked (the pid was reused) goes once it is min_age_seconds old. A missing directory is not an
+// error.
+LOOM_API OrphanSweep remove_orphan_temp_files(const std::string& dir, double min_age_seconds = 60.0);
+
 // The whole content of a file; DataError naming the path and the system error when it cannot be
 // read.
 LOOM_API std::string read_file(const std::string& path);

@@ -90,8 +90,16 @@ class LOOM_API Optimizer {
 
  protected:
   Optimizer() = default;
-  // Validates the parameters (floating-point leaves, not already in a group) and appends the group.
+  // Validates the parameters (floating-point leaves, not already in a group) and the options
+  // (check_options), and appends the group.
   void add_group(std::vector<Tensor> params, std::vector<std::pair<std::string, double>> options);
+  // Throws ValueError when a hyperparameter of `options` is out of its range (a learning rate of
+  // -1, a beta of 2, a NaN); `where` starts the message ("[Adam] " or, for load_state_dict,
+  // "[Adam.load_state_dict] param_groups.0: "). Called for new groups and for every group a
+  // load_state_dict would install, so a state never brings in values the constructor refuses.
+  // Optional: the default accepts everything.
+  virtual void check_options(const std::vector<std::pair<std::string, double>>& options,
+                             const std::string& where) const;
   ParamState& mutable_state(const Tensor& param);
   // The per-parameter state names this optimizer uses ("momentum_buffer", "exp_avg", "step", ...).
   virtual bool is_state_name(std::string_view name) const = 0;
@@ -124,6 +132,8 @@ class LOOM_API SGD : public Optimizer {
 
  protected:
   bool is_state_name(std::string_view name) const override;
+  void check_options(const std::vector<std::pair<std::string, double>>& options,
+                     const std::string& where) const override;
 
  private:
   SGDOptions defaults_;
@@ -154,6 +164,8 @@ class LOOM_API Adam : public Optimizer {
  protected:
   Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay);
   bool is_state_name(std::string_view name) const override;
+  void check_options(const std::vector<std::pair<std::string, double>>& options,
+                     const std::string& where) const override;
 
  private:
   AdamOptions defaults_;
@@ -213,6 +225,8 @@ class LOOM_API LRScheduler {
   // Settings for state_dict: subclasses list theirs and read them back.
   virtual void settings(SchedulerState& out) const {}
   virtual void load_settings(const SchedulerState& state) {}
+  static int64_t require_int(const SchedulerState& state, const std::string& key, const std::string& who,
+                             int64_t min);
   static double require(const SchedulerState& state, const std::string& key,
                         const std::string& who);
 

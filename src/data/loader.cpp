@@ -374,9 +374,12 @@ void Loader::load_state(const LoaderState& s) {
                ", seed ", s.seed, "); this loader: ", describe());
   }
   LOOM_CHECK(s.consumed >= 0, "[data.Loader] negative consumed ", s.consumed);
+  LOOM_CHECK(s.consumed <= order_->epoch_size(opt_.world), "[data.Loader] cannot resume: consumed = ", s.consumed,
+             " is past the end of epoch ", s.epoch, ", which has ", order_->epoch_size(opt_.world), " positions for ",
+             opt_.world, " rank(s)");
   stop();
   epoch_ = s.epoch;
-  start_ = std::min(s.consumed, order_->epoch_size(opt_.world));
+  start_ = s.consumed;
   start();
 }
 

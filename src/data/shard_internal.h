@@ -62,13 +62,11 @@ inline void store_u64(void* p, uint64_t v) {
   std::memcpy(p, &v, 8);
 }
 
-// The CRC32C of A followed by B, from crc32c(A), crc32c(B) and B's length. Lets the writer hash the
-// records as they stream out and prepend the header, which is known only at the end.
-uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
-
-// "0000abcd" and back; parse returns false unless `s` is exactly 8 hex digits.
-std::string crc_hex(uint32_t crc);
-bool parse_crc_hex(const std::string& s, uint32_t* out);
+// crc32c_combine lets the writer hash the records as they stream out and prepend the header, which
+// is known only at the end (loom/crc32c.h).
+using loom::crc32c_combine;
+inline std::string crc_hex(uint32_t crc) { return crc32c_hex(crc); }
+inline bool parse_crc_hex(const std::string& s, uint32_t* out) { return parse_crc32c_hex(s, out); }
 
 // "shard-00042.lsh".
 std::string shard_file_name(int index);

@@ -1,13 +1,17 @@
 // POSIX file helpers: atomic replacement of a file and positional reads. See file_util.h.
 #include "io/file_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
+#include <vector>
 
 #include "loom/error.h"
 #include "loom/io.h"
@@ -38,6 +42,13 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temp_nam
     LOOM_THROW(DataError, "[io] cannot write ", path_, ": creating the temporary file ", tmp_,
                " failed: ", std::strerror(err));
   }
+  // Note [Orphaned temporaries]: the writer holds a lock on its temporary until it is renamed or
+  // removed. The kernel drops the lock when the process dies, however it dies, so a temporary that
+  // nobody locks was left by a writer that is gone (remove_orphan_temp_files).
+  struct flock lk {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  ::fcntl(fd_, F_OFD_SETLK, &lk);  // best effort: a file system without locks falls back to pid checks
   // Replacing a file should not change who may read it.
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::fchmod(fd_, st.st_mode & 07777);
@@ -149,6 +160,65 @@ size_t InputFile::read_at(uint64_t offset, void* data, size_t nbytes) const {
 }  // namespace loom::io::detail
 
 namespace loom::io {
+
+namespace {
+
+// "<name>.tmp.<pid>.<counter>" -> pid, or -1 when `file` is not a temporary of AtomicFile.
+long temp_owner(const std::string& file) {
+  const size_t tag = file.rfind(".tmp.");
+  if (tag == std::string::npos || tag == 0) return -1;
+  const std::string rest = file.substr(tag + 5);
+  const size_t dot = rest.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == rest.size()) return -1;
+  long pid = 0;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (i == dot) continue;
+    if (rest[i] < '0' || rest[i] > '9') return -1;
+    if (i < dot) pid = pid * 10 + (rest[i] - '0');
+    if (pid > (1L << 30)) return -1;
+  }
+  return pid;
+}
+
+bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+OrphanSweep remove_orphan_temp_files(const std::string& dir, double min_age_seconds) {
+  OrphanSweep out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;  // nothing there yet
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  const time_t now = ::time(nullptr);
+  for (const std::string& name : names) {
+    const long pid = temp_owner(name);
+    if (pid < 0) continue;
+    const std::string path = dir + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat st {};
+    bool orphan = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (orphan) {
+      // A live writer holds its lock from creation to rename (Note [Orphaned temporaries]); a
+      // temporary nobody locks is orphaned once its pid is gone, or, when that pid now belongs to
+      // another process, once it is older than the moment between a writer's open and its lock.
+      struct flock lk {};
+      lk.l_type = F_RDLCK;
+      lk.l_whence = SEEK_SET;
+      const bool locked = ::fcntl(fd, F_OFD_GETLK, &lk) == 0 ? lk.l_type != F_UNLCK : process_alive(pid);
+      const double age = difftime(now, st.st_mtime);
+      orphan = !locked && (!process_alive(pid) || age >= min_age_seconds);
+    }
+    ::close(fd);
+    if (orphan && ::unlink(path.c_str()) == 0) {
+      out.files.push_back(name);
+      out.bytes += static_cast<uint64_t>(st.st_size);
+    }
+  }
+  return out;
+}
 
 void atomic_write_file(const std::string& path, std::string_view bytes) {
   detail::AtomicFile file(path);

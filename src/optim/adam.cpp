@@ -10,15 +10,7 @@
 namespace loom::optim {
 namespace {
 
-std::vector<std::pair<std::string, double>> to_options(const AdamOptions& o, const char* who) {
-  LOOM_CHECK(o.lr >= 0.0, "[", who, "] invalid learning rate: ", o.lr, " (expected >= 0)");
-  LOOM_CHECK(o.eps >= 0.0, "[", who, "] invalid epsilon value: ", o.eps, " (expected >= 0)");
-  LOOM_CHECK(o.betas[0] >= 0.0 && o.betas[0] < 1.0, "[", who,
-             "] invalid beta parameter at index 0: ", o.betas[0], " (expected in [0, 1))");
-  LOOM_CHECK(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "[", who,
-             "] invalid beta parameter at index 1: ", o.betas[1], " (expected in [0, 1))");
-  LOOM_CHECK(o.weight_decay >= 0.0, "[", who, "] invalid weight_decay value: ", o.weight_decay,
-             " (expected >= 0)");
+std::vector<std::pair<std::string, double>> to_options(const AdamOptions& o) {
   return {{"lr", o.lr},
           {"beta1", o.betas[0]},
           {"beta2", o.betas[1]},
@@ -58,14 +50,34 @@ Adam::Adam(std::vector<Tensor> params, const AdamOptions& options)
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options, bool decoupled_weight_decay)
     : defaults_(options), decoupled_(decoupled_weight_decay) {
-  add_group(std::move(params), to_options(options, decoupled_ ? "AdamW" : "Adam"));
+  add_group(std::move(params), to_options(options));
 }
 
 AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& options)
     : Adam(std::move(params), options, true) {}
 
 void Adam::add_param_group(std::vector<Tensor> params, const AdamOptions& options) {
-  add_group(std::move(params), to_options(options, decoupled_ ? "AdamW" : "Adam"));
+  add_group(std::move(params), to_options(options));
+}
+
+void Adam::check_options(const std::vector<std::pair<std::string, double>>& options,
+                         const std::string& where) const {
+  ParamGroup g;
+  g.options = options;
+  const double lr = g.get("lr"), eps = g.get("eps"), b1 = g.get("beta1"), b2 = g.get("beta2");
+  const double wd = g.get("weight_decay");
+  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr, " (expected >= 0)");
+  LOOM_CHECK(eps >= 0.0 && std::isfinite(eps), where, "invalid epsilon value: eps = ", eps, " (expected >= 0)");
+  LOOM_CHECK(b1 >= 0.0 && b1 < 1.0, where, "invalid beta parameter at index 0: beta1 = ", b1,
+             " (expected in [0, 1))");
+  LOOM_CHECK(b2 >= 0.0 && b2 < 1.0, where, "invalid beta parameter at index 1: beta2 = ", b2,
+             " (expected in [0, 1))");
+  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where, "invalid weight_decay value: weight_decay = ", wd,
+             " (expected >= 0)");
+  for (const char* flag : {"amsgrad", "maximize"}) {
+    const double f = g.get(flag);
+    LOOM_CHECK(f == 0.0 || f == 1.0, where, flag, " = ", f, " (expected 0 or 1)");
+  }
 }
 
 bool Adam::is_state_name(std::string_view name) const {

@@ -8,6 +8,7 @@
 
 #include "loom/error.h"
 #include "loom/optim.h"
+#include "loom/parse.h"
 
 namespace loom::optim {
 
@@ -54,9 +55,20 @@ void LRScheduler::restart() {
 double LRScheduler::require(const SchedulerState& state, const std::string& key,
                             const std::string& who) {
   for (const auto& [k, v] : state) {
-    if (k == key) return v;
+    if (k == key) {
+      LOOM_CHECK(std::isfinite(v), "[", who, ".load_state_dict] \"", key, "\" is ", v, " (expected a finite number)");
+      return v;
+    }
   }
   LOOM_THROW(ValueError, "[", who, ".load_state_dict] the state has no \"", key, "\"");
+}
+
+int64_t LRScheduler::require_int(const SchedulerState& state, const std::string& key, const std::string& who,
+                                 int64_t min) {
+  const double v = require(state, key, who);
+  LOOM_CHECK(v == std::floor(v) && v >= static_cast<double>(min) && v <= 9007199254740992.0, "[", who,
+             ".load_state_dict] \"", key, "\" is ", v, " (expected a whole number of at least ", min, ")");
+  return static_cast<int64_t>(v);
 }
 
 SchedulerState LRScheduler::state_dict() const {
@@ -77,15 +89,23 @@ void LRScheduler::load_state_dict(const SchedulerState& state) {
   LOOM_CHECK(!state.empty(), "[", name(), ".load_state_dict] the state is empty");
   for (const auto& [k, v] : state) {
     if (k.rfind("base_lrs.", 0) == 0) {
-      LOOM_CHECK(std::stoul(k.substr(9)) < n, "[", name(), ".load_state_dict] \"", k,
+      std::string what = "[";
+      what += name();
+      what += ".load_state_dict] the group of \"";
+      what += k;
+      what += "\"";
+      const int64_t g = parse_int(k.substr(9), what, 0);
+      LOOM_CHECK(g < static_cast<int64_t>(n), "[", name(), ".load_state_dict] \"", k,
                  "\" does not fit this scheduler's ", n, " parameter groups");
     }
   }
-  const auto epoch = static_cast<int64_t>(require(state, "last_epoch", name()));
+  const int64_t epoch = require_int(state, "last_epoch", name(), 0);
   std::vector<double> base(n), last(n);
   for (size_t g = 0; g < n; ++g) {
     base[g] = require(state, "base_lrs." + std::to_string(g), name());
     last[g] = require(state, "last_lr." + std::to_string(g), name());
+    LOOM_CHECK(base[g] >= 0 && last[g] >= 0, "[", name(), ".load_state_dict] group ", g,
+               " has a negative learning rate (base_lrs ", base[g], ", last_lr ", last[g], ")");
   }
   load_settings(state);
   last_epoch_ = epoch;
@@ -156,8 +176,11 @@ void CosineAnnealingLR::settings(SchedulerState& out) const {
 }
 
 void CosineAnnealingLR::load_settings(const SchedulerState& s) {
-  t_max_ = static_cast<int64_t>(require(s, "T_max", name()));
-  eta_min_ = require(s, "eta_min", name());
+  const int64_t t_max = require_int(s, "T_max", name(), 1);
+  const double eta_min = require(s, "eta_min", name());
+  LOOM_CHECK(eta_min >= 0, "[", name(), ".load_state_dict] \"eta_min\" is ", eta_min, " (expected >= 0)");
+  t_max_ = t_max;
+  eta_min_ = eta_min;
 }
 
 // ---- LinearWarmup ----
@@ -223,8 +246,12 @@ void LinearWarmup::settings(SchedulerState& out) const {
 }
 
 void LinearWarmup::load_settings(const SchedulerState& s) {
-  warmup_ = static_cast<int64_t>(require(s, "warmup_steps", name()));
-  start_factor_ = require(s, "start_factor", name());
+  const int64_t warmup = require_int(s, "warmup_steps", name(), 0);
+  const double start_factor = require(s, "start_factor", name());
+  LOOM_CHECK(start_factor > 0.0 && start_factor <= 1.0, "[", name(), ".load_state_dict] \"start_factor\" is ",
+             start_factor, " (expected in (0, 1])");
+  warmup_ = warmup;
+  start_factor_ = start_factor;
 }
 
 SchedulerState LinearWarmup::state_dict() const {

@@ -94,11 +94,17 @@ void Optimizer::add_group(std::vector<Tensor> params,
     LOOM_CHECK(fresh.insert(p.impl()).second, "[", name(), "] parameter ", i, " (shape ",
                p.shape_str(), ") appears twice in the parameter list");
   }
+  std::string where = "[";
+  where += name();
+  where += "] ";
+  check_options(options, where);
   ParamGroup g;
   g.params = std::move(params);
   g.options = std::move(options);
   groups_.push_back(std::move(g));
 }
+
+void Optimizer::check_options(const std::vector<std::pair<std::string, double>>&, const std::string&) const {}
 
 ParamState& Optimizer::mutable_state(const Tensor& param) {
   return state_[param.impl()];
@@ -213,15 +219,20 @@ void Optimizer::load_state_dict(const OptimizerState& st) {
     }
     pending.push_back(Pending{&p, sname, std::move(value)});
   }
-  // Apply.
+  // The hyperparameters each group would have, checked as the constructor checks them.
+  std::vector<ParamGroup> next_options(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
+    next_options[g].options = groups_[g].options;
     for (const auto& [k, v] : st.scalars) {
       const std::string prefix = "param_groups." + std::to_string(g) + ".";
       if (k.rfind(prefix, 0) == 0 && k != group_key(g, "num_params")) {
-        groups_[g].set(k.substr(prefix.size()), v);
+        next_options[g].set(k.substr(prefix.size()), v);
       }
     }
+    check_options(next_options[g].options, who + "param_groups." + std::to_string(g) + ": ");
   }
+  // Apply.
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(next_options[g].options);
   state_.clear();
   for (auto& pd : pending) mutable_state(*pd.param).set(pd.name, std::move(pd.value));
 }

@@ -1,4 +1,6 @@
 // SGD with momentum, dampening, Nesterov momentum and weight decay (torch.optim.SGD).
+#include <cmath>
+
 #include "loom/autograd.h"
 #include "loom/error.h"
 #include "loom/ops.h"
@@ -9,13 +11,6 @@ namespace loom::optim {
 namespace {
 
 std::vector<std::pair<std::string, double>> to_options(const SGDOptions& o) {
-  LOOM_CHECK(o.lr >= 0.0, "[SGD] invalid learning rate: ", o.lr, " (expected >= 0)");
-  LOOM_CHECK(o.momentum >= 0.0, "[SGD] invalid momentum value: ", o.momentum, " (expected >= 0)");
-  LOOM_CHECK(o.weight_decay >= 0.0, "[SGD] invalid weight_decay value: ", o.weight_decay,
-             " (expected >= 0)");
-  LOOM_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0),
-             "[SGD] nesterov momentum requires a momentum > 0 and zero dampening (got momentum=",
-             o.momentum, ", dampening=", o.dampening, ")");
   return {{"lr", o.lr},
           {"momentum", o.momentum},
           {"dampening", o.dampening},
@@ -51,6 +46,27 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& options) : defaults_(opti
 
 void SGD::add_param_group(std::vector<Tensor> params, const SGDOptions& options) {
   add_group(std::move(params), to_options(options));
+}
+
+void SGD::check_options(const std::vector<std::pair<std::string, double>>& options,
+                        const std::string& where) const {
+  ParamGroup g;
+  g.options = options;
+  const double lr = g.get("lr"), momentum = g.get("momentum"), dampening = g.get("dampening");
+  const double wd = g.get("weight_decay"), nesterov = g.get("nesterov");
+  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr, " (expected >= 0)");
+  LOOM_CHECK(momentum >= 0.0 && std::isfinite(momentum), where, "invalid momentum value: momentum = ", momentum,
+             " (expected >= 0)");
+  LOOM_CHECK(std::isfinite(dampening), where, "invalid dampening value: dampening = ", dampening);
+  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where, "invalid weight_decay value: weight_decay = ", wd,
+             " (expected >= 0)");
+  for (const char* flag : {"nesterov", "maximize"}) {
+    const double f = g.get(flag);
+    LOOM_CHECK(f == 0.0 || f == 1.0, where, flag, " = ", f, " (expected 0 or 1)");
+  }
+  LOOM_CHECK(nesterov == 0.0 || (momentum > 0.0 && dampening == 0.0), where,
+             "nesterov momentum requires a momentum > 0 and zero dampening (got momentum=", momentum,
+             ", dampening=", dampening, ")");
 }
 
 bool SGD::is_state_name(std::string_view name) const {

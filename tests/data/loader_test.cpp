@@ -14,6 +14,7 @@
 #include "loom/data/loader.h"
 #include "loom/data/shard.h"
 #include "loom/error.h"
+#include "test_errors.h"
 #include "temp_dir.h"
 
 namespace loom::data {
@@ -231,6 +232,23 @@ TEST(Loader, StateIsCheckedAgainstTheConfiguration) {
   Loader c(ds, o);
   EXPECT_THROW(c.load_state(s), ValueError);
   EXPECT_THROW(LoaderState::from_json(Json::parse("{\"epoch\": 1}", "state")), DataError);
+}
+
+// A state past the end of the epoch was clamped to the end (so a resumed run silently skipped the
+// rest of the epoch); it is an error naming the position and the epoch's size.
+TEST(Loader, StatePastTheEndOfTheEpochIsRefused) {
+  TestData data(40);
+  auto ds = data.open();
+  LoaderOptions o;
+  o.batch_size = 4;
+  Loader a(ds, o);
+  LoaderState s = a.state();
+  s.consumed = 40;  // the end itself is a valid place to stand
+  a.load_state(s);
+  EXPECT_FALSE(a.next().has_value());
+  s.consumed = 2000;
+  const std::string m = loom::testing::error_of<ValueError>([&] { a.load_state(s); });
+  EXPECT_NE(m.find("consumed = 2000 is past the end of epoch 0, which has 40 positions for 1 rank(s)"), std::string::npos) << m;
 }
 
 TEST(Loader, BreakingOutEarlyAndKeepingBatchesNeverDeadlocks) {

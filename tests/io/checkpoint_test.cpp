@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "loom/checkpoint.h"
 #include "loom/ops.h"
 #include "test_errors.h"
@@ -69,6 +71,81 @@ TEST(Checkpoint, MismatchedStepBetweenFilesIsDetected) {
   const std::string b = io::save_checkpoint(d.path, 6, state(2.0f), Json::object(), 5);
   fs::copy_file(a + ".safetensors", b + ".safetensors", fs::copy_options::overwrite_existing);
   EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "different step");
+}
+
+TEST(Checkpoint, AFlippedBitInATensorIsCaughtAndNamed) {
+  TempDir d;
+  const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
+  // The last byte of the file is the last byte of the last tensor's data.
+  std::fstream f(prefix + ".safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-8, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(-8, std::ios::end);
+  f.write(&c, 1);
+  f.close();
+  const std::string msg = error_of<DataError>([&] { io::load_latest_checkpoint(d.path); });
+  EXPECT_CONTAINS(msg, "step-000000005.safetensors: the bytes of tensor 'optim.state.0.step' fail their CRC32C");
+  EXPECT_CONTAINS(msg, "the file is corrupt");
+}
+
+TEST(Checkpoint, AnEditedSidecarFailsItsChecksum) {
+  TempDir d;
+  const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
+  auto c = io::load_latest_checkpoint(d.path);
+  ASSERT_TRUE(c.has_value() && c->verified);
+  std::string text = io::read_file(prefix + ".json");
+  text.replace(text.find("\"epoch\": 1"), 10, "\"epoch\": 2");
+  io::atomic_write_file(prefix + ".json", text);
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "step-000000005.json fails its CRC32C");
+  // Whitespace is not content: the checksum covers the JSON value, not its layout.
+  Json side = Json::parse(io::read_file(prefix + ".json"), "x");
+  side.at("epoch") = Json(1);
+  io::atomic_write_file(prefix + ".json", side.dump(4));
+  EXPECT_TRUE(io::load_latest_checkpoint(d.path).has_value());
+}
+
+TEST(Checkpoint, ATensorMissingFromTheFileOrRenamedIsCaught) {
+  TempDir d;
+  const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object());
+  io::save_safetensors(prefix + ".safetensors", {{"model.w", full({2, 3}, 1.0f)}}, {{"loom_step", "5"}});
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "holds 1 tensors but its sidecar lists 2");
+  io::save_safetensors(prefix + ".safetensors", {{"model.v", full({2, 3}, 1.0f)}, {"optim.state.0.step", from_vector<int64_t>({7})}},
+                       {{"loom_step", "5"}});
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "tensor 0 is 'model.v' but the sidecar lists 'model.w'");
+}
+
+TEST(Checkpoint, KeepsTheNewestKAndAtLeastOne) {
+  TempDir d;
+  for (int step = 1; step <= 5; ++step) io::save_checkpoint(d.path, step, state(1.0f), Json::object(), /*keep=*/1);
+  int jsons = 0;
+  for (const auto& e : fs::directory_iterator(d.path)) jsons += e.path().extension() == ".json";
+  EXPECT_EQ(jsons, 1);
+  EXPECT_EQ(io::load_latest_checkpoint(d.path)->step, 5);
+}
+
+TEST(OrphanTemporaries, OnlyUnlockedFilesOfDeadWritersGo) {
+  TempDir d;
+  // A temporary of a process that is gone (pid 2^22 + 1 is above any pid_max default), and files
+  // that only look alike.
+  std::ofstream(d.path + "/step-000000001.safetensors.tmp.4194305.0") << "partial";
+  std::ofstream(d.path + "/notes.tmp.txt") << "keep";
+  std::ofstream(d.path + "/step-000000001.json") << "{}";
+  // A temporary named after this (live) process that nobody locks: kept while young, removed once
+  // older than the threshold (its pid was reused).
+  std::ofstream(d.path + "/latest.tmp." + std::to_string(::getpid()) + ".9") << "x";
+  io::OrphanSweep s = io::remove_orphan_temp_files(d.path);
+  ASSERT_EQ(s.files.size(), 1u);
+  EXPECT_EQ(s.files[0], "step-000000001.safetensors.tmp.4194305.0");
+  EXPECT_EQ(s.bytes, 7u);
+  s = io::remove_orphan_temp_files(d.path, /*min_age_seconds=*/0);
+  ASSERT_EQ(s.files.size(), 1u);
+  EXPECT_EQ(s.files[0], "latest.tmp." + std::to_string(::getpid()) + ".9");
+  EXPECT_TRUE(fs::exists(d.path + "/notes.tmp.txt"));
+  EXPECT_TRUE(fs::exists(d.path + "/step-000000001.json"));
+  EXPECT_TRUE(io::remove_orphan_temp_files(d.path + "/missing").files.empty());
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ int run(const std::vector<std::string>& argv) {
   LOOM_CHECK(args.positionals().size() == 1,
              "[loom data inspect] expected one dataset directory but got ",
              args.positionals().size(), " arguments; see `loom data inspect --help`");
-  const int64_t show = args.get_int("show", 0);
+  const int64_t show = args.get_int("show", 0, 0);
   LOOM_CHECK(show >= 0, "[loom data inspect] --show must be >= 0 but got ", show);
 
   data::ShardReader reader(args.positionals()[0]);

@@ -31,23 +31,22 @@ int run(const std::vector<std::string>& argv) {
     usage();
     return args.flag("help") ? 0 : 2;
   }
-  auto ds = std::make_shared<const data::ShardReader>(args.positionals()[0]);
   data::LoaderOptions o;
-  o.batch_size = args.get_int("batch", 128);
-  o.workers = static_cast<int>(args.get_int("workers", 2));
-  o.prefetch = static_cast<int>(args.get_int("prefetch", 2));
+  o.batch_size = args.get_int("batch", 128, 1, int64_t{1} << 24);
+  o.workers = static_cast<int>(args.get_int("workers", 2, 0, 256));
+  o.prefetch = static_cast<int>(args.get_int("prefetch", 2, 1, 1024));
   o.io = data::parse_io_engine(args.get_or("io", "pread"));
-  o.world = static_cast<int>(args.get_int("world", 1));
-  o.rank = static_cast<int>(args.get_int("rank", 0));
-  o.order.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  o.world = static_cast<int>(args.get_int("world", 1, 1, int64_t{1} << 20));
+  o.rank = static_cast<int>(args.get_int("rank", 0, 0, o.world - 1));
+  o.order.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
   o.order.shuffle = data::parse_shuffle_mode(args.get_or("shuffle", "block"));
-  o.order.block_size = args.get_int("block-size", o.order.block_size);
+  o.order.block_size = args.get_int("block-size", o.order.block_size, 1);
   o.order.pad = data::parse_pad_policy(args.get_or("pad", "pad"));
   o.drop_last = args.flag("drop-last");
   o.pin_memory = !args.flag("no-pin");
-  const int64_t first_epoch = args.get_int("epoch", 0);
-  const int64_t epochs = args.get_int("epochs", 1);
-  LOOM_CHECK(epochs >= 1, "[data load] --epochs must be >= 1 but is ", epochs);
+  const int64_t first_epoch = args.get_int("epoch", 0, 0, int64_t{1} << 40);
+  const int64_t epochs = args.get_int("epochs", 1, 1, 1000000);
+  auto ds = std::make_shared<const data::ShardReader>(args.positionals()[0]);
   data::Loader loader(ds, o);
   std::printf("%s\n", loader.describe().c_str());
   const auto t0 = std::chrono::steady_clock::now();
@@ -55,7 +54,7 @@ int run(const std::vector<std::string>& argv) {
     if (e == first_epoch && args.get("resume-from")) {
       data::LoaderState s = loader.state();
       s.epoch = e;
-      s.consumed = args.get_int("resume-from", 0);
+      s.consumed = args.get_int("resume-from", 0, 0);
       loader.load_state(s);
     } else {
       loader.set_epoch(e);

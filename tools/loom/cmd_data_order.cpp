@@ -34,9 +34,7 @@ constexpr const char* kUsage =
     "  workers 1, batch 1, block shuffle of 262144 samples, pad.\n";
 
 int64_t positive(const Args& args, const std::string& name, int64_t fallback, int64_t least) {
-  const int64_t v = args.get_int(name, fallback);
-  LOOM_CHECK(v >= least, "[loom data order] --", name, " must be at least ", least, " but got ", v);
-  return v;
+  return args.get_int(name, fallback, least);
 }
 
 std::vector<int64_t> shard_sizes(const Args& args) {
@@ -71,8 +69,7 @@ int run(const std::vector<std::string>& argv) {
              args.positionals().empty() ? "" : args.positionals().front(), "'");
 
   data::OrderOptions opt;
-  const int64_t seed = args.get_int("seed", 0);
-  LOOM_CHECK(seed >= 0, "[loom data order] --seed must be non-negative but got ", seed);
+  const int64_t seed = args.get_int("seed", 0, 0);
   opt.seed = static_cast<uint64_t>(seed);
   try {
     opt.shuffle = data::parse_shuffle_mode(args.get_or("shuffle", "block"));
@@ -86,15 +83,11 @@ int run(const std::vector<std::string>& argv) {
     LOOM_THROW(ValueError, "[loom data order] --pad: ", e.what());
   }
   const int64_t epoch = positive(args, "epoch", 0, 0);
-  const int64_t world = positive(args, "world", 1, 1);
-  LOOM_CHECK(world <= std::numeric_limits<int>::max(), "[loom data order] --world ", world,
-             " is too large");
+  const int64_t world = args.get_int("world", 1, 1, std::numeric_limits<int>::max());
   const int64_t rank = positive(args, "rank", 0, 0);
   LOOM_CHECK(rank < world, "[loom data order] --rank ", rank, " must be in [0, ", world,
              ") for --world ", world);
-  const int64_t workers = positive(args, "workers", 1, 1);
-  LOOM_CHECK(workers <= 65536, "[loom data order] --workers ", workers,
-             " is more loader workers than makes sense (at most 65536)");
+  const int64_t workers = args.get_int("workers", 1, 1, 65536);
   const int64_t batch = positive(args, "batch", 1, 1);
   const int64_t start = positive(args, "resume-from", 0, 0);
   const int64_t limit = args.get("limit") ? positive(args, "limit", 0, 0) : -1;

@@ -104,17 +104,12 @@ int run(const std::vector<std::string>& argv) {
   }
   data::PackOptions options;
   if (auto mb = args.get("shard-mb")) {
-    char* end = nullptr;
-    const double v = std::strtod(mb->c_str(), &end);
-    LOOM_CHECK(end != mb->c_str() && *end == '\0' && std::isfinite(v) && v > 0 && v <= 1 << 20,
-               "[loom data pack] --shard-mb expects a positive number of MiB but got '", *mb, "'");
+    const double v = args.get_double("shard-mb", 0, 1.0 / (1 << 20), 1 << 20);
     options.writer.shard_bytes = std::max<size_t>(1, static_cast<size_t>(v * (1 << 20)));
   }
-  const int64_t level = args.get_int("zstd", 0);
-  LOOM_CHECK(level >= 0 && level <= 19, "[loom data pack] --zstd expects a level from 1 to 19 (0: off) but got ",
-             level);
+  const int64_t level = args.get_int("zstd", 0, 0, 19);  // 0: off
   options.writer.zstd_level = static_cast<int>(level);
-  const int64_t align = args.get_int("align", static_cast<int64_t>(options.writer.sample_align));
+  const int64_t align = args.get_int("align", static_cast<int64_t>(options.writer.sample_align), 8, 4096);
   LOOM_CHECK(align >= 8 && align <= 4096 && (align & (align - 1)) == 0,
              "[loom data pack] --align expects a power of two from 8 to 4096 but got ", align);
   options.writer.sample_align = static_cast<size_t>(align);

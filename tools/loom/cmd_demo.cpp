@@ -28,7 +28,7 @@ int run_demo(const std::vector<std::string>& argv) {
     std::printf("usage: loom demo [--batch N]\n  A tour of the eager runtime (see README).\n");
     return 0;
   }
-  const int64_t batch = args.get_int("batch", 256);
+  const int64_t batch = args.get_int("batch", 256, 1, int64_t{1} << 20);
   std::printf("== tensors and views ==\n");
   Tensor a = arange(0, 6, 1, kFloat32).view({2, 3});
   std::cout << "a = " << a << "\n";

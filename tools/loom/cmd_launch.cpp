@@ -32,11 +32,10 @@ constexpr const char* kUsage =
     "\n"
     "  example: loom launch --nproc 2 -- loom train --epochs 1\n";
 
-int to_int(const Args& args, const std::string& name, int fallback) {
-  const int64_t v = args.get_int(name, fallback);
-  LOOM_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
-             "[loom launch] --", name, " ", v, " is out of range");
-  return static_cast<int>(v);
+constexpr int64_t kMaxProcesses = int64_t{1} << 20;
+
+int to_int(const Args& args, const std::string& name, int fallback, int64_t min, int64_t max) {
+  return static_cast<int>(args.get_int(name, fallback, min, max));
 }
 
 int run_launch(const std::vector<std::string>& argv) {
@@ -69,12 +68,12 @@ int run_launch(const std::vector<std::string>& argv) {
              "loom launch --nproc 2 -- ./train");
 
   dist::LaunchOptions opts;
-  opts.nproc = to_int(args, *nproc_name, 0);
-  opts.nnodes = to_int(args, "nnodes", 1);
-  opts.node_rank = to_int(args, "node-rank", 0);
+  opts.nproc = to_int(args, *nproc_name, 0, 1, kMaxProcesses);
+  opts.nnodes = to_int(args, "nnodes", 1, 1, kMaxProcesses);
+  opts.node_rank = to_int(args, "node-rank", 0, 0, kMaxProcesses - 1);
   opts.master_addr = args.get_or("master-addr", "127.0.0.1");
-  opts.master_port = to_int(args, "master-port", 0);
-  opts.max_restarts = to_int(args, "max-restarts", 0);
+  opts.master_port = to_int(args, "master-port", 0, 0, 65535);
+  opts.max_restarts = to_int(args, "max-restarts", 0, 0, 1000000);
   opts.log_dir = args.get_or("log-dir", "");
   opts.run_id = args.get_or("run-id", "");
   opts.command = std::move(command);

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "loom/dist/store.h"
 #include "loom/error.h"
+#include "loom/parse.h"
 
 namespace loom::cli {
 namespace {
@@ -21,14 +22,9 @@ int check_server(const std::string& target, const Args& args) {
   opt.host = target.substr(0, colon);
   if (opt.host.size() >= 2 && opt.host.front() == '[')
     opt.host = opt.host.substr(1, opt.host.size() - 2);
-  char* end = nullptr;
-  const long port = std::strtol(target.c_str() + colon + 1, &end, 10);
-  LOOM_CHECK(*end == '\0' && port > 0 && port <= 65535, "[loom store] --check: bad port in '",
-             target, "'");
-  opt.port = static_cast<int>(port);
+  opt.port = static_cast<int>(parse_int(target.substr(colon + 1), "[loom store] --check " + target + ": the port", 1, 65535));
   opt.token = args.get_or("token", "");
-  const double seconds = std::strtod(args.get_or("timeout", "5").c_str(), nullptr);
-  LOOM_CHECK(seconds > 0, "[loom store] --timeout must be a positive number of seconds");
+  const double seconds = args.get_double("timeout", 5.0, 0.001, 1e6);
   opt.timeout = dist::Duration(static_cast<int64_t>(seconds * 1000));
   dist::TCPStore store(opt);
   std::printf("loom store at %s is up: %lld keys\n", target.c_str(),
@@ -58,8 +54,7 @@ int run_store(const std::vector<std::string>& argv) {
 
   dist::TCPStoreServerOptions opt;
   opt.host = args.get_or("host", "127.0.0.1");
-  const int64_t port = args.get_int("port", 29500);
-  LOOM_CHECK(port >= 0 && port <= 65535, "[loom store] --port ", port, " is out of range 0..65535");
+  const int64_t port = args.get_int("port", 29500, 0, 65535);
   opt.port = static_cast<int>(port);
   opt.token = args.get_or("token", "");
   dist::TCPStoreServer server(opt);

@@ -19,7 +19,7 @@ int run_summarize(const std::vector<std::string>& argv) {
         "  compute, communication, data wait and idle, and what dominates.\n");
     return args.flag("help") ? 0 : 2;
   }
-  const int64_t top = args.get_int("top", 15);
+  const int64_t top = args.get_int("top", 15, 1, 1000000);
   LOOM_CHECK(top > 0, "[loom trace summarize] --top must be positive but is ", top);
   const std::string& path = args.positionals()[0];
   const profiler::Trace trace = profiler::read_chrome_trace(path);
@@ -43,7 +43,7 @@ int run_diff(const std::vector<std::string>& argv) {
         "  to B (per step when both have ProfilerStep events), largest absolute change first.\n");
     return args.flag("help") ? 0 : 2;
   }
-  const int64_t top = args.get_int("top", 20);
+  const int64_t top = args.get_int("top", 20, 1, 1000000);
   LOOM_CHECK(top > 0, "[loom trace diff] --top must be positive but is ", top);
   const profiler::Trace a = profiler::read_chrome_trace(args.positionals()[0]);
   const profiler::Trace b = profiler::read_chrome_trace(args.positionals()[1]);

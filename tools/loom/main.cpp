@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "loom/error.h"
+#include "loom/parse.h"
 
 namespace loom::cli {
 
@@ -17,7 +18,8 @@ std::vector<Command>& commands() {
 }
 
 Args::Args(const std::vector<std::string>& args, const std::vector<std::string>& flags,
-           const std::vector<std::string>& options) {
+           const std::vector<std::string>& options)
+    : command_(args.empty() ? std::string() : args[0]) {
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) == 0 && a.size() > 2) {
@@ -61,13 +63,16 @@ std::string Args::get_or(const std::string& name, const std::string& fallback) c
   return get(name).value_or(fallback);
 }
 
-int64_t Args::get_int(const std::string& name, int64_t fallback) const {
+int64_t Args::get_int(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
   auto v = get(name);
   if (!v) return fallback;
-  char* end = nullptr;
-  long long x = std::strtoll(v->c_str(), &end, 10);
-  LOOM_CHECK(end && *end == '\0', "[loom] --", name, " expects an integer but got '", *v, "'");
-  return x;
+  return parse_int(*v, "[loom " + command_ + "] --" + name, min, max);
+}
+
+double Args::get_double(const std::string& name, double fallback, double min, double max) const {
+  auto v = get(name);
+  if (!v) return fallback;
+  return parse_double(*v, "[loom " + command_ + "] --" + name, min, max);
 }
 
 std::string self_dir() {

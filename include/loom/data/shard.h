@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "loom/dtype.h"
+#include "loom/crc32c.h"
 #include "loom/export.h"
 #include "loom/json.h"
 
@@ -60,9 +61,8 @@ namespace loom::data {
 constexpr uint32_t kShardVersion = 1;
 constexpr size_t kShardAlign = 4096;
 
-// CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2. crc32c(b, n, crc32c(a, m))
-// equals the CRC of a followed by b.
-LOOM_API uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+// CRC32C of shard bytes: loom/crc32c.h (base layer).
+using loom::crc32c;
 
 enum class ColumnType : uint8_t { Bytes, Tensor, Int, String };
 LOOM_API const char* column_type_name(ColumnType t);

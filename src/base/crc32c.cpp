@@ -1,16 +1,16 @@
 // CRC32C (Castagnoli): the SSE4.2 crc32 instruction when the build targets it, a table otherwise;
 // and crc32c_combine, which the shard writer uses to hash a file whose header is written last.
+#include "loom/crc32c.h"
+
 #include <array>
 #include <cstdio>
-
-#include "data/shard_internal.h"
-#include "loom/data/shard.h"
+#include <cstring>
 
 #if defined(__SSE4_2__)
 #include <nmmintrin.h>
 #endif
 
-namespace loom::data {
+namespace loom {
 namespace {
 
 // The polynomial 0x1EDC6F41, bit-reversed: bit 31 of a CRC register holds x^0 and bit 0 holds x^31.
@@ -74,21 +74,19 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   return ~crc_update(~crc, static_cast<const unsigned char*>(data), n);
 }
 
-namespace detail {
-
 // With the register inverted before and after, crc(A B) = crc(A) * x^(8|B|) + crc(B): the
 // inversions of the two halves cancel (the same identity zlib's crc32_combine relies on).
 uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   return multiply_mod(x_pow_8n(len_b), crc_a) ^ crc_b;
 }
 
-std::string crc_hex(uint32_t crc) {
+std::string crc32c_hex(uint32_t crc) {
   char s[12];
   std::snprintf(s, sizeof(s), "%08x", crc);
   return s;
 }
 
-bool parse_crc_hex(const std::string& s, uint32_t* out) {
+bool parse_crc32c_hex(std::string_view s, uint32_t* out) {
   if (s.size() != 8) return false;
   uint32_t v = 0;
   for (char c : s) {
@@ -107,5 +105,4 @@ bool parse_crc_hex(const std::string& s, uint32_t* out) {
   return true;
 }
 
-}  // namespace detail
-}  // namespace loom::data
+}  // namespace loom

@@ -1,0 +1,74 @@
+// Internal to the train layer: the pieces trainer.cpp, state.cpp, evaluate.cpp and models.cpp share.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/data/loader.h"
+#include "loom/data/transforms.h"
+#include "loom/generator.h"
+#include "loom/io.h"
+#include "loom/nn.h"
+#include "loom/optim.h"
+#include "loom/train/trainer.h"
+
+namespace loom::train::detail {
+
+// Fashion-MNIST's training-set pixel statistics (pixels scaled to [0, 1]).
+constexpr double kMean = 0.2860;
+constexpr double kStd = 0.3530;
+
+// The loader's fields: normalised images (with --augment also random crops and flips) and labels.
+std::vector<std::shared_ptr<data::FieldTransform>> input_fields(bool augment, double mean, double std);
+
+std::shared_ptr<nn::Sequential> build_model(const std::string& architecture, Generator& gen);
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainOptions& o, std::vector<Tensor> params);
+std::string describe_optimizer(const TrainOptions& o);
+
+// The saved-model format: a safetensors file of the parameters with SavedModelInfo in its metadata.
+void save_model(const std::string& path, nn::Module& model, const SavedModelInfo& info);
+SavedModelInfo model_info_from_metadata(const std::map<std::string, std::string>& metadata, const std::string& path);
+
+// Loss and accuracy of `model` over a test split (no grad, eval mode, batches of `batch`).
+EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test, int64_t batch,
+                    double mean, double std, Reporter* reporter, const std::string& what);
+
+// Where the training loop stands.
+struct Loop {
+  int64_t epoch = 0;
+  int64_t batch_in_epoch = 0;
+  int64_t global_step = 0;
+  std::optional<data::LoaderState> data;  // where the loader stands (restored on resume)
+};
+
+// Everything a checkpoint holds beyond the loop position.
+struct RunState {
+  nn::Module* model = nullptr;
+  optim::Optimizer* optimizer = nullptr;
+  optim::LRScheduler* scheduler = nullptr;  // may be null
+  const Generator* generator = nullptr;
+};
+
+// The facts of this run that a checkpoint is validated against.
+struct RunShape {
+  int64_t steps_per_epoch = 0;
+  int64_t epoch_samples = 0;  // global positions of an epoch (the loader's epoch_size)
+  uint64_t loader_hash = 0;
+};
+
+std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loop);
+
+struct Restored {
+  bool found = false;
+  std::string path;
+  Loop loop;
+  std::vector<std::string> notes;  // lines to report (a changed learning rate, an old format)
+};
+// Loads the newest checkpoint of o.checkpoint_dir into `s`, after validating every field against
+// the options, the run's shape and each other (DataError naming the file, field, value, expected).
+Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunState& s);
+
+}  // namespace loom::train::detail

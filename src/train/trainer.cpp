@@ -1,0 +1,458 @@
+// The training loop of Trainer::run (trainer.h).
+//
+// Determinism: initialisation draws from Generator(seed); the sample order of epoch e is a pure
+// function of (seed, e) whatever the number of ranks or loader workers; kernels are deterministic for
+// a fixed thread count. A resumed run restores parameters, optimizer state, the loop position and the
+// loader's state (epoch, samples consumed) exactly, so every later step computes the same bits.
+// Validation and the final evaluation draw no random numbers, so they do not disturb this.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "loom/autograd.h"
+#include "loom/config.h"
+#include "loom/data/pack.h"
+#include "loom/datasets.h"
+#include "loom/dist/ddp.h"
+#include "loom/dist/process_group.h"
+#include "loom/error.h"
+#include "loom/memory/caching_allocator.h"
+#include "loom/ops.h"
+#include "loom/parallel.h"
+#include "loom/parse.h"
+#include "loom/profiler.h"
+#include "train/train_internal.h"
+
+namespace loom::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const std::string kFaultSetting = config::declare(
+    "LOOM_INJECT_FAULT", "",
+    "KIND:RANK:STEP: make rank RANK of `loom train` fail at step STEP (mismatch, hang or kill), to see "
+    "the distributed failure reports (same as --inject-fault)");
+
+std::atomic<int> g_stop_signal{0};
+void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// SIGINT and SIGTERM stop the loop between steps while a run is in progress; the previous handlers
+// come back when it ends.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+// Data parallelism of one training process: rank and world from the launcher's environment.
+struct Parallel {
+  std::shared_ptr<dist::ProcessGroup> group;
+  int rank = 0;
+  int world = 1;
+  bool leader() const { return rank == 0; }
+  // Whether any rank wants to stop (signals reach ranks at different steps; all must stop together).
+  bool any(bool flag) const {
+    if (!group) return flag;
+    Tensor t = full({1}, Scalar(int64_t{flag ? 1 : 0}), TensorOptions(kInt64));
+    group->allreduce(t, dist::ReduceOp::MAX);
+    return t.data_ptr<int64_t>()[0] != 0;
+  }
+};
+
+Parallel init_parallel() {
+  Parallel par;
+  const char* ws = std::getenv("WORLD_SIZE");
+  if (ws && *ws && parse_int(ws, "[train] WORLD_SIZE", 1) > 1) {
+    par.group = dist::init_process_group("env://");
+    par.rank = par.group->rank();
+    par.world = par.group->size();
+  }
+  return par;
+}
+
+// Note [Fault injection] in trainer.h.
+void inject_fault(const FaultSpec& f, const Parallel& par, int64_t step, Reporter* reporter) {
+  if (f.kind == FaultKind::None || f.step != step || f.rank != par.rank) return;
+  std::fprintf(stderr, "[train] injected fault: %s\n", f.describe().c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  switch (f.kind) {
+    case FaultKind::Kill:
+      ::raise(SIGKILL);
+      break;
+    case FaultKind::Hang:
+      // Blocked as a hung rank would be, until a signal ends the process.
+      while (g_stop_signal.load() == 0) ::pause();
+      std::_Exit(128 + g_stop_signal.load());
+    case FaultKind::Mismatch:
+      if (par.group) {
+        // A collective the other ranks do not make: they are in this step's gradient allreduce.
+        Tensor extra = zeros({3}, TensorOptions(kFloat64));
+        par.group->allreduce(extra);
+      }
+      break;
+    case FaultKind::None:
+      break;
+  }
+}
+
+uint64_t file_bytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainOptions o;
+  Reporter* reporter = nullptr;
+  void say(const std::string& line) const {
+    if (reporter) reporter->on_message(line);
+  }
+};
+
+Trainer::Trainer(TrainOptions options, Reporter* reporter) : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+  impl_->reporter = reporter;
+  if (impl_->o.data_dir.empty()) impl_->o.data_dir = data::default_fashion_mnist_dir();
+  if (impl_->o.fault.kind == FaultKind::None && !config::get("LOOM_INJECT_FAULT").empty()) {
+    impl_->o.fault = FaultSpec::parse(config::get("LOOM_INJECT_FAULT"));
+  }
+  impl_->o.check();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::prepare_data(const TrainOptions& o) {
+  const std::string dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
+  data::fashion_mnist_shards(dir, true, o.train_samples);
+  data::fashion_mnist_shards(dir, false);
+}
+
+TrainResult Trainer::run() {
+  const TrainOptions& o = impl_->o;
+  const std::string train_dir = data::fashion_mnist_shards(o.data_dir, true, o.train_samples);
+  const std::string test_dir = data::fashion_mnist_shards(o.data_dir, false);
+  if (o.threads > 0) set_num_threads(o.threads);
+  // --profile: CPU tensors come from a caching allocator (over host memory) so that the trace has
+  // allocated / reserved memory tracks and the report can state peak memory. It lives until exit:
+  // tensors freed during static destruction must still find it.
+  static memory::CachingAllocator* cpu_cache = nullptr;
+  if (!o.profile_path.empty() && cpu_cache == nullptr) {
+    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* dev = new memory::SimulatedDevice(ram, /*backed=*/true);
+    memory::AllocatorConfig ac;
+    ac.history_capacity = 0;
+    cpu_cache = new memory::CachingAllocator(*dev, ac);
+    set_allocator(DeviceType::CPU, new memory::CachingAllocatorAdapter(*cpu_cache, kCPU));
+  }
+  Parallel par = init_parallel();
+  LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch, " must be a multiple of the number of ranks ",
+             par.world, " (every rank takes the same share of a batch)");
+  Reporter* rep = par.leader() ? impl_->reporter : nullptr;
+  auto say = [&](const std::string& line) {
+    if (rep) rep->on_message(line);
+  };
+
+  auto train_ds = std::make_shared<const data::ShardReader>(train_dir);
+  auto test_ds = std::make_shared<const data::ShardReader>(test_dir);
+  data::LoaderOptions lo;
+  lo.batch_size = o.batch / par.world;
+  lo.world = par.world;
+  lo.rank = par.rank;
+  lo.workers = o.workers;
+  lo.order.seed = o.seed;
+  lo.fields = detail::input_fields(o.augment, detail::kMean, detail::kStd);
+  data::Loader loader(train_ds, lo);
+  const int64_t steps_per_epoch = loader.batches_in_epoch();
+  const int64_t total_steps = o.epochs * steps_per_epoch;
+
+  Generator gen(o.seed);
+  auto model = detail::build_model(o.model, gen);
+  int64_t nparams = 0;
+  for (auto& p : model->parameters()) nparams += p.numel();
+  std::unique_ptr<optim::Optimizer> opt = detail::build_optimizer(o, model->parameters());
+  std::unique_ptr<optim::LRScheduler> sched;
+  if (o.schedule == "cosine") sched = std::make_unique<optim::CosineAnnealingLR>(*opt, total_steps);
+  const detail::RunState state{model.get(), opt.get(), sched.get(), &gen};
+
+  if (!o.checkpoint_dir.empty() && par.leader()) {
+    const io::OrphanSweep swept = io::remove_orphan_temp_files(o.checkpoint_dir);
+    if (!swept.files.empty()) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "removed %zu temporary file(s) (%.1f MB) that interrupted checkpoint writes "
+                    "left in %s", swept.files.size(), static_cast<double>(swept.bytes) / 1e6, o.checkpoint_dir.c_str());
+      say(buf);
+    }
+  }
+  detail::Loop loop;
+  if (o.resume) {
+    const detail::RunShape shape{steps_per_epoch, loader.order().epoch_size(par.world), loader.config_hash()};
+    detail::Restored restored = detail::restore_state(o, shape, state);
+    for (const auto& note : restored.notes) say(note);
+    if (restored.found) {
+      loop = restored.loop;
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "resumed from %s (epoch %lld, batch %lld, step %lld)", restored.path.c_str(),
+                    static_cast<long long>(loop.epoch + 1), static_cast<long long>(loop.batch_in_epoch),
+                    static_cast<long long>(loop.global_step));
+      say(buf);
+    } else {
+      say("no checkpoint in " + o.checkpoint_dir + ": starting from scratch");
+    }
+  }
+  TrainResult result;
+  result.leader = par.leader();
+  result.global_step = loop.global_step;
+  if (loop.epoch >= o.epochs) {
+    // A finished run: say so and evaluate what it trained, instead of training nothing.
+    result.status = TrainResult::Status::AlreadyFinished;
+    say("the run in " + o.checkpoint_dir + " already finished: it trained " + std::to_string(loop.epoch) +
+        " epoch(s) (step " + std::to_string(loop.global_step) + ") and --epochs is " + std::to_string(o.epochs) +
+        "; nothing left to train (pass a larger --epochs to train on)");
+    if (par.leader()) {
+      EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "evaluating");
+      result.test_loss = ev.loss;
+      result.test_accuracy = ev.accuracy;
+    }
+    if (rep) rep->on_end(result);
+    return result;
+  }
+
+  std::shared_ptr<nn::Module> net = model;
+  std::shared_ptr<dist::DistributedDataParallel> ddp;
+  if (par.group) {
+    ddp = std::make_shared<dist::DistributedDataParallel>(model, par.group);
+    net = ddp;
+  }
+  if (rep) {
+    RunInfo info;
+    info.model = o.model + " (" + std::to_string(nparams) + " parameters)";
+    info.optimizer = detail::describe_optimizer(o);
+    info.train_samples = train_ds->size();
+    info.test_samples = test_ds->size();
+    info.batch = o.batch;
+    info.epochs = o.epochs;
+    info.steps_per_epoch = steps_per_epoch;
+    info.threads = get_num_threads();
+    info.world = par.world;
+    info.seed = o.seed;
+    info.data = loader.describe();
+    if (par.group) {
+      info.parallel = std::to_string(par.world) + " processes, " + std::to_string(o.batch / par.world) +
+                      " samples per rank per step, " + std::to_string(ddp->bucket_names().size()) +
+                      " gradient bucket(s); " + par.group->describe();
+    }
+    if (o.fault.kind != FaultKind::None) info.fault = o.fault.describe();
+    rep->on_start(info);
+  }
+
+  StopSignals stop_signals;
+  // --profile: a window of steps recorded (profiler.h), written and summarised when the loop ends.
+  std::unique_ptr<profiler::Profile> prof;
+  std::string prof_path = o.profile_path;
+  const profiler::Schedule prof_schedule = profiler::Schedule::parse(o.profile_steps);
+  if (!prof_path.empty()) {
+    profiler::ProfileOptions po;
+    po.schedule = prof_schedule;
+    if (par.world > 1) {  // one trace per rank: out.json.gz -> out.rank1.json.gz
+      const size_t dot = prof_path.find(".json");
+      prof_path.insert(dot == std::string::npos ? prof_path.size() : dot, ".rank" + std::to_string(par.rank));
+    }
+    prof = std::make_unique<profiler::Profile>(po);
+    prof->start();
+  }
+  auto finish_profile = [&] {
+    if (!prof) return;
+    prof->stop();
+    profiler::write_chrome_trace(prof->trace(), prof_path);
+    if (par.leader()) {
+      say("profile (" + prof_schedule.describe() + "): trace written to " + prof_path + "\n" +
+          profiler::summarize(prof->trace(), 5));
+      if (prof->trace().empty()) say("profile: the run ended before the recorded steps; try --profile-steps 0,0,5");
+      if (cpu_cache) {
+        const memory::MemoryStats ms = cpu_cache->stats();
+        char buf[256];
+        std::snprintf(buf, sizeof(buf), "memory (CPU tensors through the caching allocator): peak allocated %.1f MB, "
+                      "peak reserved %.1f MB, %lld segments, fragmentation now %.2f",
+                      static_cast<double>(ms.allocated_bytes.peak) / 1e6, static_cast<double>(ms.reserved_bytes.peak) / 1e6,
+                      static_cast<long long>(ms.segments.current), ms.fragmentation());
+        say(buf);
+      }
+    }
+    prof.reset();
+  };
+  auto checkpoint = [&](const std::string& why) {
+    if (o.checkpoint_dir.empty() || !par.leader()) return;
+    const auto c0 = Clock::now();
+    const std::string path = detail::save_state(o, state, loop);
+    if (rep) {
+      CheckpointInfo ci;
+      ci.path = path;
+      ci.step = loop.global_step;
+      ci.bytes = file_bytes(path + ".safetensors") + file_bytes(path + ".json");
+      ci.seconds = std::chrono::duration<double>(Clock::now() - c0).count();
+      ci.why = why;
+      rep->on_checkpoint(ci);
+    }
+  };
+
+  const auto t0 = Clock::now();
+  int64_t samples = 0;
+  model->train();
+  while (loop.epoch < o.epochs) {
+    if (loop.data && loop.data->epoch == loop.epoch) {
+      loader.load_state(*loop.data);  // a resumed run: continue at exactly the next sample
+    } else {
+      loader.set_epoch(loop.epoch);
+    }
+    const auto e0 = Clock::now();
+    const int64_t first_batch = loop.batch_in_epoch;
+    int64_t epoch_samples = 0;
+    double loss_sum = 0;
+    bool stop = false;
+    while (loop.batch_in_epoch < steps_per_epoch) {
+      if (prof && result.steps_run > 0) prof->step();  // a profiled step spans one whole iteration
+      inject_fault(o.fault, par, loop.global_step, rep);
+      std::optional<data::Batch> batch = loader.next();
+      LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ", loop.batch_in_epoch,
+                           " of ", steps_per_epoch, " batches");
+      const int64_t len = batch->size() * par.world;
+      opt->zero_grad();
+      Tensor loss = cross_entropy(net->forward((*batch)["image"]), (*batch)["label"]);
+      loss.backward();
+      opt->step();
+      if (sched) sched->step();
+      result.final_loss = loss.item<double>();
+      LOOM_CHECK(std::isfinite(result.final_loss), "[train] the loss became ", result.final_loss, " at step ",
+                 loop.global_step, " (epoch ", loop.epoch + 1, ", batch ", loop.batch_in_epoch, "); try a smaller --lr");
+      batch.reset();  // its buffer goes back to the loader's pool
+      loop.data = loader.state();
+      ++loop.batch_in_epoch;
+      ++loop.global_step;
+      ++result.steps_run;
+      samples += len;
+      epoch_samples += len;
+      loss_sum += result.final_loss;
+      const bool max_reached = o.max_steps > 0 && result.steps_run >= o.max_steps;
+      stop = par.any(g_stop_signal.load() != 0 || max_reached);
+      if (stop && g_stop_signal.load() == 0 && !max_reached) g_stop_signal.store(SIGTERM);  // another rank's
+      if (rep) {
+        StepInfo si;
+        si.epoch = loop.epoch;
+        si.epochs = o.epochs;
+        si.step_in_epoch = loop.batch_in_epoch;
+        si.steps_per_epoch = steps_per_epoch;
+        si.global_step = loop.global_step;
+        si.total_steps = total_steps;
+        si.loss = result.final_loss;
+        const int64_t done_here = loop.batch_in_epoch - first_batch;
+        si.running_loss = loss_sum / static_cast<double>(done_here);
+        const double epoch_secs = std::chrono::duration<double>(Clock::now() - e0).count();
+        const double run_secs = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+        si.samples_per_second = epoch_secs > 0 ? static_cast<double>(epoch_samples) / epoch_secs : 0;
+        const double per_step = run_secs / static_cast<double>(result.steps_run);
+        si.eta_epoch_seconds = per_step * static_cast<double>(steps_per_epoch - loop.batch_in_epoch);
+        si.eta_run_seconds = per_step * static_cast<double>(total_steps - loop.global_step);
+        si.last_in_epoch = loop.batch_in_epoch == steps_per_epoch;
+        rep->on_step(si);
+      }
+      if (loop.batch_in_epoch == steps_per_epoch) break;
+      if (stop) {
+        checkpoint(g_stop_signal.load() ? std::string("stopping (") + strsignal(g_stop_signal.load()) + ")"
+                                        : std::string("stopping (--max-steps)"));
+        break;
+      }
+      if (loop.global_step % o.checkpoint_every == 0) checkpoint("every " + std::to_string(o.checkpoint_every) + " steps");
+    }
+    if (loop.batch_in_epoch == steps_per_epoch) {
+      const int64_t ran = loop.batch_in_epoch - first_batch;
+      loop.batch_in_epoch = 0;
+      ++loop.epoch;
+      checkpoint("end of epoch " + std::to_string(loop.epoch));
+      EpochReport er;
+      er.epoch = loop.epoch - 1;
+      er.train_loss = ran > 0 ? loss_sum / static_cast<double>(ran) : NAN;
+      if (o.validate && par.leader() && !stop) {
+        const auto v0 = Clock::now();
+        const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "validating");
+        er.val_loss = ev.loss;
+        er.val_accuracy = ev.accuracy;
+        result.validation_seconds += std::chrono::duration<double>(Clock::now() - v0).count();
+      }
+      er.seconds = std::chrono::duration<double>(Clock::now() - e0).count();
+      result.epochs.push_back(er);
+      if (rep) rep->on_epoch_end(er);
+    }
+    if (stop) {
+      finish_profile();
+      result.status = TrainResult::Status::Stopped;
+      result.signal = g_stop_signal.load();
+      result.global_step = loop.global_step;
+      result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+      if (rep) rep->on_end(result);
+      if (!o.checkpoint_dir.empty()) say("resume with the same command and --resume");
+      return result;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+  result.samples_per_second = result.seconds > 0 ? static_cast<double>(samples) / result.seconds : 0;
+  result.global_step = loop.global_step;
+  finish_profile();
+  if (!par.leader()) return result;
+  const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "testing");
+  result.test_loss = ev.loss;
+  result.test_accuracy = ev.accuracy;
+  const data::LoaderMetrics lm = loader.metrics();
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches "
+                "ready on average; workers spent %.2f s reading, %.2f s decoding",
+                lm.wait_seconds, result.seconds > 0 ? 100.0 * lm.wait_seconds / result.seconds : 0.0,
+                lm.max_wait_seconds * 1e3, lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
+  std::string report = buf;
+  if (ddp) {
+    auto st = ddp->stats();
+    std::snprintf(buf, sizeof(buf), "\ndata parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for "
+                  "gradients\nprocess group: ", static_cast<long long>(st.reductions),
+                  static_cast<double>(st.bytes_reduced) / 1e6, st.wait_seconds);
+    report += buf + par.group->describe();
+  }
+  if (!o.save_final.empty()) {
+    SavedModelInfo info;
+    info.architecture = o.model;
+    info.dataset = "fashion-mnist";
+    info.input_shape = {1, 28, 28};
+    info.mean = detail::kMean;
+    info.std = detail::kStd;
+    info.trained_steps = loop.global_step;
+    detail::save_model(o.save_final, *model, info);
+    report += "\nmodel written to " + o.save_final + " (evaluate it with `loom eval " + o.save_final + "`)";
+  }
+  if (rep) {
+    rep->on_end(result);
+    rep->on_message(report);
+  }
+  return result;
+}
+
+}  // namespace loom::train
