@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -37,13 +38,19 @@ int check_server(const std::string& target, const Args& args) {
 }
 
 int run_store(const std::vector<std::string>& argv) {
-  Args args(argv, {"help"}, {"host", "port", "token", "check", "timeout"});
+  Args args(argv, {"help"},
+            {"host", "port", "token", "check", "timeout", "max-frame-bytes", "max-client-queue-bytes",
+             "max-buffered-bytes", "stalled-client-timeout"});
   if (args.flag("help")) {
     std::printf(
-        "usage: loom store [--host H] [--port P] [--token T]\n"
+        "usage: loom store [--host H] [--port P] [--token T] [limits]\n"
         "       loom store --check HOST:PORT [--token T] [--timeout SECONDS]\n"
         "  Runs a rendezvous store server until SIGINT/SIGTERM (port 0 picks a free port; the\n"
-        "  token defaults to LOOM_STORE_TOKEN), or checks that one answers.\n");
+        "  token defaults to LOOM_STORE_TOKEN), or checks that one answers.\n"
+        "  limits: --max-frame-bytes N (64 MiB), --max-client-queue-bytes N (4 MiB: replies queued\n"
+        "  for one client before its requests wait), --stalled-client-timeout SECONDS (30: a client\n"
+        "  that reads none of its queued replies this long is closed), --max-buffered-bytes N\n"
+        "  (1 GiB: all clients' buffers; the largest client is closed beyond it).\n");
     return 0;
   }
   if (auto target = args.get("check")) return check_server(*target, args);
@@ -62,6 +69,22 @@ int run_store(const std::vector<std::string>& argv) {
   LOOM_CHECK(port >= 0 && port <= 65535, "[loom store] --port ", port, " is out of range 0..65535");
   opt.port = static_cast<int>(port);
   opt.token = args.get_or("token", "");
+  auto bytes_option = [&](const char* name, size_t fallback) {
+    const int64_t v = args.get_int(name, static_cast<int64_t>(fallback));
+    LOOM_CHECK(v > 0, "[loom store] --", name, " must be a positive number of bytes but got ", v);
+    return static_cast<size_t>(v);
+  };
+  opt.max_frame_bytes = bytes_option("max-frame-bytes", opt.max_frame_bytes);
+  opt.max_client_queue_bytes = bytes_option("max-client-queue-bytes", opt.max_client_queue_bytes);
+  opt.max_buffered_bytes = bytes_option("max-buffered-bytes", opt.max_buffered_bytes);
+  if (auto t = args.get("stalled-client-timeout")) {
+    char* end = nullptr;
+    const double seconds = std::strtod(t->c_str(), &end);
+    LOOM_CHECK(end != t->c_str() && *end == '\0' && seconds > 0 && seconds < 1e9,
+               "[loom store] --stalled-client-timeout must be a positive number of seconds but got '",
+               *t, "'");
+    opt.stalled_client_timeout = dist::Duration(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
+  }
   dist::TCPStoreServer server(opt);
   std::printf("loom store listening on %s:%d\n", server.host().c_str(), server.port());
   std::fflush(stdout);
@@ -73,10 +96,15 @@ int run_store(const std::vector<std::string>& argv) {
   const auto st = server.stats();
   std::printf(
       "loom store stopped by %s: %lld clients accepted, %lld keys, %lld rejected frames, %lld "
-      "rejected tokens\n",
+      "rejected tokens\n"
+      "  buffers: peak %.1f MiB of %.1f MiB (max_buffered_bytes); %lld throttled clients, %lld "
+      "closed for not reading replies, %lld closed over the budget\n",
       sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(st.accepted),
       static_cast<long long>(st.keys), static_cast<long long>(st.rejected_frames),
-      static_cast<long long>(st.rejected_tokens));
+      static_cast<long long>(st.rejected_tokens),
+      static_cast<double>(st.peak_buffered_bytes) / (1 << 20),
+      static_cast<double>(opt.max_buffered_bytes) / (1 << 20), static_cast<long long>(st.throttled),
+      static_cast<long long>(st.dropped_stalled), static_cast<long long>(st.dropped_over_budget));
   std::fflush(stdout);
   return 0;
 }
