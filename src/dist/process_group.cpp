@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <thread>
 
+#include "dist/signal_abort.h"
 #include "loom/error.h"
 #include "loom/record_function.h"
 
@@ -90,6 +92,7 @@ ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, Proc
       opts(std::move(o)), flight(static_cast<size_t>(opts.flight_entries)) {}
 
 ProcessGroup::Impl::~Impl() {
+  stop_signals::remove_group(this);
   {
     std::lock_guard<std::mutex> g(q_mu);
     stopping = true;
@@ -105,6 +108,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
              " is not in [0, ", size, ")");
   if (const char* e = std::getenv("LOOM_FLIGHT_ENTRIES"); e && *e) options.flight_entries = std::atoi(e);
+  // Note [Stop signals]: SIGTERM/SIGINT abort the group, write its flight record and end the process.
+  stop_signals::install();
   auto impl = std::make_unique<Impl>(store, rank, size, options);
   impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
   impl->store->set_timeout(options.timeout);
@@ -131,6 +136,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
                             " cores: waits yield)";
   }
   impl->comm->set_failure_probe(&probe_root_cause, impl.get());
+  stop_signals::add_group(impl.get());
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -167,18 +173,27 @@ std::string ProcessGroup::describe() const {
   return s;
 }
 
-void ProcessGroup::abort() {
-  impl_->comm->request_abort();
+void ProcessGroup::abort() { impl_->abort_with({}); }
+
+void ProcessGroup::abort(const std::string& reason) {
+  impl_->abort_with(reason.empty() ? std::string() : "aborted: " + reason);
+}
+
+bool ProcessGroup::Impl::abort_with(const std::string& reason) {
+  comm->request_abort(reason);
   // Close the links now unless a collective is running: that one sees the flag, fails and closes.
-  if (impl_->exec_mu.try_lock()) {
-    impl_->broken = true;
-    if (impl_->broken_reason.empty()) impl_->broken_reason = "abort() was called";
-    impl_->comm->close_all();
-    impl_->exec_mu.unlock();
+  bool idle = false;
+  if (exec_mu.try_lock()) {
+    idle = true;
+    broken = true;
+    if (broken_reason.empty()) broken_reason = reason.empty() ? "abort() was called" : reason;
+    comm->close_all();
+    exec_mu.unlock();
   }
-  std::lock_guard<std::mutex> g(impl_->q_mu);
-  impl_->stopping = true;
-  impl_->q_cv.notify_all();
+  std::lock_guard<std::mutex> g(q_mu);
+  stopping = true;
+  q_cv.notify_all();
+  return idle;
 }
 
 std::string ProcessGroup::flight_record_json() const {
@@ -218,7 +233,7 @@ ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, 
     std::lock_guard<std::mutex> g(exec_mu);
     throw DistError(detail::str_cat("[dist] ", dist::describe(fp), " in group '", name, "': ",
                                     broken ? "the group failed earlier: " + broken_reason
-                                           : std::string("the group was aborted")));
+                                           : comm->abort_reason()));
   }
   Submission s;
   s.fp = fp;
@@ -299,6 +314,11 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
     if (contract_error) throw;
     fail(e.what());
     std::string path = dump_flight(flight_dir());
+    if (const int sig = stop_signals::exit_signal()) {  // Note [Stop signals]
+      std::fprintf(stderr, "%s [flight record: %s]; exiting by %s\n", e.what(),
+                   path.empty() ? "not written" : path.c_str(), stop_signals::signal_name(sig).c_str());
+      stop_signals::exit_by(sig);
+    }
     if (path.empty()) throw;
     std::string msg = std::string(e.what()) + " [flight record: " + path + "]";
     if (dynamic_cast<const DistError*>(&e) || dynamic_cast<const TimeoutError*>(&e)) throw DistError(msg);

@@ -107,6 +107,9 @@ struct ProcessGroup::Impl {
                BodyRef body);
   void worker_loop();
   void fail(const std::string& why);
+  // Aborts the group with `reason` (Comm::request_abort); closes the links at once and returns true
+  // when no collective is running (one that is fails by itself). Thread-safe.
+  bool abort_with(const std::string& reason);
   std::string dump_flight(const std::string& dir) const;
   Fingerprint fingerprint(CollKind kind, DType dtype, IntArrayRef sizes, uint64_t count, int root,
                           int reduce_op) const {
