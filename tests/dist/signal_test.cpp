@@ -1,7 +1,8 @@
 // SIGTERM and SIGINT for ranks blocked in a collective (Note [Stop signals]), with real processes:
 // the blocked rank ends promptly by the signal, names the collective and writes its flight record;
-// an application's own handler is kept and can abort the groups itself. Also DistWorker.DISABLED_Run,
-// the worker program of the `loom launch` tests in tests/integration/.
+// an application's own handler is kept and can abort the groups itself. Also the notice that
+// LOOM_DIST_DEBUG=detail prints, and DistWorker.DISABLED_Run, the worker program of the `loom
+// launch` tests in tests/integration/.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -208,6 +209,24 @@ TEST(StopSignals, ApplicationHandlerIsKeptAndCanAbortTheGroups) {
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "status " << status << "\n" << err;
   fs::remove_all(dir);
+}
+
+// LOOM_DIST_DEBUG=detail says once, on rank 0, that it is on and what it costs.
+TEST(DistDebug, DetailModeAnnouncesItselfAndItsCost) {
+  auto res = loom::testing::run_processes(2, [&](int rank, const std::string& path) {
+    ::setenv("LOOM_DIST_DEBUG", "detail", 1);
+    auto pg = loom::testing::make_group(rank, 2, path);
+    Tensor t = full({8}, Scalar(1.0), TensorOptions(kFloat32));
+    for (int i = 0; i < 12; ++i) pg->allreduce(t);
+  });
+  EXPECT_ALL_RANKS_OK(res);
+  EXPECT_CONTAINS(res[0].output,
+                  "[dist] group 'world': contract checks are on (LOOM_DIST_DEBUG=detail): every "
+                  "collective first exchanges its ");
+  EXPECT_CONTAINS(res[0].output, "[dist] group 'world': the contract check costs about ");
+  EXPECT_CONTAINS(res[0].output, " us per collective (2 ranks, shm x1; the fastest of 10 timed repeats)");
+  EXPECT_EQ(res[0].output.find("contract checks are on"), res[0].output.rfind("contract checks are on"));
+  EXPECT_EQ(res[1].output.find("contract checks"), std::string::npos) << res[1].output;
 }
 
 // The worker of tests/integration/launch_{shm_cleanup,signal_collective}.sh, run by `loom launch`
