@@ -442,8 +442,8 @@ void TCPStoreServer::Impl::drop(uint64_t id, const std::string& reason,
   std::fprintf(stderr, "[loom store] closed client %s: %s\n", it->second.peer.c_str(),
                reason.c_str());
   std::fflush(stderr);
-  ++counter;
   close_client(id);
+  ++counter;  // after the close, so that a reader of stats() sees its bytes gone with it
 }
 
 void TCPStoreServer::Impl::close_client(uint64_t id) {
