@@ -6,11 +6,11 @@
 // the launcher stopping a rank that waits for a peer that never comes) leaves the segment behind:
 // nothing else would ever remove it, and each one holds its rings (2 MiB for a few ranks) until
 // reboot. So the name records its owner: pid namespace, pid and the process's start time (field 22
-// of /proc/<pid>/stat, which tells a reused pid from the original). Group creation and `loom launch`
-// (after its workers end) sweep /dev/shm and remove the segments whose owner is gone: no process
-// with that pid, or one that started at another time, or a zombie. Whenever it cannot be sure the
-// owner is dead the sweep keeps the segment: another pid namespace (a container sharing /dev/shm),
-// another user's file, a /proc entry it cannot read, a name it does not parse.
+// of /proc/<pid>/stat, which tells a reused pid from the original). Group creation and `loom
+// launch` (after its workers end) sweep /dev/shm and remove the segments whose owner is gone: no
+// process with that pid, or one that started at another time, or a zombie. Whenever it cannot be
+// sure the owner is dead the sweep keeps the segment: another pid namespace (a container sharing
+// /dev/shm), another user's file, a /proc entry it cannot read, a name it does not parse.
 #include "dist/shm_segments.h"
 
 #include <dirent.h>

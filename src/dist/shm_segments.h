@@ -32,8 +32,8 @@ struct SegmentSweep {
 // namespaces, and files it cannot parse.
 LOOM_API SegmentSweep remove_orphan_segments(const std::string& dir = "/dev/shm");
 
-// "removed 2 shared-memory segment(s) left by dead processes: /dev/shm/... (pid 12), ..." or "" when
-// nothing was removed and nothing failed.
+// "removed 2 shared-memory segment(s) left by dead processes: /dev/shm/... (pid 12), ..." or ""
+// when nothing was removed and nothing failed.
 LOOM_API std::string describe(const SegmentSweep& sweep);
 
 }  // namespace loom::dist

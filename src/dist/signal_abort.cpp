@@ -11,8 +11,8 @@
 //    of the doorbell a shared-memory wait sleeps on; TCP waits poll in 1 ms steps).
 //  - The collective that was waiting throws DistError "... aborted by SIGTERM (while waiting for
 //    rank 1)" naming itself and its sequence number; its failure path writes the flight record
-//    (LOOM_FLIGHT_DIR), prints the error and ends the process by the signal (status 128 + signo), as
-//    the default action would have. The watcher writes the records of groups with no collective
+//    (LOOM_FLIGHT_DIR), prints the error and ends the process by the signal (status 128 + signo),
+//    as the default action would have. The watcher writes the records of groups with no collective
 //    running and ends the process itself if no collective does within a few seconds.
 //  - A second signal while the first is handled ends the process at once.
 // An application that installs its own handler (before or after the group is created) keeps it:
@@ -49,10 +49,10 @@ constexpr int kStopSignals[] = {SIGTERM, SIGINT};
 // ends the process itself.
 constexpr auto kCollectiveExitWait = std::chrono::seconds(5);
 
-std::atomic<int> g_signal{0};        // the first stop signal (received or requested)
-std::atomic<bool> g_exit{false};     // received by loom's handler: the process exits by it
-std::atomic<int> g_wake_fd{-1};      // the watcher reads it
-std::atomic<pid_t> g_owner_pid{0};   // the process whose watcher reads g_wake_fd
+std::atomic<int> g_signal{0};       // the first stop signal (received or requested)
+std::atomic<bool> g_exit{false};    // received by loom's handler: the process exits by it
+std::atomic<int> g_wake_fd{-1};     // the watcher reads it
+std::atomic<pid_t> g_owner_pid{0};  // the process whose watcher reads g_wake_fd
 static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free &&
               std::atomic<pid_t>::is_always_lock_free);
 
@@ -105,7 +105,8 @@ void on_stop_signal(int sig) {
     for (size_t i = 0; i < pending.size();) {
       if (pending[i]->exec_mu.try_lock()) {  // no collective running: write its record here
         const std::string path = pending[i]->dump_flight(flight_dir());
-        std::fprintf(stderr, "[dist] rank %d of group '%s': %s outside a collective [flight record: %s]\n",
+        std::fprintf(stderr,
+                     "[dist] rank %d of group '%s': %s outside a collective [flight record: %s]\n",
                      pending[i]->rank, pending[i]->name.c_str(), reason.c_str(),
                      path.empty() ? "not written" : path.c_str());
         pending[i]->exec_mu.unlock();
@@ -163,8 +164,10 @@ void start_watcher() {
   } catch (const std::system_error& e) {
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
     ::close(fd);
-    std::fprintf(stderr, "[dist] cannot start the signal thread (%s): SIGTERM and SIGINT will end "
-                         "this process without writing flight records\n", e.what());
+    std::fprintf(stderr,
+                 "[dist] cannot start the signal thread (%s): SIGTERM and SIGINT will end "
+                 "this process without writing flight records\n",
+                 e.what());
     return;
   }
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);

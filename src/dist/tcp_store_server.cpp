@@ -14,13 +14,13 @@
 // by stats().
 //
 // Note [TCP store server limits]
-// Nothing a client sends may grow the server without bound (TCPStoreServerOptions names each limit):
+// Nothing a client sends may grow the server without bound (TCPStoreServerOptions has the limits):
 //  - Replies wait in a client's output buffer until the socket takes them. Once more than
 //    max_client_queue_bytes wait, the server stops reading that client's requests (its frames stay
 //    in the kernel's socket buffer, which pushes back on the sender) and resumes when the queue is
-//    down to half. A client that reads nothing for stalled_client_timeout while throttled is closed.
-//    So one client holds at most the limit plus one reply, however many requests it sends: a client
-//    that sent 1500 GETs of a 1 MiB value without reading used to grow the server to 1.27 GB.
+//    down to half. A throttled client that reads nothing for stalled_client_timeout is closed. So
+//    one client holds at most the limit plus one reply, however many requests it sends (a client
+//    that sent 1500 GETs of a 1 MiB value without reading used to grow the server to 1.27 GB).
 //  - Until a client has sent the token, a frame may be at most max_unauthenticated_frame_bytes
 //    (enough for the hello), so an unauthenticated connection cannot make the server buffer a
 //    64 MiB partial frame.
@@ -143,7 +143,8 @@ int TCPStoreServer::Impl::next_timeout_ms() {
   if (accept_paused) next = std::min(next, accept_resume_at);
   for (uint64_t id : throttled) {
     auto it = clients.find(id);
-    if (it != clients.end()) next = std::min(next, it->second.progress + opt.stalled_client_timeout);
+    if (it != clients.end())
+      next = std::min(next, it->second.progress + opt.stalled_client_timeout);
   }
   if (next == Clock::time_point::max()) return -1;
   return net::ms_until(next);
@@ -383,8 +384,8 @@ void TCPStoreServer::Impl::flush(Client& c) {
 }
 
 void TCPStoreServer::Impl::update_interest(Client& c) {
-  const uint32_t want =
-      (c.throttled ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) | (c.pending_out() ? uint32_t{EPOLLOUT} : 0u);
+  const uint32_t want = (c.throttled ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) |
+                        (c.pending_out() ? uint32_t{EPOLLOUT} : 0u);
   if (want == c.events) return;
   c.events = want;
   epoll_event ev{};
@@ -502,10 +503,10 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
              s.opt.max_unauthenticated_frame_bytes);
   s.opt.max_unauthenticated_frame_bytes =
       std::min(s.opt.max_unauthenticated_frame_bytes, s.opt.max_frame_bytes);
-  LOOM_CHECK(s.opt.max_client_queue_bytes >= 1, "[store] max_client_queue_bytes must be at least 1");
-  LOOM_CHECK(s.opt.max_buffered_bytes >= s.opt.max_frame_bytes,
-             "[store] max_buffered_bytes ", s.opt.max_buffered_bytes,
-             " must be at least max_frame_bytes (", s.opt.max_frame_bytes,
+  LOOM_CHECK(s.opt.max_client_queue_bytes >= 1,
+             "[store] max_client_queue_bytes must be at least 1");
+  LOOM_CHECK(s.opt.max_buffered_bytes >= s.opt.max_frame_bytes, "[store] max_buffered_bytes ",
+             s.opt.max_buffered_bytes, " must be at least max_frame_bytes (", s.opt.max_frame_bytes,
              ") so that one frame fits");
   LOOM_CHECK(s.opt.stalled_client_timeout.count() > 0,
              "[store] stalled_client_timeout must be positive but is ",

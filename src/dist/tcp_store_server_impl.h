@@ -36,10 +36,10 @@ struct Client {
   bool authed = false;
   // Replies queued beyond max_client_queue_bytes: its requests are not read until they drain.
   bool throttled = false;
-  uint32_t events = 0;          // what epoll watches for it now
-  uint64_t parked = 0;          // waiter id, 0 when none
-  Clock::time_point progress;   // when throttled: the later of the throttling and the last send
-  size_t accounted = 0;         // its buffers' bytes as counted in Impl::buffered
+  uint32_t events = 0;         // what epoll watches for it now
+  uint64_t parked = 0;         // waiter id, 0 when none
+  Clock::time_point progress;  // when throttled: the later of the throttling and the last send
+  size_t accounted = 0;        // its buffers' bytes as counted in Impl::buffered
 
   size_t pending_out() const { return out.size() - out_pos; }
 };

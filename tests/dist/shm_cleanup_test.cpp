@@ -137,12 +137,12 @@ TEST(ShmSegments, SweepKeepsWhatItCannotProveOrphaned) {
   };
   const std::string tag = std::to_string(::getpid());  // unique per test process
   const std::vector<std::pair<std::string, bool>> cases = {
-      {mine, false},                                         // live owner
-      {name(ns, pid, start + 1, "0-1"), true},               // pid reused
-      {name(ns, gone, start, "1-2"), true},                  // exited
-      {name(ns + 1, gone, start, "2-3"), false},             // another pid namespace
-      {"/loom-pg-" + tag + "-not-a-segment", false},          // malformed
-      {"/loom-" + tag + "-0-ff", false},                      // not a process-group segment
+      {mine, false},                                  // live owner
+      {name(ns, pid, start + 1, "0-1"), true},        // pid reused
+      {name(ns, gone, start, "1-2"), true},           // exited
+      {name(ns + 1, gone, start, "2-3"), false},      // another pid namespace
+      {"/loom-pg-" + tag + "-not-a-segment", false},  // malformed
+      {"/loom-" + tag + "-0-ff", false},              // not a process-group segment
   };
   for (const auto& [n, _] : cases) {
     int fd = ::shm_open(n.c_str(), O_CREAT | O_RDWR, 0600);

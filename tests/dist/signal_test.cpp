@@ -36,7 +36,9 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-void touch(const std::string& path) { std::ofstream(path) << "1"; }
+void touch(const std::string& path) {
+  std::ofstream(path) << "1";
+}
 
 // A forked child running fn with its stderr in a pipe.
 struct Child {
@@ -142,9 +144,12 @@ void blocked_rank_gets(int sig) {
       << "status " << status << " (want death by " << name << ", exit status " << 128 + sig << ")\n"
       << err;
   EXPECT_LT(secs, 3.0) << err;
-  EXPECT_CONTAINS(err, "[dist] allreduce(float32[1024], count=1024, op=sum) #1 in group 'world': rank 0: "
-                       "aborted by " + name + " (while waiting for rank 1) [flight record: " + flight +
-                       "/flight-world-rank0.json]; exiting by " + name);
+  EXPECT_CONTAINS(
+      err,
+      "[dist] allreduce(float32[1024], count=1024, op=sum) #1 in group 'world': rank 0: "
+      "aborted by " +
+          name + " (while waiting for rank 1) [flight record: " + flight +
+          "/flight-world-rank0.json]; exiting by " + name);
   const std::string record = read_file(flight + "/flight-world-rank0.json");
   EXPECT_CONTAINS(record, "\"seq\":1");
   EXPECT_CONTAINS(record, "\"state\":\"failed\"");
@@ -152,12 +157,17 @@ void blocked_rank_gets(int sig) {
   fs::remove_all(dir);
 }
 
-TEST(StopSignals, SigtermEndsARankBlockedInACollectiveWithItsFlightRecord) { blocked_rank_gets(SIGTERM); }
+TEST(StopSignals, SigtermEndsARankBlockedInACollectiveWithItsFlightRecord) {
+  blocked_rank_gets(SIGTERM);
+}
 
-TEST(StopSignals, SigintEndsARankBlockedInACollectiveWithItsFlightRecord) { blocked_rank_gets(SIGINT); }
+TEST(StopSignals, SigintEndsARankBlockedInACollectiveWithItsFlightRecord) {
+  blocked_rank_gets(SIGINT);
+}
 
-// An application's handler stays in charge: it calls abort_process_groups_from_signal(), the blocked
-// collective throws DistError, and the application carries on (here: exits 0 after checking).
+// An application's handler stays in charge: it calls abort_process_groups_from_signal(), the
+// blocked collective throws DistError, and the application carries on (here: exits 0 after
+// checking).
 std::atomic<int> g_app_signal{0};
 void app_handler(int sig) {
   g_app_signal = sig;
@@ -187,9 +197,10 @@ TEST(StopSignals, ApplicationHandlerIsKeptAndCanAbortTheGroups) {
     Tensor t = full({16}, Scalar(1.0), TensorOptions(kFloat32));
     std::string e = loom::testing::error_of<DistError>([&] { pg->allreduce(t); });
     CHILD_CHECK(g_app_signal.load() == SIGTERM, "the application's handler did not run");
-    CHILD_CHECK(e.find("allreduce(float32[16], count=16, op=sum) #0 in group 'world': rank 0: aborted by "
-                       "SIGTERM (while waiting for rank 1)") != std::string::npos,
-                e);
+    CHILD_CHECK(
+        e.find("allreduce(float32[16], count=16, op=sum) #0 in group 'world': rank 0: aborted by "
+               "SIGTERM (while waiting for rank 1)") != std::string::npos,
+        e);
     std::string again = loom::testing::error_of<DistError>([&] { pg->barrier(); });
     CHILD_CHECK(again.find("aborted by SIGTERM") != std::string::npos, again);
   });
@@ -207,7 +218,8 @@ TEST(StopSignals, ApplicationHandlerIsKeptAndCanAbortTheGroups) {
   const std::string err = drain(r0.err);
   drain(r1.err);
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "status " << status << "\n" << err;
+      << "status " << status << "\n"
+      << err;
   fs::remove_all(dir);
 }
 
@@ -224,8 +236,10 @@ TEST(DistDebug, DetailModeAnnouncesItselfAndItsCost) {
                   "[dist] group 'world': contract checks are on (LOOM_DIST_DEBUG=detail): every "
                   "collective first exchanges its ");
   EXPECT_CONTAINS(res[0].output, "[dist] group 'world': the contract check costs about ");
-  EXPECT_CONTAINS(res[0].output, " us per collective (2 ranks, shm x1; the fastest of 10 timed repeats)");
-  EXPECT_EQ(res[0].output.find("contract checks are on"), res[0].output.rfind("contract checks are on"));
+  EXPECT_CONTAINS(res[0].output,
+                  " us per collective (2 ranks, shm x1; the fastest of 10 timed repeats)");
+  EXPECT_EQ(res[0].output.find("contract checks are on"),
+            res[0].output.rfind("contract checks are on"));
   EXPECT_EQ(res[1].output.find("contract checks"), std::string::npos) << res[1].output;
 }
 

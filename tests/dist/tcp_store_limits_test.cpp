@@ -1,7 +1,7 @@
-// TCPStoreServer limits (Note [TCP store server limits]) with real sockets: a client that sends GETs
-// for a large value and never reads the replies, unauthenticated clients that start huge frames, and
-// many clients that together pass the server's buffer budget. Each is measured through the server's
-// own count of the bytes its buffers hold.
+// TCPStoreServer limits (Note [TCP store server limits]) with real sockets: a client that sends
+// GETs for a large value and never reads the replies, unauthenticated clients that start huge
+// frames, and many clients that together pass the server's buffer budget. Each is measured through
+// the server's own count of the bytes its buffers hold.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -134,7 +134,8 @@ TEST(TCPStoreLimits, ThrottledClientGetsEveryReplyWhenItReads) {
     std::string head, body;
     ASSERT_TRUE(read_exact(fd, head, 4)) << "reply " << i;
     uint32_t len = 0;
-    for (int b = 0; b < 4; ++b) len |= static_cast<uint32_t>(static_cast<unsigned char>(head[b])) << (8 * b);
+    for (int b = 0; b < 4; ++b)
+      len |= static_cast<uint32_t>(static_cast<unsigned char>(head[b])) << (8 * b);
     ASSERT_TRUE(read_exact(fd, body, len)) << "reply " << i;
     const std::string& want = values[static_cast<size_t>(i % 4)];
     ASSERT_EQ(body.size(), 1 + 4 + want.size()) << "reply " << i;
@@ -186,8 +187,8 @@ TEST(TCPStoreLimits, ManyPartialFramesStayWithinTheServerBudget) {
   auto good = client(server.port());
   ::testing::internal::CaptureStderr();
   std::vector<int> fds;
-  const std::string partial =
-      testing::le32(static_cast<uint32_t>(8 * kMiB - 64)) + std::string(1, 2) + std::string(6 * kMiB, 'p');
+  const std::string partial = testing::le32(static_cast<uint32_t>(8 * kMiB - 64)) +
+                              std::string(1, 2) + std::string(6 * kMiB, 'p');
   for (int i = 0; i < 6; ++i) {
     int fd = testing::raw_connect(server.port());
     ASSERT_GE(fd, 0);
@@ -199,7 +200,8 @@ TEST(TCPStoreLimits, ManyPartialFramesStayWithinTheServerBudget) {
   const auto st = server.stats();
   EXPECT_LE(st.buffered_bytes, static_cast<int64_t>(so.max_buffered_bytes));
   // Over the budget by at most one client's buffer growing once (allocations double).
-  EXPECT_LE(st.peak_buffered_bytes, static_cast<int64_t>(so.max_buffered_bytes + so.max_frame_bytes));
+  EXPECT_LE(st.peak_buffered_bytes,
+            static_cast<int64_t>(so.max_buffered_bytes + so.max_frame_bytes));
   good->set("k", "v");
   EXPECT_EQ(good->get("k"), "v");
   for (int fd : fds) ::close(fd);
