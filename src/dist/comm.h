@@ -25,6 +25,7 @@
 #include <deque>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -145,14 +146,18 @@ class LOOM_API Comm {
   // Bytes this rank copied into peers' receives while it waited (Note [Cooperative copies]).
   uint64_t bytes_helped() const;
 
-  // Abort: any thread may call request_abort(); waits then fail with DistError. close_all() tears the
-  // links down and is called by the owning thread.
-  void request_abort();
+  // Abort: any thread may call request_abort(); waits then fail with DistError naming the running
+  // collective, this rank, the peer waited for and `reason` ("aborted by SIGTERM"). close_all() tears
+  // the links down and is called by the owning thread.
+  void request_abort(const std::string& reason = {});
   void close_all();
   bool closed() const { return closed_.load(); }
+  // Why the Comm was aborted ("the group was aborted" when no reason was given).
+  std::string abort_reason() const;
 
  private:
   [[noreturn]] void fail(int peer, const std::string& why);
+  [[noreturn]] void fail_aborted(int peer);
   bool each_pending(bool (Link::*step)());
   bool progress_once();
   void block(Request* r, std::vector<struct pollfd>& fds);
@@ -173,6 +178,8 @@ class LOOM_API Comm {
   std::string (*probe_)(void*) = nullptr;
   void* probe_arg_ = nullptr;
   std::atomic<bool> closed_{false};
+  mutable std::mutex abort_mu_;
+  std::string abort_reason_;  // GUARDED_BY(abort_mu_)
   bool oversubscribed_ = false;
   std::chrono::microseconds spin_;   // LOOM_DIST_SPIN_US (Note [Waiting])
   std::chrono::microseconds yield_;  // LOOM_DIST_YIELD_US (Note [Waiting])

@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "dist/shm_segments.h"
 #include "dist/transport.h"
 #include "loom/dist/store.h"
 #include "loom/error.h"
@@ -249,9 +251,10 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
     }
   } unlinker;
   if (want_shm) {
-    std::ostringstream name;
-    name << "/loom-" << me.pid << "-" << rank << "-" << std::hex << (rng() & 0xffffffffffull);
-    me.shm_name = name.str();
+    // Segments of ranks killed while they connected (Note [Orphaned segments]).
+    const std::string swept = dist::describe(remove_orphan_segments());
+    if (!swept.empty()) std::fprintf(stderr, "[dist] rank %d: %s\n", rank, swept.c_str());
+    me.shm_name = shm_segment_name(rank, rng() & 0xffffffffffull);
     inbox = shm_create_inbox(me.shm_name, size, opts.shm_ring_bytes);
     unlinker.name = me.shm_name;
   }

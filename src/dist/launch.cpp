@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "dist/shm_segments.h"
 #include "loom/config.h"
 #include "loom/error.h"
 
@@ -641,6 +642,9 @@ int launch(const LaunchOptions& o) {
         (restart ? ", restart " + std::to_string(restart) : ""));
     Attempt attempt(o, restart, port, run_id, grace);
     const int code = attempt.run();
+    // Workers killed while their group connected leave shared-memory segments (Note [Orphaned
+    // segments]); every worker of the attempt is reaped by now.
+    if (const std::string swept = describe(remove_orphan_segments()); !swept.empty()) say(swept);
     if (!attempt.worker_failed()) return code;
     if (restart >= o.max_restarts) {
       if (o.max_restarts > 0) {

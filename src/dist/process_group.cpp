@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <thread>
 
+#include "dist/signal_abort.h"
 #include "loom/error.h"
 #include "loom/record_function.h"
 
@@ -90,6 +92,7 @@ ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, Proc
       opts(std::move(o)), flight(static_cast<size_t>(opts.flight_entries)) {}
 
 ProcessGroup::Impl::~Impl() {
+  stop_signals::remove_group(this);
   {
     std::lock_guard<std::mutex> g(q_mu);
     stopping = true;
@@ -105,6 +108,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
              " is not in [0, ", size, ")");
   if (const char* e = std::getenv("LOOM_FLIGHT_ENTRIES"); e && *e) options.flight_entries = std::atoi(e);
+  // Note [Stop signals]: SIGTERM/SIGINT abort the group, write its flight record and end the process.
+  stop_signals::install();
   auto impl = std::make_unique<Impl>(store, rank, size, options);
   impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
   impl->store->set_timeout(options.timeout);
@@ -131,6 +136,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
                             " cores: waits yield)";
   }
   impl->comm->set_failure_probe(&probe_root_cause, impl.get());
+  if (impl->detail && rank == 0) {
+    std::fprintf(stderr,
+                 "[dist] group '%s': contract checks are on (%s): every collective first exchanges "
+                 "its %zu-byte fingerprint with all ranks (one extra small allgather per "
+                 "collective); its cost is measured on collectives 1-%d\n",
+                 impl->name.c_str(),
+                 options.debug_detail == 1 ? "ProcessGroupOptions::debug_detail" : "LOOM_DIST_DEBUG=detail",
+                 sizeof(Fingerprint), Impl::kDetailSample);
+  }
+  stop_signals::add_group(impl.get());
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 
@@ -167,18 +182,27 @@ std::string ProcessGroup::describe() const {
   return s;
 }
 
-void ProcessGroup::abort() {
-  impl_->comm->request_abort();
+void ProcessGroup::abort() { impl_->abort_with({}); }
+
+void ProcessGroup::abort(const std::string& reason) {
+  impl_->abort_with(reason.empty() ? std::string() : "aborted: " + reason);
+}
+
+bool ProcessGroup::Impl::abort_with(const std::string& reason) {
+  comm->request_abort(reason);
   // Close the links now unless a collective is running: that one sees the flag, fails and closes.
-  if (impl_->exec_mu.try_lock()) {
-    impl_->broken = true;
-    if (impl_->broken_reason.empty()) impl_->broken_reason = "abort() was called";
-    impl_->comm->close_all();
-    impl_->exec_mu.unlock();
+  bool idle = false;
+  if (exec_mu.try_lock()) {
+    idle = true;
+    broken = true;
+    if (broken_reason.empty()) broken_reason = reason.empty() ? "abort() was called" : reason;
+    comm->close_all();
+    exec_mu.unlock();
   }
-  std::lock_guard<std::mutex> g(impl_->q_mu);
-  impl_->stopping = true;
-  impl_->q_cv.notify_all();
+  std::lock_guard<std::mutex> g(q_mu);
+  stopping = true;
+  q_cv.notify_all();
+  return idle;
 }
 
 std::string ProcessGroup::flight_record_json() const {
@@ -218,7 +242,7 @@ ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, 
     std::lock_guard<std::mutex> g(exec_mu);
     throw DistError(detail::str_cat("[dist] ", dist::describe(fp), " in group '", name, "': ",
                                     broken ? "the group failed earlier: " + broken_reason
-                                           : std::string("the group was aborted")));
+                                           : comm->abort_reason()));
   }
   Submission s;
   s.fp = fp;
@@ -281,14 +305,24 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
   try {
     if (detail && !p2p && size > 1) {
       std::vector<Fingerprint> all(static_cast<size_t>(size));
-      all[static_cast<size_t>(rank)] = fp;
-      allgather_ring(*comm, all.data(), std::vector<size_t>(static_cast<size_t>(size), sizeof(Fingerprint)));
-      comm->wait_all();
-      comm->reset();
+      auto exchange = [&] {
+        all[static_cast<size_t>(rank)] = fp;
+        allgather_ring(*comm, all.data(), std::vector<size_t>(static_cast<size_t>(size), sizeof(Fingerprint)));
+        comm->wait_all();
+        comm->reset();
+      };
+      exchange();
       std::string msg = contract_mismatch(name, all);
       if (!msg.empty()) {
         contract_error = true;
         throw DistError(msg);
+      }
+      // Every rank repeats the exchange of collectives 1..kDetailSample once, to time what the
+      // check costs (Note on note_detail_cost).
+      if (fp.seq >= 1 && fp.seq <= static_cast<uint64_t>(kDetailSample)) {
+        const auto t0 = Clock::now();
+        exchange();
+        note_detail_cost(Clock::now() - t0);
       }
     }
     body(*comm);
@@ -299,11 +333,31 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
     if (contract_error) throw;
     fail(e.what());
     std::string path = dump_flight(flight_dir());
+    if (const int sig = stop_signals::exit_signal()) {  // Note [Stop signals]
+      std::fprintf(stderr, "%s [flight record: %s]; exiting by %s\n", e.what(),
+                   path.empty() ? "not written" : path.c_str(), stop_signals::signal_name(sig).c_str());
+      stop_signals::exit_by(sig);
+    }
     if (path.empty()) throw;
     std::string msg = std::string(e.what()) + " [flight record: " + path + "]";
     if (dynamic_cast<const DistError*>(&e) || dynamic_cast<const TimeoutError*>(&e)) throw DistError(msg);
     throw;
   }
+}
+
+// What LOOM_DIST_DEBUG=detail adds per collective on this machine and transport: the fastest of
+// the exchanges that collectives 1..kDetailSample repeat right after their check, when the ranks
+// are in step. (Timing the check itself would count the wait for the slowest rank to arrive, which
+// the collective would wait for anyway: milliseconds in a benchmark whose ranks arrive apart.)
+// Rank 0 reports it once.
+void ProcessGroup::Impl::note_detail_cost(Clock::duration d) {
+  detail_fastest = detail_sampled++ == 0 ? d : std::min(detail_fastest, d);
+  if (detail_sampled != kDetailSample || rank != 0) return;
+  std::fprintf(stderr,
+               "[dist] group '%s': the contract check costs about %.1f us per collective (%d ranks, "
+               "%s; the fastest of %d timed repeats)\n",
+               name.c_str(), std::chrono::duration<double, std::micro>(detail_fastest).count(), size,
+               transport_desc.c_str(), kDetailSample);
 }
 
 void ProcessGroup::Impl::fail(const std::string& why) {

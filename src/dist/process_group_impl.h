@@ -107,6 +107,10 @@ struct ProcessGroup::Impl {
                BodyRef body);
   void worker_loop();
   void fail(const std::string& why);
+  // Aborts the group with `reason` (Comm::request_abort); closes the links at once and returns true
+  // when no collective is running (one that is fails by itself). Thread-safe.
+  bool abort_with(const std::string& reason);
+  void note_detail_cost(Clock::duration d);
   std::string dump_flight(const std::string& dir) const;
   Fingerprint fingerprint(CollKind kind, DType dtype, IntArrayRef sizes, uint64_t count, int root,
                           int reduce_op) const {
@@ -134,6 +138,9 @@ struct ProcessGroup::Impl {
   mutable std::mutex exec_mu;  // the one thread using comm; guards the fields below
   bool broken = false;
   std::string broken_reason;
+  static constexpr int kDetailSample = 10;  // collectives timed for the detail-mode cost notice
+  int detail_sampled = 0;
+  Clock::duration detail_fastest{};
   // The last allreduce's algorithm and size; described in words only by describe().
   Algo last_algo = Algo::kAuto;
   size_t last_algo_bytes = 0;

@@ -1,4 +1,5 @@
-// TCPStoreServer: the key-value server behind TCPStore.
+// TCPStoreServer: the key-value server behind TCPStore: its event loop, buffers and limits. The
+// requests themselves are in tcp_store_requests.cpp.
 //
 // Note [TCP store server loop]
 // One background thread runs an epoll loop (level-triggered) over the listening socket, an eventfd
@@ -11,6 +12,21 @@
 // request is parked its further frames are buffered, not served, so replies stay in order. All
 // state below "loop thread only" is touched by the loop thread alone; the counters are atomics read
 // by stats().
+//
+// Note [TCP store server limits]
+// Nothing a client sends may grow the server without bound (TCPStoreServerOptions has the limits):
+//  - Replies wait in a client's output buffer until the socket takes them. Once more than
+//    max_client_queue_bytes wait, the server stops reading that client's requests (its frames stay
+//    in the kernel's socket buffer, which pushes back on the sender) and resumes when the queue is
+//    down to half. A throttled client that reads nothing for stalled_client_timeout is closed. So
+//    one client holds at most the limit plus one reply, however many requests it sends (a client
+//    that sent 1500 GETs of a 1 MiB value without reading used to grow the server to 1.27 GB).
+//  - Until a client has sent the token, a frame may be at most max_unauthenticated_frame_bytes
+//    (enough for the hello), so an unauthenticated connection cannot make the server buffer a
+//    64 MiB partial frame.
+//  - The bytes held in every client's buffers (their allocations) are counted; when the sum passes
+//    max_buffered_bytes the client holding the most is closed, until the sum is back under it.
+// Every closing is a line on stderr with the reason and a counter in stats().
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -21,21 +37,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <unordered_map>
 
-#include "dist/store_detail.h"
 #include "dist/store_net.h"
-#include "dist/store_protocol.h"
-#include "loom/dist/store.h"
+#include "dist/tcp_store_server_impl.h"
 #include "loom/error.h"
 
 namespace loom::dist {
@@ -47,94 +55,28 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kListenId = 0;
 constexpr uint64_t kWakeId = 1;
 constexpr size_t kReadChunk = 64 * 1024;
-constexpr int64_t kMaxWaitMs = int64_t{1} << 40;  // clamp for client-sent timeouts
+// A buffer that empties keeps its allocation up to this size; larger ones are given back, so that a
+// client that once sent or received a large value does not hold that memory while idle.
+constexpr size_t kKeepCapacity = 16 * 1024;
+const size_t kInlineCapacity = std::string().capacity();  // no heap allocation up to this size
 
-bool token_equal(const std::string& a, const std::string& b) {
-  // Constant time in the length of the expected token.
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ b[i]);
-  }
-  return diff == 0;
+size_t heap_bytes(const std::string& s) {
+  return s.capacity() > kInlineCapacity ? s.capacity() : 0;
 }
 
-struct Client {
-  uint64_t id = 0;
-  int fd = -1;
-  std::string peer;
-  std::string in;
-  size_t in_pos = 0;
-  std::string out;
-  size_t out_pos = 0;
-  bool authed = false;
-  bool want_write = false;
-  uint64_t parked = 0;  // waiter id, 0 when none
-};
-
-struct Waiter {
-  uint64_t client = 0;
-  Op op = Op::kWait;
-  std::vector<std::string> keys;
-  Clock::time_point deadline;
-  std::string registered_key;  // the missing key it is listed under in waiters_by_key
-};
+std::string mib(size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
 
 }  // namespace
 
-struct TCPStoreServer::Impl {
-  TCPStoreServerOptions opt;
-  std::string token;
-  int listen_fd = -1;
-  int epoll_fd = -1;
-  int wake_fd = -1;
-  int port = 0;
-  std::thread thread;
-  std::atomic<bool> stopping{false};
-  std::mutex stop_mu;
-  std::condition_variable stopped_cv;
-  bool stopped = false;  // GUARDED_BY(stop_mu)
-
-  std::atomic<int64_t> n_clients{0}, n_accepted{0}, n_rejected_frames{0}, n_rejected_tokens{0},
-      n_keys{0};
-
-  // ---- loop thread only ----
-  std::unordered_map<uint64_t, Client> clients;
-  std::unordered_map<std::string, std::string> kv;
-  std::unordered_map<uint64_t, Waiter> waiters;
-  std::unordered_map<std::string, std::vector<uint64_t>> waiters_by_key;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
-  std::vector<uint64_t>
-      resume;  // clients whose parked request completed: serve their buffered frames
-  uint64_t next_id = 2;
-  bool accept_paused = false;
-  Clock::time_point accept_resume_at;
-
-  ~Impl() {
-    for (int fd : {listen_fd, epoll_fd, wake_fd}) {
-      if (fd >= 0) ::close(fd);
-    }
+TCPStoreServer::Impl::~Impl() {
+  for (int fd : {listen_fd, epoll_fd, wake_fd}) {
+    if (fd >= 0) ::close(fd);
   }
-
-  void bind_and_listen();
-  void loop();
-  void loop_once();
-  void accept_clients();
-  void on_readable(Client& c);
-  void process(uint64_t id);
-  bool handle(Client& c, proto::Frame& f);
-  void reply(Client& c, Op op, const std::vector<std::string_view>& fields);
-  void flush(Client& c);
-  void update_interest(Client& c);
-  void close_client(uint64_t id);
-  void reject(uint64_t id, const std::string& reason, bool token);
-  void set_key(const std::string& key, std::string value);
-  void park(Client& c, Op op, std::vector<std::string> keys, int64_t timeout_ms);
-  void notify(const std::string& key);
-  void finish_waiter(uint64_t wid, bool timed_out);
-  void unregister(uint64_t wid, const Waiter& w);
-  void answer(Client& c, Op op, const std::vector<std::string>& keys, bool timed_out);
-  int next_timeout_ms();
-};
+}
 
 // ---- setup
 // ----------------------------------------------------------------------------------------
@@ -199,6 +141,11 @@ int TCPStoreServer::Impl::next_timeout_ms() {
   Clock::time_point next = Clock::time_point::max();
   if (!deadlines.empty()) next = deadlines.begin()->first;
   if (accept_paused) next = std::min(next, accept_resume_at);
+  for (uint64_t id : throttled) {
+    auto it = clients.find(id);
+    if (it != clients.end())
+      next = std::min(next, it->second.progress + opt.stalled_client_timeout);
+  }
   if (next == Clock::time_point::max()) return -1;
   return net::ms_until(next);
 }
@@ -211,6 +158,7 @@ void TCPStoreServer::Impl::loop() {
   }
   for (auto& [id, c] : clients) ::close(c.fd);
   clients.clear();
+  throttled.clear();
   n_clients = 0;
   std::lock_guard<std::mutex> lock(stop_mu);
   stopped = true;
@@ -239,13 +187,15 @@ void TCPStoreServer::Impl::loop_once() {
         close_client(id);
         continue;
       }
-      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) {
+      // A throttled client's hang-up is seen once its queue drains or its stall deadline passes.
+      if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !it->second.throttled) {
         on_readable(it->second);
         it = clients.find(id);
         if (it == clients.end()) continue;
       }
       if (events[i].events & EPOLLOUT) flush(it->second);
     }
+    if (buffered > opt.max_buffered_bytes) enforce_limits(Clock::now());
   }
   const auto now = Clock::now();
   while (!deadlines.empty() && deadlines.begin()->first <= now) {
@@ -269,6 +219,7 @@ void TCPStoreServer::Impl::loop_once() {
     resume.pop_back();
     process(id);
   }
+  enforce_limits(now);
 }
 
 void TCPStoreServer::Impl::accept_clients() {
@@ -304,8 +255,9 @@ void TCPStoreServer::Impl::accept_clients() {
     c.fd = fd;
     c.peer = peer;
     c.authed = token.empty();
+    c.events = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.events = c.events;
     ev.data.u64 = id;
     ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
     ++n_accepted;
@@ -315,11 +267,9 @@ void TCPStoreServer::Impl::accept_clients() {
 
 void TCPStoreServer::Impl::on_readable(Client& c) {
   const uint64_t id = c.id;
+  if (read_buf.empty()) read_buf.resize(kReadChunk);
   for (;;) {
-    const size_t old = c.in.size();
-    c.in.resize(old + kReadChunk);
-    ssize_t n = ::recv(c.fd, c.in.data() + old, kReadChunk, 0);
-    c.in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    ssize_t n = ::recv(c.fd, read_buf.data(), read_buf.size(), 0);
     if (n == 0) {  // orderly shutdown (complete frames read before it were served)
       close_client(id);
       return;
@@ -330,6 +280,8 @@ void TCPStoreServer::Impl::on_readable(Client& c) {
       close_client(id);
       return;
     }
+    c.in.append(read_buf.data(), static_cast<size_t>(n));
+    account(c);
     if (c.parked) {
       // Replies go out in order, so frames behind a parked request wait; a client that piles up
       // more than a frame's worth behind it is misbehaving.
@@ -337,10 +289,13 @@ void TCPStoreServer::Impl::on_readable(Client& c) {
         reject(id, "too much data sent while a request is parked", false);
         return;
       }
-      continue;
+    } else {
+      process(id);
+      if (!clients.count(id)) return;
+      if (c.throttled) return;  // its replies wait: read nothing more until they drain
     }
-    process(id);
-    if (!clients.count(id)) return;
+    // The loop enforces the budget between events; stop reading before passing it by much.
+    if (buffered > opt.max_buffered_bytes) return;
   }
 }
 
@@ -348,14 +303,17 @@ void TCPStoreServer::Impl::process(uint64_t id) {
   auto it = clients.find(id);
   if (it == clients.end()) return;
   Client& c = it->second;
+  // Until the token is checked, a frame may be only large enough for the hello.
+  const size_t limit = c.authed ? opt.max_frame_bytes : opt.max_unauthenticated_frame_bytes;
   proto::Frame frame;
-  while (!c.parked) {
+  while (!c.parked && !c.throttled) {
     size_t consumed = 0;
     std::string error;
-    auto st = proto::decode(c.in.data() + c.in_pos, c.in.size() - c.in_pos, opt.max_frame_bytes,
-                            &frame, &consumed, &error);
+    auto st = proto::decode(c.in.data() + c.in_pos, c.in.size() - c.in_pos, limit, &frame,
+                            &consumed, &error);
     if (st == proto::DecodeStatus::kNeedMore) break;
     if (st == proto::DecodeStatus::kError) {
+      if (!c.authed) error += " before the client authenticated (max_unauthenticated_frame_bytes)";
       reject(id, error, false);
       return;
     }
@@ -365,227 +323,16 @@ void TCPStoreServer::Impl::process(uint64_t id) {
   if (c.in_pos == c.in.size()) {
     c.in.clear();
     c.in_pos = 0;
+    if (c.in.capacity() > kKeepCapacity) std::string().swap(c.in);
   } else if (c.in_pos > 4096 && c.in_pos * 2 > c.in.size()) {
     c.in.erase(0, c.in_pos);
     c.in_pos = 0;
   }
+  account(c);
 }
 
-// ---- requests
-// -------------------------------------------------------------------------------------
-
-bool TCPStoreServer::Impl::handle(Client& c, proto::Frame& f) {
-  const uint64_t id = c.id;
-  auto& fields = f.fields;
-  if (!c.authed) {
-    if (f.op != Op::kHello || fields.size() != 1 || !token_equal(fields[0], token)) {
-      reject(id, f.op == Op::kHello ? "wrong token" : "no token (first frame is not hello)", true);
-      return false;
-    }
-    c.authed = true;
-    reply(c, Op::kOk, {});
-    return clients.count(id) > 0;
-  }
-  auto bad = [&](const char* expected) {
-    reject(id,
-           std::string(proto::op_name(f.op)) + " frame has " + std::to_string(fields.size()) +
-               " fields, expected " + expected,
-           false);
-    return false;
-  };
-  auto bad_int = [&](size_t index, const char* what) {
-    reject(id,
-           std::string(proto::op_name(f.op)) + " frame: field " + std::to_string(index) + " (" +
-               what + ") has " + std::to_string(fields[index].size()) + " bytes, expected 8",
-           false);
-    return false;
-  };
-  int64_t num = 0;
-  switch (f.op) {
-    case Op::kHello:
-      if (fields.size() != 1) return bad("1 (token)");
-      reply(c, Op::kOk, {});
-      break;
-    case Op::kPing:
-      reply(c, Op::kOk, {});
-      break;
-    case Op::kSet:
-      if (fields.size() != 2) return bad("2 (key, value)");
-      set_key(fields[0], std::move(fields[1]));
-      reply(c, Op::kOk, {});
-      break;
-    case Op::kGet:
-    case Op::kWait:
-    case Op::kMultiGet: {
-      if (fields.size() < 2 || (f.op == Op::kGet && fields.size() != 2)) {
-        return bad(f.op == Op::kGet ? "2 (timeout, key)" : "at least 2 (timeout, keys)");
-      }
-      if (!proto::decode_int(fields[0], &num)) return bad_int(0, "timeout");
-      std::vector<std::string> keys(std::make_move_iterator(fields.begin() + 1),
-                                    std::make_move_iterator(fields.end()));
-      bool all = true;
-      for (const auto& k : keys) all = all && kv.count(k);
-      if (all) {
-        answer(c, f.op, keys, false);
-      } else {
-        park(c, f.op, std::move(keys), num);
-      }
-      break;
-    }
-    case Op::kAdd: {
-      if (fields.size() != 2) return bad("2 (key, delta)");
-      if (!proto::decode_int(fields[1], &num)) return bad_int(1, "delta");
-      auto it = kv.find(fields[0]);
-      int64_t v = num;
-      try {
-        if (it != kv.end()) v += detail::parse_counter(fields[0], it->second);
-      } catch (const Error& e) {
-        reply(c, Op::kError, {e.what()});
-        break;
-      }
-      set_key(fields[0], std::to_string(v));
-      reply(c, Op::kInt, {proto::encode_int(v)});
-      break;
-    }
-    case Op::kCompareSet: {
-      if (fields.size() != 3) return bad("3 (key, expected, desired)");
-      auto it = kv.find(fields[0]);
-      if (it == kv.end() ? fields[1].empty() : it->second == fields[1]) {
-        set_key(fields[0], fields[2]);
-        reply(c, Op::kValue, {fields[2]});
-      } else {
-        reply(c, Op::kValue, {it == kv.end() ? fields[1] : it->second});
-      }
-      break;
-    }
-    case Op::kCheck: {
-      bool all = true;
-      for (const auto& k : fields) all = all && kv.count(k);
-      reply(c, Op::kBool, {std::string_view(all ? "\x01" : "\0", 1)});
-      break;
-    }
-    case Op::kDelete: {
-      if (fields.size() != 1) return bad("1 (key)");
-      const bool existed = kv.erase(fields[0]) > 0;
-      n_keys = static_cast<int64_t>(kv.size());
-      reply(c, Op::kBool, {std::string_view(existed ? "\x01" : "\0", 1)});
-      break;
-    }
-    case Op::kNumKeys:
-      reply(c, Op::kInt, {proto::encode_int(static_cast<int64_t>(kv.size()))});
-      break;
-    case Op::kMultiSet:
-      if (fields.size() % 2 != 0) return bad("an even number (key, value pairs)");
-      for (size_t i = 0; i < fields.size(); i += 2) set_key(fields[i], std::move(fields[i + 1]));
-      reply(c, Op::kOk, {});
-      break;
-    default:
-      reject(id, std::string("unexpected opcode '") + proto::op_name(f.op) + "' from a client",
-             false);
-      return false;
-  }
-  return clients.count(id) > 0;
-}
-
-void TCPStoreServer::Impl::set_key(const std::string& key, std::string value) {
-  kv[key] = std::move(value);
-  n_keys = static_cast<int64_t>(kv.size());
-  notify(key);
-}
-
-void TCPStoreServer::Impl::answer(Client& c, Op op, const std::vector<std::string>& keys,
-                                  bool timed_out) {
-  std::vector<std::string_view> out;
-  if (timed_out) {
-    for (const auto& k : keys) {
-      if (!kv.count(k)) out.emplace_back(k);
-    }
-    reply(c, Op::kTimeout, out);
-  } else if (op == Op::kWait) {
-    reply(c, Op::kOk, {});
-  } else {
-    for (const auto& k : keys) out.emplace_back(kv.at(k));
-    reply(c, Op::kValue, out);
-  }
-}
-
-void TCPStoreServer::Impl::park(Client& c, Op op, std::vector<std::string> keys,
-                                int64_t timeout_ms) {
-  const uint64_t wid = next_id++;
-  Waiter& w = waiters[wid];
-  w.client = c.id;
-  w.op = op;
-  w.keys = std::move(keys);
-  w.deadline =
-      Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(timeout_ms, 0, kMaxWaitMs));
-  for (const auto& k : w.keys) {
-    if (!kv.count(k)) {
-      w.registered_key = k;
-      break;
-    }
-  }
-  waiters_by_key[w.registered_key].push_back(wid);
-  deadlines.emplace(w.deadline, wid);
-  c.parked = wid;
-}
-
-void TCPStoreServer::Impl::unregister(uint64_t wid, const Waiter& w) {
-  deadlines.erase({w.deadline, wid});
-  auto it = waiters_by_key.find(w.registered_key);
-  if (it == waiters_by_key.end()) return;
-  auto& v = it->second;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] == wid) {
-      v[i] = v.back();
-      v.pop_back();
-      break;
-    }
-  }
-  if (v.empty()) waiters_by_key.erase(it);
-}
-
-void TCPStoreServer::Impl::notify(const std::string& key) {
-  auto it = waiters_by_key.find(key);
-  if (it == waiters_by_key.end()) return;
-  std::vector<uint64_t> ids = std::move(it->second);
-  waiters_by_key.erase(it);
-  for (uint64_t wid : ids) {
-    auto w = waiters.find(wid);
-    if (w == waiters.end()) continue;
-    w->second.registered_key.clear();
-    for (const auto& k : w->second.keys) {
-      if (!kv.count(k)) {
-        w->second.registered_key = k;
-        break;
-      }
-    }
-    if (w->second.registered_key.empty()) {
-      finish_waiter(wid, false);
-    } else {
-      waiters_by_key[w->second.registered_key].push_back(wid);
-    }
-  }
-}
-
-void TCPStoreServer::Impl::finish_waiter(uint64_t wid, bool timed_out) {
-  auto it = waiters.find(wid);
-  if (it == waiters.end()) return;
-  Waiter w = std::move(it->second);
-  waiters.erase(it);
-  if (timed_out) {
-    unregister(wid, w);
-  } else {
-    deadlines.erase({w.deadline, wid});
-  }
-  auto c = clients.find(w.client);
-  if (c == clients.end()) return;
-  c->second.parked = 0;
-  answer(c->second, w.op, w.keys, timed_out);
-  resume.push_back(w.client);
-}
-
-// ---- output and closing
-// ---------------------------------------------------------------------------
+// ---- output, limits and closing
+// -------------------------------------------------------------------
 
 void TCPStoreServer::Impl::reply(Client& c, Op op, const std::vector<std::string_view>& fields) {
   try {
@@ -610,22 +357,94 @@ void TCPStoreServer::Impl::flush(Client& c) {
       break;
     }
     c.out_pos += static_cast<size_t>(n);
+    if (c.throttled) c.progress = Clock::now();
   }
   if (c.out_pos == c.out.size()) {
     c.out.clear();
     c.out_pos = 0;
+    if (c.out.capacity() > kKeepCapacity) std::string().swap(c.out);
+  } else if (c.out_pos > 4096 && c.out_pos * 2 > c.out.size()) {
+    c.out.erase(0, c.out_pos);  // keeps a slow reader's buffer from holding what it already read
+    c.out_pos = 0;
+  }
+  // Note [TCP store server limits]: throttle above the queue limit, resume at half of it.
+  const size_t pending = c.pending_out();
+  if (!c.throttled && pending > opt.max_client_queue_bytes) {
+    c.throttled = true;
+    c.progress = Clock::now();
+    throttled.insert(c.id);
+    ++n_throttled;
+  } else if (c.throttled && pending <= opt.max_client_queue_bytes / 2) {
+    c.throttled = false;
+    throttled.erase(c.id);
+    resume.push_back(c.id);  // serve the requests it sent meanwhile
   }
   update_interest(c);
+  account(c);
 }
 
 void TCPStoreServer::Impl::update_interest(Client& c) {
-  const bool want = !c.out.empty();
-  if (want == c.want_write) return;
-  c.want_write = want;
+  const uint32_t want = (c.throttled ? 0u : uint32_t{EPOLLIN | EPOLLRDHUP}) |
+                        (c.pending_out() ? uint32_t{EPOLLOUT} : 0u);
+  if (want == c.events) return;
+  c.events = want;
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
+  ev.events = want;
   ev.data.u64 = c.id;
   ::epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+}
+
+void TCPStoreServer::Impl::account(Client& c) {
+  const size_t now = heap_bytes(c.in) + heap_bytes(c.out);
+  buffered = buffered - c.accounted + now;
+  c.accounted = now;
+  n_buffered.store(static_cast<int64_t>(buffered), std::memory_order_relaxed);
+  if (static_cast<int64_t>(buffered) > n_peak_buffered.load(std::memory_order_relaxed)) {
+    n_peak_buffered.store(static_cast<int64_t>(buffered), std::memory_order_relaxed);
+  }
+}
+
+// Closes clients that stalled while throttled, then, while the buffers exceed the budget, the
+// client that holds the most (Note [TCP store server limits]).
+void TCPStoreServer::Impl::enforce_limits(Clock::time_point now) {
+  std::vector<uint64_t> stalled;
+  for (uint64_t id : throttled) {
+    auto it = clients.find(id);
+    if (it != clients.end() && now - it->second.progress >= opt.stalled_client_timeout) {
+      stalled.push_back(id);
+    }
+  }
+  for (uint64_t id : stalled) {
+    const Client& c = clients.at(id);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.progress).count();
+    drop(id,
+         "it read none of its replies for " + std::to_string(ms) + " ms while " +
+             mib(c.pending_out()) + " of them were queued (stalled_client_timeout " +
+             std::to_string(opt.stalled_client_timeout.count()) + " ms, max_client_queue_bytes " +
+             std::to_string(opt.max_client_queue_bytes) + ")",
+         n_dropped_stalled);
+  }
+  while (buffered > opt.max_buffered_bytes && !clients.empty()) {
+    auto worst = std::max_element(clients.begin(), clients.end(), [](const auto& a, const auto& b) {
+      return a.second.accounted < b.second.accounted;
+    });
+    drop(worst->first,
+         "the server's buffers hold " + mib(buffered) + ", over max_buffered_bytes (" +
+             mib(opt.max_buffered_bytes) + "), and this client holds the most (" +
+             mib(worst->second.accounted) + ")",
+         n_dropped_over_budget);
+  }
+}
+
+void TCPStoreServer::Impl::drop(uint64_t id, const std::string& reason,
+                                std::atomic<int64_t>& counter) {
+  auto it = clients.find(id);
+  if (it == clients.end()) return;
+  std::fprintf(stderr, "[loom store] closed client %s: %s\n", it->second.peer.c_str(),
+               reason.c_str());
+  std::fflush(stderr);
+  close_client(id);
+  ++counter;  // after the close, so that a reader of stats() sees its bytes gone with it
 }
 
 void TCPStoreServer::Impl::close_client(uint64_t id) {
@@ -641,6 +460,9 @@ void TCPStoreServer::Impl::close_client(uint64_t id) {
   }
   ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
   ::close(c.fd);
+  buffered -= c.accounted;
+  n_buffered.store(static_cast<int64_t>(buffered), std::memory_order_relaxed);
+  throttled.erase(id);
   clients.erase(it);
   n_clients = static_cast<int64_t>(clients.size());
 }
@@ -676,10 +498,28 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
              UINT32_MAX);
   LOOM_CHECK(s.opt.max_clients >= 1, "[store] max_clients must be at least 1 but is ",
              s.opt.max_clients);
+  LOOM_CHECK(s.opt.max_unauthenticated_frame_bytes >= 64,
+             "[store] max_unauthenticated_frame_bytes must be at least 64 but is ",
+             s.opt.max_unauthenticated_frame_bytes);
+  s.opt.max_unauthenticated_frame_bytes =
+      std::min(s.opt.max_unauthenticated_frame_bytes, s.opt.max_frame_bytes);
+  LOOM_CHECK(s.opt.max_client_queue_bytes >= 1,
+             "[store] max_client_queue_bytes must be at least 1");
+  LOOM_CHECK(s.opt.max_buffered_bytes >= s.opt.max_frame_bytes, "[store] max_buffered_bytes ",
+             s.opt.max_buffered_bytes, " must be at least max_frame_bytes (", s.opt.max_frame_bytes,
+             ") so that one frame fits");
+  LOOM_CHECK(s.opt.stalled_client_timeout.count() > 0,
+             "[store] stalled_client_timeout must be positive but is ",
+             s.opt.stalled_client_timeout.count(), " ms");
   s.token = s.opt.token;
   if (s.token.empty()) {
     if (const char* env = std::getenv("LOOM_STORE_TOKEN")) s.token = env;
   }
+  // The hello frame: opcode, the token's length and the token.
+  LOOM_CHECK(1 + proto::kLengthBytes + s.token.size() <= s.opt.max_unauthenticated_frame_bytes,
+             "[store] the token is ", s.token.size(),
+             " bytes, too long for a hello frame of at most max_unauthenticated_frame_bytes (",
+             s.opt.max_unauthenticated_frame_bytes, ")");
   net::raise_fd_limit();
   s.bind_and_listen();
   s.thread = std::thread([this] { impl_->loop(); });
@@ -717,6 +557,11 @@ TCPStoreServer::Stats TCPStoreServer::stats() const {
   st.rejected_frames = s.n_rejected_frames.load();
   st.rejected_tokens = s.n_rejected_tokens.load();
   st.keys = s.n_keys.load();
+  st.buffered_bytes = s.n_buffered.load();
+  st.peak_buffered_bytes = s.n_peak_buffered.load();
+  st.throttled = s.n_throttled.load();
+  st.dropped_stalled = s.n_dropped_stalled.load();
+  st.dropped_over_budget = s.n_dropped_over_budget.load();
   return st;
 }
 

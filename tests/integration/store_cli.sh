@@ -32,5 +32,5 @@ cat "$tmp/check_err"
 kill -TERM "$pid"
 wait "$pid"
 pid=
-tail -n 1 "$tmp/out"
+tail -n 2 "$tmp/out"
 cat "$tmp/err"

@@ -19,7 +19,7 @@
 //
 // Faults: a dead or hung peer makes the collective throw DistError naming the peer and the collective
 // within the timeout; the group is then unusable (abort() tears down every connection; a later call
-// throws at once).
+// throws at once). SIGTERM and SIGINT abort every group (abort_process_groups_from_signal below).
 //
 // Thread-safety: calls on one group may come from several threads; they are ordered by a mutex in call
 // order. Tensors must stay alive and untouched until their Work completes.
@@ -120,6 +120,8 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
 
   // Tears down every connection; pending and later collectives throw DistError. Thread-safe.
   void abort();
+  // The same, with the reason the DistError gives ("aborted: <reason>").
+  void abort(const std::string& reason);
 
   // Flight recorder as JSON lines (for tests and `loom dist-debug`); dump_flight_record writes it to
   // dir/flight-<group>-rank<r>.json and returns the path.
@@ -132,6 +134,14 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Stop signals (Note [Stop signals] in src/dist/signal_abort.cpp): ProcessGroup::create installs
+// handlers for SIGTERM and SIGINT where they have the default disposition. A signal then aborts
+// every group of the process: the collective that waits throws DistError "aborted by SIGTERM",
+// its flight record is written, and the process ends by the signal (status 128 + signo). An
+// application with its own handler keeps it; that handler may call this function (it is
+// async-signal-safe) to abort every group the same way without ending the process.
+LOOM_API void abort_process_groups_from_signal(int sig) noexcept;
 
 // The default group, from a rendezvous (env://, tcp://host:port, file://path). Also sets the group
 // returned by default_group().

@@ -9,6 +9,8 @@
 //               `loom store --port P`. Frames are length-prefixed with a size limit; a malformed or
 //               oversized frame closes that client with a logged reason and the server keeps serving.
 //               An optional shared token (LOOM_STORE_TOKEN) is checked when a client connects.
+//               Limits per client and over all clients bound the memory that clients can make the
+//               server hold (TCPStoreServerOptions).
 //               Clients reconnect with exponential backoff and jitter until the deadline.
 //   HashStore   in-memory, for tests and single-process groups.
 //   FileStore   one file shared by processes (flock-protected append-only log), for tests and
@@ -138,11 +140,24 @@ class LOOM_API PrefixStore final : public Store {
   std::shared_ptr<Store> base_;
 };
 
+// Limits (Note [TCP store server limits] in src/dist/tcp_store_server.cpp): what one client, or all
+// of them, may make the server hold. A client that breaks one is closed with a line on stderr.
 struct TCPStoreServerOptions {
   std::string host = "127.0.0.1";  // address to bind; "0.0.0.0" to accept from other hosts
   int port = 0;                    // 0 = pick a free port (see TCPStoreServer::port())
   std::string token;               // empty = LOOM_STORE_TOKEN, or no token when unset
   size_t max_frame_bytes = 64u << 20;
+  // Before a client has sent the token, its frames may be at most this large (the hello frame is
+  // 5 bytes plus the token).
+  size_t max_unauthenticated_frame_bytes = 4096;
+  // Replies queued for one client beyond which its requests are no longer read (until half of them
+  // have gone out). One reply may exceed it; nothing more is queued until it drains.
+  size_t max_client_queue_bytes = 4u << 20;
+  // A client over max_client_queue_bytes that reads none of its replies for this long is closed.
+  Duration stalled_client_timeout = std::chrono::seconds(30);
+  // All clients' input and output buffers together; beyond it the client holding the most is
+  // closed. At least max_frame_bytes.
+  size_t max_buffered_bytes = size_t{1} << 30;
   int max_clients = 65536;
 };
 
@@ -161,13 +176,19 @@ class LOOM_API TCPStoreServer {
   // Blocks until stop() is called from another thread (`loom store` waits for SIGINT/SIGTERM with
   // sigwait() and then calls stop()).
   void run_until_stopped();
-  // Counters for tests and `loom store`: live clients, clients closed for bad frames / bad token.
+  // Counters for tests and `loom store`: live clients, clients closed for bad frames / bad token,
+  // the bytes held in the clients' buffers, and the limits of Note [TCP store server limits] at work.
   struct Stats {
     int64_t clients = 0;
     int64_t accepted = 0;
-    int64_t rejected_frames = 0;
+    int64_t rejected_frames = 0;  // malformed or oversized frames (also before authentication)
     int64_t rejected_tokens = 0;
     int64_t keys = 0;
+    int64_t buffered_bytes = 0;       // now, in every client's input and output buffers
+    int64_t peak_buffered_bytes = 0;  // the most at any time
+    int64_t throttled = 0;            // times a client's requests stopped being read (queue full)
+    int64_t dropped_stalled = 0;      // clients closed for reading no replies (stalled_client_timeout)
+    int64_t dropped_over_budget = 0;  // clients closed to get under max_buffered_bytes
   };
   Stats stats() const;
 
