@@ -1,24 +1,28 @@
-// `loom bench <suite>`: runs rounds of a suite, prints a table with medians and ratios, optionally
-// writes JSON ({"suite", "machine", "results": [{"name", "unit", "loom", "anchor", "anchor_value",
-// "ratio", "better"}]}).
+// `loom bench <suite>`: runs rounds of a suite, prints a table with medians, ratios, spreads and
+// verdicts (report.h), optionally writes JSON ({"suite", "machine", "results": [{"name", "unit",
+// "loom", "anchor", "anchor_value", "ratio", "better", "target", "verdict", "spread", ...}]}).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "bench.h"
 #include "cli.h"
+#include "job.h"
 #include "loom/error.h"
 #include "loom/parallel.h"
-
+#include "report.h"
 
 namespace loom::bench {
 
@@ -28,10 +32,7 @@ std::vector<Suite>& suites() {
 }
 
 double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return report::median(std::move(v));
 }
 
 double median_seconds(const std::function<void()>& fn, int reps) {
@@ -46,72 +47,6 @@ double median_seconds(const std::function<void()>& fn, int reps) {
   return median(t);
 }
 
-namespace {
-
-// The anchor as a co-process: we write "NAME THREADS QUICK" lines, it answers "NAME VALUE" (or
-// "NAME nan" for a name it does not know). Dies with us.
-class AnchorProcess {
- public:
-  bool start(const std::string& binary, const std::string& suite) {
-    std::string path = cli::self_dir() + "/" + binary;
-    if (access(path.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "bench: anchor %s not built (needs libtorch; run scripts/setup.sh)\n",
-                   binary.c_str());
-      return false;
-    }
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[1]);
-      close(from_child[0]);
-      // libtorch's best configuration here: its OpenMP workers must not spin while OpenBLAS's
-      // threads need the same cores (spinning made its 2-thread training step 10x slower).
-      setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-      execl(path.c_str(), path.c_str(), "serve", suite.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-    return pid_ > 0 && in_ && out_;
-  }
-  double query(const std::string& name, int threads, bool quick) {
-    if (!in_) return NAN;
-    std::fprintf(in_, "%s %d %d\n", name.c_str(), threads, quick ? 1 : 0);
-    std::fflush(in_);
-    char line[512];
-    if (!std::fgets(line, sizeof(line), out_)) {
-      std::fprintf(stderr, "bench: the anchor process stopped answering\n");
-      stop();
-      return NAN;
-    }
-    std::istringstream is(line);
-    std::string got;
-    std::string value;
-    is >> got >> value;
-    return got == name ? std::strtod(value.c_str(), nullptr) : NAN;
-  }
-  void stop() {
-    if (in_) std::fclose(in_);
-    if (out_) std::fclose(out_);
-    in_ = out_ = nullptr;
-    if (pid_ > 0) waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  ~AnchorProcess() { stop(); }
-
- private:
-  pid_t pid_ = -1;
-  std::FILE* in_ = nullptr;
-  std::FILE* out_ = nullptr;
-};
-
-}  // namespace
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -123,13 +58,208 @@ std::string cpu_model() {
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
+using Clock = std::chrono::steady_clock;
+
+// The anchor as a co-process in a process group of its own: we write "NAME THREADS QUICK" lines, it
+// answers "NAME VALUE" (or "NAME nan" for a name it does not know). Each answer must come within a
+// deadline; an anchor that misses it, dies or answers out of turn is stopped (its whole group) and
+// every later row says why (Note [bench deadlines]). Its stderr is passed on to ours.
+class AnchorProcess {
+ public:
+  // Returns "" or why the anchor does not run.
+  std::string start(const std::string& path, const std::string& suite, double grace_s) {
+    grace_s_ = grace_s;
+    if (::access(path.c_str(), X_OK) != 0) {
+      return detail::str_cat("cannot run ", path, ": ", std::strerror(errno));
+    }
+    int fds[6] = {-1, -1, -1, -1, -1, -1};
+    int* to_child = fds;
+    int* from_child = fds + 2;
+    int* err_child = fds + 4;
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0 ||
+        ::pipe2(err_child, O_CLOEXEC) != 0) {
+      const int e = errno;
+      for (int fd : fds) {
+        if (fd >= 0) ::close(fd);
+      }
+      return detail::str_cat("pipe: ", std::strerror(e));
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (!adopt_child(0, parent)) ::_exit(1);
+      ::dup2(to_child[0], 0);
+      ::dup2(from_child[1], 1);
+      ::dup2(err_child[1], 2);
+      // libtorch's best configuration here: its OpenMP workers must not spin while OpenBLAS's
+      // threads need the same cores (spinning made its 2-thread training step 10x slower).
+      ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+      ::execl(path.c_str(), path.c_str(), "serve", suite.c_str(), static_cast<char*>(nullptr));
+      std::fprintf(stderr, "cannot run %s: %s\n", path.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(to_child[0]);
+    ::close(from_child[1]);
+    ::close(err_child[1]);
+    in_ = to_child[1];
+    out_ = from_child[0];
+    err_ = err_child[0];
+    if (pid_ < 0) {
+      close_pipes();
+      return detail::str_cat("fork: ", std::strerror(errno));
+    }
+    return "";
   }
-  return o;
+
+  // The anchor's figure for `name`; NaN with *why set when there is none.
+  double query(const std::string& name, int threads, bool quick, double deadline_s,
+               std::string* why) {
+    if (!failure_.empty() || pid_ <= 0) {
+      *why = failure_.empty() ? "the anchor is not running" : failure_;
+      return NAN;
+    }
+    const std::string request = detail::str_cat(name, " ", threads, " ", quick ? 1 : 0, "\n");
+    if (::write(in_, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+      fail("", 5, name);  // it is gone (EPIPE): say how it ended
+      *why = failure_;
+      return NAN;
+    }
+    const auto deadline = Clock::now() + std::chrono::duration<double>(deadline_s);
+    std::string line;
+    while (!next_line(&line)) {
+      const auto left = deadline - Clock::now();
+      if (left <= Clock::duration::zero()) {
+        char d[32];
+        std::snprintf(d, sizeof(d), "%g", deadline_s);
+        fail(detail::str_cat("timeout after ", d, " s on ", name, " (the anchor was stopped)"), 0);
+        *why = failure_;
+        return NAN;
+      }
+      pollfd p[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+      const int ms = static_cast<int>(std::min<int64_t>(
+          200, std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1));
+      if (::poll(p, err_ >= 0 ? 2 : 1, ms) <= 0) continue;
+      if (p[1].revents && err_ >= 0) read_stderr();
+      if (p[0].revents && !read_stdout()) {
+        fail("", 5, name);
+        *why = failure_;
+        return NAN;
+      }
+    }
+    std::istringstream is(line);
+    std::string got, value;
+    is >> got >> value;
+    if (got != name || value.empty()) {
+      fail(detail::str_cat("the anchor answered '", line, "' to ", name, " (it was stopped)"), 0);
+      *why = failure_;
+      return NAN;
+    }
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || !std::isfinite(v)) {
+      *why = "the anchor gave no figure for it (its answer was '" + value + "')";
+      return NAN;
+    }
+    return v;
+  }
+
+  // Ends the anchor: closing its stdin asks it to exit; its group is stopped if it does not.
+  void stop() {
+    if (pid_ > 0) {
+      ::close(in_);
+      in_ = -1;
+      end_group(pid_, grace_s_, grace_s_);
+      drain_stderr();
+      pid_ = -1;
+    }
+    close_pipes();
+  }
+  ~AnchorProcess() { stop(); }
+  bool failed() const { return !failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+
+ private:
+  // Stops the anchor's group (after wait_s for it to end by itself) and records why.
+  void fail(const std::string& why, double wait_s, const std::string& during = "") {
+    const ExitInfo info = end_group(pid_, wait_s, grace_s_);
+    pid_ = -1;
+    drain_stderr();
+    failure_ = !why.empty() ? why
+                            : "the anchor " + info.describe() + " during " + during +
+                                  (last_err_.empty() ? "" : " (" + last_err_ + ")");
+    std::fprintf(stderr, "bench: %s\n", failure_.c_str());
+  }
+  bool next_line(std::string* line) {
+    const size_t nl = out_pending_.find('\n');
+    if (nl == std::string::npos) return false;
+    *line = out_pending_.substr(0, nl);
+    out_pending_.erase(0, nl + 1);
+    return true;
+  }
+  bool read_stdout() {
+    char buf[4096];
+    const ssize_t n = ::read(out_, buf, sizeof(buf));
+    if (n > 0) out_pending_.append(buf, static_cast<size_t>(n));
+    return n > 0 || (n < 0 && errno == EINTR);
+  }
+  void read_stderr() {
+    char buf[4096];
+    const ssize_t n = ::read(err_, buf, sizeof(buf));
+    if (n <= 0) {
+      if (n == 0 || errno != EINTR) {
+        ::close(err_);
+        err_ = -1;
+      }
+      return;
+    }
+    err_pending_.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = err_pending_.find('\n')) != std::string::npos) {
+      const std::string l = err_pending_.substr(0, nl);
+      err_pending_.erase(0, nl + 1);
+      std::fprintf(stderr, "%s\n", l.c_str());
+      if (!l.empty()) last_err_ = l;
+    }
+  }
+  void drain_stderr() {
+    while (err_ >= 0) {
+      pollfd p{err_, POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      read_stderr();
+    }
+  }
+  void close_pipes() {
+    for (int* fd : {&in_, &out_, &err_}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1, err_ = -1;
+  double grace_s_ = 5;
+  std::string out_pending_, err_pending_, last_err_, failure_;
+};
+
+// Ignores SIGPIPE while it lives (a write to an anchor that died must fail, not kill us).
+struct IgnoreSigpipe {
+  struct sigaction old {};
+  IgnoreSigpipe() {
+    struct sigaction sa {};
+    sa.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &sa, &old);
+  }
+  ~IgnoreSigpipe() { ::sigaction(SIGPIPE, &old, nullptr); }
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(item);
+  return v;
 }
 
 int run_bench(const std::vector<std::string>& argv) {
@@ -138,15 +268,25 @@ int run_bench(const std::vector<std::string>& argv) {
       if (s.name == argv[1] && s.run) return s.run({argv.begin() + 1, argv.end()});
     }
   }
-  cli::Args args(argv, {"help", "quick", "list"}, {"json", "rounds", "threads", "only"});
+  cli::Args args(argv, {"help", "quick", "list"},
+                 {"json", "rounds", "threads", "only", "anchor", "deadline"});
   if (args.flag("help") || args.flag("list") || args.positionals().empty()) {
-    std::printf("usage: loom bench SUITE [--rounds N] [--threads 1,2] [--quick] [--only NAME,...]"
-                " [--json FILE]\n"
-                "  Runs loom and its anchor side by side; prints medians and loom/anchor ratios.\n"
-                "  --only keeps the measurements whose name starts with one of the given prefixes.\n"
-                "  Suites with their own options: loom bench collectives --help\n"
-                "suites:\n");
-    for (const auto& s : suites()) std::printf("  %-12s %s\n", s.name.c_str(), s.description.c_str());
+    std::printf(
+        "usage: loom bench SUITE [--rounds N] [--threads 1,2] [--quick] [--only NAME,...]\n"
+        "                        [--anchor PATH|none] [--deadline S] [--json FILE]\n"
+        "  Runs loom and its anchor side by side; prints per measurement the medians over rounds,\n"
+        "  the ratio loom/anchor, the spread across rounds, the target and a verdict (ok, MISS, "
+        "no\n"
+        "  target), a legend of the units, and 'targets: N met, M missed'.\n"
+        "  --only      keeps the measurements whose name starts with one of the given prefixes\n"
+        "  --anchor    the anchor program to run instead of the suite's (none: run without one)\n"
+        "  --deadline  seconds the anchor may take per measurement (300); past it, the anchor's\n"
+        "              process group is stopped and the remaining rows say why\n"
+        "  Exit status: 0, or 3 when the anchor failed during the run (the table says where).\n"
+        "  Suites with their own options: loom bench collectives --help, loom bench prof --help\n"
+        "suites:\n");
+    for (const auto& s : suites())
+      std::printf("  %-12s %s\n", s.name.c_str(), s.description.c_str());
     return args.positionals().empty() && !args.flag("help") && !args.flag("list") ? 2 : 0;
   }
   const std::string name = args.positionals()[0];
@@ -158,34 +298,69 @@ int run_bench(const std::vector<std::string>& argv) {
   SuiteOptions opt;
   opt.quick = args.flag("quick");
   opt.rounds = static_cast<int>(args.get_int("rounds", opt.quick ? 1 : 5));
+  LOOM_CHECK(opt.rounds >= 1, "[bench] --rounds must be positive but got ", opt.rounds);
   if (auto t = args.get("threads")) {
     opt.threads.clear();
-    std::stringstream ss(*t);
-    std::string item;
-    while (std::getline(ss, item, ',')) opt.threads.push_back(std::stoi(item));
+    for (const std::string& item : split_commas(*t)) {
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      LOOM_CHECK(!item.empty() && *end == '\0' && v >= 1 && v <= 1024,
+                 "[bench] --threads expects thread counts like 1,2 but got '", *t, "'");
+      opt.threads.push_back(static_cast<int>(v));
+    }
   }
+  double deadline_s = 300;
+  if (auto d = args.get("deadline")) {
+    char* end = nullptr;
+    deadline_s = std::strtod(d->c_str(), &end);
+    LOOM_CHECK(*end == '\0' && deadline_s > 0 && deadline_s <= 86400,
+               "[bench] --deadline expects seconds from 0 to 86400 but got '", *d, "'");
+  }
+  // The anchor program and, when there is none, why.
+  std::string anchor_path, no_anchor;
+  const std::string anchor_opt = args.get_or("anchor", "");
+  if (anchor_opt == "none") {
+    no_anchor = "not run: --anchor none";
+  } else if (!anchor_opt.empty()) {
+    anchor_path = anchor_opt;
+  } else if (suite->anchor_binary.empty()) {
+    no_anchor = suite->no_anchor.empty() ? "this suite has none" : suite->no_anchor;
+  } else {
+    anchor_path = cli::self_dir() + "/" + suite->anchor_binary;
+    if (::access(anchor_path.c_str(), X_OK) != 0) {
+      no_anchor = suite->anchor_binary + " is not built (run scripts/setup.sh, reconfigure)";
+      anchor_path.clear();
+    }
+  }
+  const std::string anchor_label =
+      !anchor_opt.empty() && anchor_opt != "none" ? anchor_opt : suite->anchor_name;
   const int saved_threads = get_num_threads();
-  std::printf("loom bench %s: %d round(s), loom and %s alternating per measurement\n"
-              "cpu: %s, %u cores\nloom BLAS: %s\n",
-              name.c_str(), opt.rounds, suite->anchor_name.c_str(), cpu_model().c_str(),
-              std::thread::hardware_concurrency(), blas_config().c_str());
+  std::printf(
+      "loom bench %s: %d round(s), loom and %s alternating per measurement\n"
+      "cpu: %s, %u cores\nloom BLAS: %s\n",
+      name.c_str(), opt.rounds, anchor_label.empty() ? "no anchor" : anchor_label.c_str(),
+      cpu_model().c_str(), std::thread::hardware_concurrency(), blas_config().c_str());
   std::fflush(stdout);
   std::vector<Measure> measures = suite->setup(opt);
   if (auto only = args.get("only")) {
     // Prefixes, so that `--only mlp_step` keeps every thread count of that row.
-    std::vector<std::string> keep;
-    std::stringstream ss(*only);
-    std::string item;
-    while (std::getline(ss, item, ',')) keep.push_back(item);
+    const std::vector<std::string> keep = split_commas(*only);
     std::erase_if(measures, [&](const Measure& m) {
       return std::none_of(keep.begin(), keep.end(),
                           [&](const std::string& k) { return m.name.rfind(k, 0) == 0; });
     });
-    LOOM_CHECK(!measures.empty(), "[bench] --only ", *only, " matches no measurement of suite ", name);
+    LOOM_CHECK(!measures.empty(), "[bench] --only ", *only, " matches no measurement of suite ",
+               name);
   }
+  IgnoreSigpipe ignore_sigpipe;
   AnchorProcess anchor;
-  bool have_anchor = !suite->anchor_binary.empty() && anchor.start(suite->anchor_binary, name);
+  if (!anchor_path.empty()) {
+    no_anchor = anchor.start(anchor_path, name, /*grace_s=*/5);
+    if (!no_anchor.empty()) std::fprintf(stderr, "bench: %s\n", no_anchor.c_str());
+  }
+  const bool have_anchor = no_anchor.empty();
   std::map<std::string, std::vector<double>> loom_vals, anchor_vals;
+  std::map<std::string, std::string> why_missing;  // why a row has no anchor figure
   for (int r = 0; r < opt.rounds; ++r) {
     // Who goes first alternates by round: a measurement right after the other process's BLAS
     // call can find that process's OpenBLAS workers still spinning on the other core.
@@ -193,8 +368,13 @@ int run_bench(const std::vector<std::string>& argv) {
     for (const Measure& m : measures) {
       auto run_anchor_side = [&] {
         if (!have_anchor) return;
-        double a = anchor.query(m.name, m.threads, opt.quick);
-        if (!std::isnan(a)) anchor_vals[m.name].push_back(a);
+        std::string why;
+        const double a = anchor.query(m.name, m.threads, opt.quick, deadline_s, &why);
+        if (std::isnan(a)) {
+          why_missing.emplace(m.name, why);  // the first: a row's own answer before a later failure
+        } else {
+          anchor_vals[m.name].push_back(a);
+        }
       };
       if (anchor_first) run_anchor_side();
       set_num_threads(m.threads);
@@ -205,46 +385,47 @@ int run_bench(const std::vector<std::string>& argv) {
   }
   anchor.stop();
   set_num_threads(saved_threads);
-  int width = 26;  // the name column fits the longest name
-  for (const Measure& p : measures) width = std::max(width, static_cast<int>(p.name.size()));
-  std::printf("\n%-*s %-9s %12s %12s %8s %8s  %s\n", width, "benchmark", "unit", "loom", "anchor",
-              "ratio", "target", "");
-  std::ostringstream js;
-  js << "{\"suite\": \"" << name << "\", \"machine\": {\"cpu\": \"" << json_escape(cpu_model())
-     << "\", \"cores\": " << std::thread::hardware_concurrency() << ", \"blas\": \""
-     << json_escape(blas_config()) << "\"}, \"results\": [";
-  bool first = true;
-  for (const Measure& p : measures) {
-    const std::string& n = p.name;
-    double l = median(loom_vals[n]);
-    double a = anchor_vals[n].empty() ? NAN : median(anchor_vals[n]);
-    double ratio = std::isnan(a) ? NAN : l / a;
-    std::string verdict;
-    if (p.target > 0 && !std::isnan(ratio)) {
-      bool ok = p.lower_is_better ? ratio <= p.target : ratio >= p.target;
-      verdict = ok ? "ok" : "MISS";
+
+  std::vector<report::Row> rows;
+  for (const Measure& m : measures) {
+    report::Row row;
+    row.name = m.name;
+    row.unit = m.unit;
+    row.lower_is_better = m.lower_is_better;
+    row.target = m.target > 0         ? report::Target::ratio(m.target)
+                 : m.value_target > 0 ? report::Target::value(m.value_target)
+                                      : report::Target::none();
+    row.loom_rounds = loom_vals[m.name];
+    row.anchor_rounds = anchor_vals[m.name];
+    if (!have_anchor) {
+      row.anchor_missing = no_anchor;
+    } else if (row.anchor_rounds.empty()) {
+      row.anchor_missing = why_missing.count(m.name) ? why_missing[m.name] : "no figure";
     }
-    char target[32] = "";
-    if (p.target > 0) std::snprintf(target, sizeof(target), "%s%.2f", p.lower_is_better ? "<=" : ">=", p.target);
-    std::printf("%-*s %-9s %12.4g %12.4g %8.3f %8s  %s\n", width, n.c_str(), p.unit.c_str(), l, a,
-                ratio, target, verdict.c_str());
-    js << (first ? "" : ", ") << "{\"name\": \"" << n << "\", \"unit\": \"" << p.unit
-       << "\", \"loom\": " << l << ", \"anchor\": \"" << json_escape(suite->anchor_name)
-       << "\", \"anchor_value\": " << (std::isnan(a) ? std::string("null") : std::to_string(a))
-       << ", \"ratio\": " << (std::isnan(ratio) ? std::string("null") : std::to_string(ratio))
-       << ", \"better\": \"" << (p.lower_is_better ? "lower" : "higher") << "\"}";
-    first = false;
+    rows.push_back(std::move(row));
   }
-  js << "]}\n";
-  std::printf("\nratio = loom / anchor (medians over rounds); for ns and ms lower is better, for "
-              "GB/s and GFLOP/s higher is better.\n");
+  std::printf("\n%s", report::render_table(rows).c_str());
+  if (anchor.failed()) {
+    std::printf("anchor FAILED: %s; the measurements after it have no anchor figure\n",
+                anchor.failure().c_str());
+  }
   if (auto path = args.get("json")) {
+    std::ostringstream js;
+    js << "{\"suite\": " << report::json_string(name)
+       << ", \"machine\": {\"cpu\": " << report::json_string(cpu_model())
+       << ", \"cores\": " << std::thread::hardware_concurrency()
+       << ", \"blas\": " << report::json_string(blas_config()) << "}, \"rounds\": " << opt.rounds
+       << ", \"results\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      js << (i ? ", " : "") << report::json_row(rows[i], anchor_label);
+    }
+    js << "]}\n";
     std::ofstream out(*path);
     LOOM_CHECK(out.good(), "[bench] cannot write ", *path);
     out << js.str();
     std::printf("wrote %s\n", path->c_str());
   }
-  return 0;
+  return anchor.failed() ? 3 : 0;
 }
 
 const cli::RegisterCommand kBench("bench", "run a benchmark suite side by side with its anchor",

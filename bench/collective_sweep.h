@@ -5,6 +5,8 @@
 // sweep].
 #pragma once
 
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,7 +45,8 @@ namespace loom::bench::coll {
 //    buffer (Gloo's reduce-scatter works in place and leaves the rank's block at the start).
 // Output lines (each written with one write(2), so ranks sharing a pipe do not interleave):
 //    info TEXT
-//    result CONFIG ALGORITHM BYTES COUNT TIME_US   (rank 0; ALGORITHM: what the library chose)
+//    begin CONFIG BYTES RANK   (every rank, as it starts a size: where a rank that hangs or dies
+//    was) result CONFIG ALGORITHM BYTES COUNT TIME_US   (rank 0; ALGORITHM: what the library chose)
 //    check CONFIG BYTES RANK ok|FAILED [detail] (every rank, with --check)
 
 enum class Op { kAllreduce, kAllgather, kReduceScatter, kBroadcast };
@@ -287,6 +291,59 @@ struct RankBuffers {
   }
 };
 
+// Note [sweep test hook]
+// LOOM_BENCH_TEST_FAULT makes a rank misbehave on purpose, for the tests of the deadlines of `loom
+// bench collectives` (tests/integration/bench_collectives_fault.sh); it is no part of a
+// measurement. Its value is a comma-separated list of CONFIG:RANK:BYTES:ACTION, where CONFIG is a
+// configuration as in result lines (loom, default for OpenMPI, ring, bcube, ... for Gloo; * for
+// any), BYTES a size of the sweep, and ACTION what the rank does before that size's first
+// collective:
+//   hang   stops there (SIGTERM ends it), as a rank waiting for a peer that never comes
+//   stuck  the same, ignoring SIGTERM (only SIGKILL ends it), as a rank spinning in a library
+//   exit   says so on stderr and exits with status 5
+//   abort  says so on stderr and aborts (SIGABRT)
+// A malformed value stops the rank with status 2 and a message.
+inline void test_fault(const std::string& config, int rank, int64_t bytes) {
+  const char* spec = std::getenv("LOOM_BENCH_TEST_FAULT");
+  if (!spec || !*spec) return;
+  std::stringstream all(spec);
+  std::string entry;
+  while (std::getline(all, entry, ',')) {
+    std::stringstream es(entry);
+    std::string c, r, b, action;
+    std::getline(es, c, ':');
+    std::getline(es, r, ':');
+    std::getline(es, b, ':');
+    std::getline(es, action, ':');
+    char* end = nullptr;
+    const long want_rank = std::strtol(r.c_str(), &end, 10);
+    const bool rank_ok = !r.empty() && *end == '\0';
+    const int64_t want_bytes = parse_bytes(b);
+    if (c.empty() || !rank_ok || want_bytes < 0 ||
+        (action != "hang" && action != "stuck" && action != "exit" && action != "abort")) {
+      std::fprintf(stderr,
+                   "LOOM_BENCH_TEST_FAULT: malformed entry '%s' (want CONFIG:RANK:BYTES:"
+                   "hang|stuck|exit|abort)\n",
+                   entry.c_str());
+      std::exit(2);
+    }
+    if ((c != "*" && c != config) || want_rank != rank || want_bytes != bytes) continue;
+    std::fprintf(stderr, "test fault: rank %d %s at %lld bytes in %s\n", rank,
+                 action == "exit"    ? "exits"
+                 : action == "abort" ? "aborts"
+                                     : "stops",
+                 static_cast<long long>(bytes), config.c_str());
+    std::fflush(stderr);
+    if (action == "exit") std::_Exit(5);
+    if (action == "abort") std::abort();
+    if (action == "stuck") {
+      ::signal(SIGTERM, SIG_IGN);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // not even an orphan may outlive its launcher
+    }
+    for (;;) ::pause();
+  }
+}
+
 inline double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
@@ -304,6 +361,8 @@ inline int run_sweep(const SweepOptions& o, int rank, const std::vector<Backend*
     const int warmup = std::max(1, o.warmup);
     const Layout l = layout_for(o.op, count, o.np);
     for (Backend* b : backends) {
+      emit("begin " + b->config() + " " + std::to_string(bytes) + " " + std::to_string(rank));
+      test_fault(b->config(), rank, bytes);
       b->prepare(count);
       if (o.check) {
         // An output inside the input (Gloo's in-place reduce-scatter) must keep the input's

@@ -1,14 +1,12 @@
 // `loom bench collectives`: an nccl-tests-like table of one collective over N local processes,
 // loom's process group side by side with Gloo (loom-anchor-gloo) and OpenMPI (loom-anchor-mpi under
 // mpirun). Every side runs the sweep of collective_sweep.h (see Note [collective sweep]) as its own
-// job of N processes; the driver runs the jobs one after the other, round after round with the
-// order rotated, and takes per size the median over rounds (this 2-core machine is shared and
-// noisy).
-#include <fcntl.h>
-#include <poll.h>
+// jobs of N processes, one job per configuration (each Gloo configuration alone), under a deadline
+// (Note [bench deadlines] in job.h): a configuration that hangs or crashes is stopped, named with
+// its reason in the table, and the others go on. The driver runs the jobs one after the other,
+// round after round with the order rotated, and takes per size the median over rounds (this 2-core
+// machine is shared and noisy); verdicts, spreads and the legend come from report.h.
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -29,127 +28,30 @@
 #include "bench.h"
 #include "cli.h"
 #include "collectives.h"
+#include "job.h"
 #include "loom/error.h"
+#include "report.h"
 
 namespace loom::bench {
 namespace {
 
 using coll::Op;
-using Clock = std::chrono::steady_clock;
-
-// ---- child processes ----
-
-// Runs each body in a forked child whose stdout is one shared pipe, and calls on_line for every
-// line they print. When a child fails the others get SIGTERM (SIGKILL 5 s later); after timeout_s
-// all of them do. Returns "" or what went wrong. Children exit with _exit: they never return here.
-std::string run_children(const std::vector<std::function<int()>>& bodies, double timeout_s,
-                         const std::function<void(const std::string&)>& on_line) {
-  int fds[2];
-  LOOM_CHECK_AS(DistError, ::pipe2(fds, O_CLOEXEC) == 0, "[bench] pipe: ", std::strerror(errno));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids;
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // no orphans left spinning if the driver dies
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      int rc = 1;
-      try {
-        rc = bodies[i]();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "loom bench collectives: process %zu: %s\n", i, e.what());
-      }
-      std::fflush(stdout);
-      std::fflush(stderr);
-      ::_exit(rc);
-    }
-    if (pid < 0) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
-      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      throw DistError(detail::str_cat("[bench] fork: ", std::strerror(errno)));
-    }
-    pids.push_back(pid);
-  }
-  ::close(fds[1]);
-
-  std::string failure, pending;
-  std::vector<bool> alive(pids.size(), true);
-  size_t n_alive = pids.size();
-  bool eof = false;
-  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-  Clock::time_point stop_at{};
-  bool stopping = false, killed = false;
-  auto stop_all = [&](int sig) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (alive[i]) ::kill(pids[i], sig);
-    }
-  };
-  while (!eof || n_alive > 0) {
-    if (!eof) {
-      pollfd p{fds[0], POLLIN, 0};
-      if (::poll(&p, 1, 100) > 0) {
-        char buf[65536];
-        ssize_t n = ::read(fds[0], buf, sizeof(buf));
-        if (n > 0) {
-          pending.append(buf, static_cast<size_t>(n));
-          size_t nl;
-          while ((nl = pending.find('\n')) != std::string::npos) {
-            on_line(pending.substr(0, nl));
-            pending.erase(0, nl + 1);
-          }
-        } else if (n == 0 || errno != EINTR) {
-          eof = true;
-        }
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    for (size_t i = 0; i < pids.size(); ++i) {
-      int st = 0;
-      if (!alive[i] || ::waitpid(pids[i], &st, WNOHANG) != pids[i]) continue;
-      alive[i] = false;
-      --n_alive;
-      bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-      if (!ok && failure.empty()) {
-        failure = WIFEXITED(st)
-                      ? detail::str_cat("process ", i, " exited with status ", WEXITSTATUS(st))
-                      : detail::str_cat("process ", i, " was killed by signal ", WTERMSIG(st));
-      }
-      if (!ok && !stopping) {
-        stopping = true;
-        stop_at = Clock::now();
-        stop_all(SIGTERM);
-      }
-    }
-    if (!stopping && Clock::now() > deadline) {
-      if (failure.empty()) failure = detail::str_cat("timed out after ", timeout_s, " s");
-      stopping = true;
-      stop_at = Clock::now();
-      stop_all(SIGTERM);
-    }
-    if (stopping && !killed && Clock::now() - stop_at > std::chrono::seconds(5)) {
-      killed = true;
-      stop_all(SIGKILL);
-    }
-    if (killed && n_alive == 0) break;  // a grandchild may still hold the pipe; do not wait for it
-  }
-  if (!pending.empty()) on_line(pending);
-  ::close(fds[0]);
-  return failure;
-}
 
 // ---- one side of the table ----
+
+// A configuration that failed (hung, crashed, or its peer did): it is not run again.
+struct Failure {
+  std::string config;
+  int round = 0;  // 1-based
+  std::string reason;
+};
 
 struct Side {
   std::string key;    // loom, gloo, mpi: the --vs names
   std::string title;  // for the table
   std::string unavailable;
-  std::function<std::vector<std::function<int()>>(int round)> job;
+  std::vector<std::string> configs;  // run as one job each
+  std::function<std::vector<JobProcess>(const std::string& config, int round)> job;
   std::vector<std::string> info;
   // bytes -> configuration -> per-round medians
   std::map<int64_t, std::map<std::string, std::vector<double>>> times;
@@ -157,7 +59,18 @@ struct Side {
   int checks_ok = 0;
   std::vector<std::string> check_failures;
   std::set<std::pair<std::string, long long>> failed_in_round;  // (config, bytes), this round
-  std::vector<std::string> errors;
+  std::set<long long> sizes_done;                               // by the job running now
+  long long begun = -1;  // the largest size a rank of the running job has started
+  std::vector<Failure> failures;
+
+  // How the table and the failures name a configuration: "gloo ring", or "mpi" for a side of one.
+  std::string label(const std::string& config) const {
+    return configs.size() > 1 ? key + " " + config : key;
+  }
+  bool dropped(const std::string& config) const {
+    return std::any_of(failures.begin(), failures.end(),
+                       [&](const Failure& f) { return f.config == config; });
+  }
 
   void take(const std::string& line, bool verbose) {
     std::istringstream is(line);
@@ -166,15 +79,21 @@ struct Side {
     if (kind == "info") {
       std::string text = line.substr(std::min(line.size(), size_t{5}));
       if (std::find(info.begin(), info.end(), text) == info.end()) info.push_back(text);
+    } else if (kind == "begin") {
+      std::string config;
+      long long bytes = 0;
+      if (is >> config >> bytes) begun = std::max(begun, bytes);
     } else if (kind == "result") {
       std::string config, algorithm;
       long long bytes = 0, count = 0;
       double us = NAN;
-      // A configuration whose answer was wrong at this size in this round has no speed to report.
-      if (is >> config >> algorithm >> bytes >> count >> us &&
-          !failed_in_round.count({config, bytes})) {
-        times[bytes][algorithm].push_back(us);
-        counts[bytes] = count;
+      if (is >> config >> algorithm >> bytes >> count >> us) {
+        sizes_done.insert(bytes);
+        // A configuration whose answer was wrong at this size in this round has no speed to report.
+        if (!failed_in_round.count({config, bytes})) {
+          times[bytes][algorithm].push_back(us);
+          counts[bytes] = count;
+        }
       }
     } else if (kind == "check") {
       std::string config, verdict;
@@ -209,6 +128,19 @@ struct Side {
     }
     return b;
   }
+  std::vector<double> rounds_of(int64_t bytes, const std::string& config) const {
+    auto it = times.find(bytes);
+    if (it == times.end() || !it->second.count(config)) return {};
+    return it->second.at(config);
+  }
+
+  // Why an anchor has no figure at a size, short enough for a table cell.
+  std::string missing_reason() const {
+    if (failures.empty()) return "no result at this size";
+    std::string names;
+    for (const Failure& f : failures) names += (names.empty() ? "" : ", ") + f.config;
+    return names + " failed";
+  }
 };
 
 std::string find_in_path(const std::string& name) {
@@ -234,6 +166,54 @@ std::function<int()> exec_body(std::vector<std::string> argv) {
   };
 }
 
+// The first size of the sweep the running job has no result for ("" when it has them all).
+std::string size_in_progress(const coll::SweepOptions& o, const std::set<long long>& done) {
+  for (int64_t nominal : coll::sweep_sizes(o)) {
+    const int64_t count = coll::count_for(o, nominal);
+    if (count > 0 && !done.count(count * 4)) return coll::format_bytes(nominal);
+  }
+  return "";
+}
+
+// A configuration's deadline, scaled to the sweep: connecting, and per size a second of slack, the
+// timed blocks twice over and every call moving its bytes at 50 MB/s (a hundred times slower than
+// any library here on one host); more when the ranks outnumber the cores.
+double default_deadline(const coll::SweepOptions& o, unsigned cores) {
+  double s = 30;
+  for (int64_t b : coll::sweep_sizes(o)) {
+    s += 1.0 + 2.0 * o.repeats * o.block_ms / 1e3 +
+         (o.warmup + o.repeats + (o.check ? 1 : 0) + 2) * static_cast<double>(b) / 50e6;
+  }
+  return std::ceil(s * std::max(1.0, static_cast<double>(o.np) / std::max(1u, cores)));
+}
+
+// The Gloo configurations for the op and rank count (loom-anchor-gloo --list-configs knows them),
+// or only those of --gloo-configs. Sets *unavailable when the anchor cannot say.
+std::vector<std::string> gloo_configs(const std::vector<std::string>& argv,
+                                      std::vector<std::string>* info, std::string* unavailable) {
+  std::vector<std::string> configs;
+  JobOptions jo;
+  jo.deadline_s = 60;
+  JobResult r = run_job(
+      {{"loom-anchor-gloo --list-configs", exec_body(argv)}}, jo,
+      [&](size_t, const std::string& line) {
+        std::istringstream is(line);
+        std::string kind, c;
+        is >> kind;
+        if (kind == "configs") {
+          while (is >> c) configs.push_back(c);
+        } else if (kind == "info") {
+          info->push_back(line.substr(5));
+        }
+      },
+      [](size_t, const std::string& line) { std::fprintf(stderr, "[gloo] %s\n", line.c_str()); });
+  LOOM_CHECK(r.ok() || r.timed_out || r.exit.code != CLD_EXITED || r.exit.status != 2,
+             "[bench collectives] ", r.last_stderr);
+  if (!r.ok()) *unavailable = "loom-anchor-gloo --list-configs: " + r.reason();
+  if (r.ok() && configs.empty()) *unavailable = "loom-anchor-gloo listed no configuration";
+  return configs;
+}
+
 // ---- targets from the issue ----
 
 struct Target {
@@ -247,6 +227,8 @@ constexpr Target kTargets[] = {
     {"mpi", 1 << 20, INT64_MAX, false, 1.0},
     {"mpi", 4 << 10, 4 << 10, true, 1.0},
 };
+constexpr const char* kTargetsText =
+    "busbw >= 1.2x Gloo and >= 1.0x OpenMPI from 1 MiB; time <= OpenMPI's at 4 KiB";
 
 const Target* target_for(const std::string& anchor, int64_t bytes) {
   for (const Target& t : kTargets) {
@@ -258,31 +240,15 @@ const Target* target_for(const std::string& anchor, int64_t bytes) {
 // Rows below this size also get a latency ratio, and their JSON figure is the time.
 constexpr int64_t kLatencyBytes = 1 << 20;
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
-std::string num_or_null(double v) {
-  if (std::isnan(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-
 void usage() {
   std::printf(
       "usage: loom bench collectives [--np N] [--op OP] [--sizes MIN:MAX] [--algo A] [--transport "
       "T]\n"
       "                              [--vs gloo,mpi] [--check] [--iters K] [--warmup W] [--repeats "
       "R]\n"
-      "                              [--block-ms B] [--rounds R] [--gloo-configs LIST] [--json "
-      "FILE]\n"
-      "                              [--verbose]\n"
+      "                              [--block-ms B] [--rounds R] [--gloo-configs LIST] [--deadline "
+      "S]\n"
+      "                              [--json FILE] [--verbose]\n"
       "  One collective over N local processes, nccl-tests style: per size (powers of two, bytes "
       "of\n"
       "  f32) the time per call, algbw = bytes/time and busbw = algbw * factor (allreduce "
@@ -291,7 +257,7 @@ void usage() {
       "its\n"
       "  best configuration with loom/anchor ratios (bw x: busbw ratio, higher is better; lat x "
       "below\n"
-      "  1 MiB: time ratio, lower is better).\n"
+      "  1 MiB: time ratio, lower is better), the spread across rounds, target and verdict.\n"
       "  --np N            ranks (default 2)\n"
       "  --op OP           allreduce (default), allgather, reduce_scatter or broadcast\n"
       "  --sizes MIN:MAX   e.g. 4K:64M (default)\n"
@@ -308,13 +274,252 @@ void usage() {
       "                    --warmup W untimed calls before them (5)\n"
       "  --rounds R        each side runs R times, order rotated; medians over rounds (default 3)\n"
       "  --gloo-configs L  Gloo configurations to try (default: all that fit, see loom-anchor-gloo "
-      "--help)\n");
+      "--help)\n"
+      "  --deadline S      seconds one configuration's sweep may take (default: scaled to the "
+      "sizes);\n"
+      "                    past it, or when one of its ranks fails, its processes are stopped, "
+      "the\n"
+      "                    table names it with the reason, and it is not run again\n"
+      "  Exit status: 0; 1 when loom failed or a check did; 3 when only anchor configurations "
+      "failed.\n");
+}
+
+// ---- the table ----
+
+// A figure with `precision` decimals, or "-" when there is none.
+std::string fixed(double v, int precision) {
+  if (!std::isfinite(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, v);
+  return buf;
+}
+
+// Pads or cuts s to n characters.
+std::string fit(std::string s, size_t n) {
+  if (s.size() > n) s = s.substr(0, n - 3) + "...";
+  s.resize(n, ' ');
+  return s;
+}
+
+int print_collectives(const coll::SweepOptions& o, const LoomRankOptions& lo, int rounds,
+                      double deadline_s, const std::vector<Side>& sides,
+                      const std::optional<std::string>& json_path) {
+  const double factor = coll::busbw_factor(o.op, o.np);
+  const unsigned cores = std::thread::hardware_concurrency();
+  std::printf("\n");
+  for (const Side& s : sides) {
+    std::string note;
+    if (s.key == "loom") {
+      note = detail::str_cat("algo ", lo.algo.empty() ? "auto" : lo.algo, ", transport ",
+                             lo.transport.empty() ? "auto" : lo.transport, "; ");
+    }
+    for (const auto& i : s.info) note += (note.empty() || note.back() == ' ' ? "" : "; ") + i;
+    if (s.configs.size() > 1) {
+      note += "; configs";
+      for (const auto& c : s.configs) note += " " + c;
+    }
+    std::printf("%-5s %s\n", (s.key + ":").c_str(),
+                !s.unavailable.empty() ? ("not run: " + s.unavailable).c_str() : note.c_str());
+  }
+  std::string head1 = detail::str_cat(std::string(23, ' '), "loom");
+  char line[512];
+  std::snprintf(line, sizeof(line), "%10s %10s %-9s %9s %7s %7s", "size(B)", "count", "algo",
+                "time(us)", "algbw", "busbw");
+  std::string head2 = line;
+  head1.resize(head2.size(), ' ');
+  std::vector<const Side*> anchors;
+  for (const Side& s : sides) {
+    if (s.key != "loom" && s.unavailable.empty()) anchors.push_back(&s);
+  }
+  // An anchor's cell: " | " config time busbw bw-x lat-x, then spread, target and verdict; a
+  // missing figure spans the first five as "no anchor (reason)".
+  constexpr size_t kFigures = 19 + 1 + 9 + 1 + 7 + 1 + 6 + 1 + 6;
+  for (const Side* a : anchors) {
+    std::snprintf(line, sizeof(line), " | %-19s %9s %7s %6s %6s %7s %-7s %-10s", "config",
+                  "time(us)", "busbw", "bw x", "lat x", "spread", "target", "verdict");
+    std::string h = " | " + a->title;
+    h.resize(std::strlen(line), ' ');
+    head1 += h;
+    head2 += line;
+  }
+  std::printf("%s\n%s\n", head1.c_str(), head2.c_str());
+
+  const Side& loom = sides[0];
+  std::ostringstream js;
+  js << "{\"suite\": \"collectives\", \"machine\": {\"cpu\": " << report::json_string(cpu_model())
+     << ", \"cores\": " << cores << "}, \"config\": {\"op\": \"" << coll::op_name(o.op)
+     << "\", \"np\": " << o.np << ", \"algo\": \"" << (lo.algo.empty() ? "auto" : lo.algo)
+     << "\", \"transport\": \"" << (lo.transport.empty() ? "auto" : lo.transport)
+     << "\", \"rounds\": " << rounds << ", \"deadline_s\": " << report::json_number(deadline_s)
+     << "}, \"results\": [";
+  bool first_json = true;
+  std::vector<std::string> misses, ties;
+  report::Tally tally;
+  for (int64_t nominal : coll::sweep_sizes(o)) {
+    const int64_t count = coll::count_for(o, nominal);
+    const int64_t bytes = count * 4;
+    if (count <= 0) continue;
+    const bool lat_row = bytes < kLatencyBytes;
+    // Per-round figures in the row's unit: time, or busbw from 1 MiB.
+    auto in_unit = [&](std::vector<double> us) {
+      if (!lat_row) {
+        for (double& t : us) t = bytes / t / 1e3 * factor;
+      }
+      return us;
+    };
+    auto [algo, us] = loom.best(bytes);
+    const std::vector<double> loom_rounds = in_unit(loom.rounds_of(bytes, algo));
+    const double busbw = lat_row ? bytes / us / 1e3 * factor : median(loom_rounds);
+    std::snprintf(line, sizeof(line), "%10lld %10lld %-9s %9s %7s %7s",
+                  static_cast<long long>(bytes), static_cast<long long>(count),
+                  algo.empty() ? "-" : algo.c_str(), fixed(us, 1).c_str(),
+                  fixed(busbw / factor, 3).c_str(), fixed(busbw, 3).c_str());
+    std::string row_text = line;
+    const std::string name =
+        detail::str_cat(coll::op_name(o.op), "_np", o.np, "_", coll::format_bytes(bytes));
+    auto json_entry = [&](const report::Row& row, const std::string& anchor_label,
+                          const std::string& config) {
+      js << (first_json ? "" : ", ")
+         << report::json_row(
+                row, anchor_label,
+                detail::str_cat("\"bytes\": ", bytes, ", \"loom_algo\": ",
+                                report::json_string(algo), ", \"anchor_config\": ",
+                                config.empty() ? "null" : report::json_string(config)));
+      first_json = false;
+    };
+    for (const Side* a : anchors) {
+      auto [config, aus] = a->best(bytes);
+      report::Row row;
+      row.name = name;
+      row.unit = lat_row ? "us" : "GB/s busbw";
+      row.lower_is_better = lat_row;
+      const Target* t = target_for(a->key, bytes);
+      if (t && t->latency == lat_row) row.target = report::Target::ratio(t->ratio);
+      row.loom_rounds = loom_rounds;
+      row.anchor_rounds = in_unit(a->rounds_of(bytes, config));
+      if (config.empty()) row.anchor_missing = a->missing_reason();
+      const report::Summary sm = report::summarize(row);
+      tally.add(sm.verdict);
+      const double abus = lat_row ? bytes / aus / 1e3 * factor : sm.anchor;
+      const double bw_x = lat_row ? busbw / abus : sm.ratio;
+      const double lat_x = lat_row ? sm.ratio : NAN;
+      const std::string where = detail::str_cat(coll::format_bytes(bytes), " vs ", a->title,
+                                                config.empty() ? "" : " (" + config + ")");
+      if (sm.verdict == report::Verdict::kMiss) {
+        char m[200];
+        if (lat_row) {
+          std::snprintf(m, sizeof(m), "%s: loom %.1f us vs %.1f us, lat x %.2f, target <= %.1f",
+                        where.c_str(), us, aus, lat_x, t->ratio);
+        } else {
+          std::snprintf(m, sizeof(m), "%s: loom %.2f vs %.2f GB/s busbw, bw x %.2f, target >= %.1f",
+                        where.c_str(), busbw, abus, bw_x, t->ratio);
+        }
+        misses.push_back(m);
+      }
+      if (sm.tie) ties.push_back(where + ": " + report::tie_warning(sm));
+      std::string figures;
+      if (config.empty()) {
+        figures = fit("no anchor (" + row.anchor_missing + ")", kFigures);
+      } else {
+        std::snprintf(line, sizeof(line), "%-19s %9s %7s %6s %6s", config.c_str(),
+                      fixed(aus, 1).c_str(), fixed(abus, 3).c_str(), fixed(bw_x, 2).c_str(),
+                      lat_row ? fixed(lat_x, 2).c_str() : "");
+        figures = line;
+      }
+      std::snprintf(line, sizeof(line), " | %s %7s %-7s %-10s", figures.c_str(),
+                    report::percent_text(sm.spread).c_str(),
+                    report::target_text(row.target, row.lower_is_better).c_str(),
+                    report::verdict_text(sm.verdict));
+      row_text += line;
+      json_entry(row, a->title + (config.empty() ? "" : " (" + config + ")"), config);
+    }
+    if (anchors.empty()) {
+      report::Row row;
+      row.name = name;
+      row.unit = lat_row ? "us" : "GB/s busbw";
+      row.lower_is_better = lat_row;
+      row.loom_rounds = loom_rounds;
+      row.anchor_missing = "no anchor asked for (--vs)";
+      json_entry(row, "", "");
+    }
+    while (!row_text.empty() && row_text.back() == ' ') row_text.pop_back();
+    std::printf("%s\n", row_text.c_str());
+  }
+  js << "], \"failures\": [";
+  int status = 0;
+  bool first_failure = true, anchor_failed = false;
+  for (const Side& s : sides) {
+    for (const Failure& f : s.failures) {
+      if (first_failure) {
+        std::printf(
+            "\nfailed configurations (stopped, not run again; their sizes before the "
+            "failure are kept):\n");
+      }
+      std::printf("  %s: FAILED (%s) in round %d\n", s.label(f.config).c_str(), f.reason.c_str(),
+                  f.round);
+      js << (first_failure ? "" : ", ") << "{\"side\": " << report::json_string(s.key)
+         << ", \"config\": " << report::json_string(f.config) << ", \"round\": " << f.round
+         << ", \"reason\": " << report::json_string(f.reason) << "}";
+      first_failure = false;
+      if (s.key != "loom") anchor_failed = true;
+    }
+  }
+  js << "]}\n";
+  for (const auto& t : ties) std::printf("warning: %s\n", t.c_str());
+  std::printf(
+      "\ntime: per call, median over rounds of each round's median over blocks (a block: calls "
+      "after a barrier, timed by its slowest rank); anchors: their fastest configuration per "
+      "size.\nbw x = loom busbw / anchor busbw (higher is better); lat x = loom time / anchor time "
+      "(lower is better).\n%s%s",
+      report::legend({{"us", true}, {"GB/s algbw", false}, {"GB/s busbw", false}}).c_str(),
+      report::ratio_note().c_str());
+  if (anchors.empty()) {
+    std::printf("targets (%s): none judged, no anchor ran (--vs gloo,mpi)\n", kTargetsText);
+  } else {
+    std::printf("%s\n", report::targets_line(tally, kTargetsText).c_str());
+    for (const auto& m : misses) std::printf("  MISS %s\n", m.c_str());
+  }
+
+  if (!loom.failures.empty() || loom.times.empty()) status = 1;
+  if (o.check) {
+    std::vector<std::string> failures;
+    int ok = 0;
+    std::string counts;
+    for (const Side& s : sides) {
+      if (!s.unavailable.empty()) continue;
+      failures.insert(failures.end(), s.check_failures.begin(), s.check_failures.end());
+      ok += s.checks_ok;
+      counts += detail::str_cat(counts.empty() ? "" : ", ", s.key, " ", s.checks_ok);
+    }
+    if (failures.empty() && loom.checks_ok > 0 && loom.failures.empty()) {
+      std::printf(
+          "check OK: %d results match the closed-form values (%s; every size, configuration, rank "
+          "and round)\n",
+          ok, counts.c_str());
+    } else {
+      std::printf(
+          "check FAILED: %zu mismatches (loom %zu)%s; a wrong anchor result is left out of the "
+          "table\n",
+          failures.size(), loom.check_failures.size(),
+          loom.checks_ok == 0 ? ", and loom produced no verified result" : "");
+      for (const auto& f : failures) std::printf("  %s\n", f.c_str());
+      status = 1;
+    }
+  }
+  if (status == 0 && anchor_failed) status = 3;  // loom's figures are whole; an anchor's are not
+  if (json_path) {
+    std::ofstream out(*json_path);
+    LOOM_CHECK(out.good(), "[bench collectives] cannot write ", *json_path);
+    out << js.str();
+    std::printf("wrote %s\n", json_path->c_str());
+  }
+  return status;
 }
 
 int run_collectives(const std::vector<std::string>& argv) {
   cli::Args args(argv, {"help", "check", "verbose"},
                  {"np", "op", "sizes", "algo", "transport", "vs", "iters", "warmup", "repeats",
-                  "block-ms", "rounds", "json", "gloo-configs", "timeout"});
+                  "block-ms", "rounds", "json", "gloo-configs", "deadline"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -341,11 +546,16 @@ int run_collectives(const std::vector<std::string>& argv) {
   o.block_ms = positive("block-ms", 20);
   o.check = args.flag("check");
   const int rounds = positive("rounds", 3);
-  const double timeout_s = static_cast<double>(positive("timeout", 900));
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool deadline_given = args.get("deadline").has_value();
+  const double deadline_s =
+      deadline_given ? static_cast<double>(positive("deadline", 1)) : default_deadline(o, cores);
   const bool verbose = args.flag("verbose");
   LoomRankOptions lo;
   lo.algo = args.get_or("algo", "");
   lo.transport = args.get_or("transport", "");
+  // The libraries' own waits end no sooner than the deadline: the driver names the hang first.
+  lo.timeout_s = deadline_s;
   if (lo.algo == "auto") lo.algo.clear();
   if (lo.transport == "auto") lo.transport.clear();
   // Algorithm names are loom's to check (a rank reports an unknown one); transports are few.
@@ -381,32 +591,55 @@ int run_collectives(const std::vector<std::string>& argv) {
     Side s;
     s.key = "loom";
     s.title = "loom";
-    s.job = [o, lo, tmp](int round) {
+    s.configs = {lo.algo.empty() ? "auto" : lo.algo};
+    s.job = [o, lo, tmp](const std::string&, int round) {
       LoomRankOptions l = lo;
       l.store_path = tmp + "/loom-store-" + std::to_string(round);
-      std::vector<std::function<int()>> bodies;
-      for (int r = 0; r < o.np; ++r) bodies.push_back([o, l, r] { return run_loom_rank(o, r, l); });
-      return bodies;
+      std::vector<JobProcess> ranks;
+      for (int r = 0; r < o.np; ++r) {
+        ranks.push_back(
+            {"rank " + std::to_string(r), [o, l, r] { return run_loom_rank(o, r, l); }});
+      }
+      return ranks;
     };
     sides.push_back(std::move(s));
   }
   const std::vector<std::string> sweep = coll::sweep_args(o);
+  char timeout_arg[32];
+  std::snprintf(timeout_arg, sizeof(timeout_arg), "%g", deadline_s);
   for (const std::string& a : vs) {
     Side s;
     s.key = a;
-    std::vector<std::string> argv;
     if (a == "gloo") {
       s.title = "Gloo";
-      std::string bin = cli::self_dir() + "/loom-anchor-gloo";
+      const std::string bin = cli::self_dir() + "/loom-anchor-gloo";
       if (::access(bin.c_str(), X_OK) != 0) {
         s.unavailable =
             "loom-anchor-gloo is not built (needs libgloo-dev: run scripts/setup.sh, reconfigure)";
+      } else {
+        std::vector<std::string> list = {bin, "--list-configs"};
+        list.insert(list.end(), sweep.begin(), sweep.end());
+        if (auto c = args.get("gloo-configs")) list.insert(list.end(), {"--configs", *c});
+        s.configs = gloo_configs(list, &s.info, &s.unavailable);
       }
-      argv = {bin};
-      argv.insert(argv.end(), sweep.begin(), sweep.end());
-      if (auto c = args.get("gloo-configs")) argv.insert(argv.end(), {"--configs", *c});
+      // Each configuration alone, each rank a process of the job: a configuration that hangs
+      // takes only itself down, and the driver sees which rank failed.
+      s.job = [bin, sweep, tmp, np = o.np, t = std::string(timeout_arg)](const std::string& config,
+                                                                         int round) {
+        const std::string store = tmp + "/gloo-" + config + "-" + std::to_string(round);
+        std::vector<JobProcess> ranks;
+        for (int r = 0; r < np; ++r) {
+          std::vector<std::string> argv = {bin,       "--rank",    std::to_string(r),
+                                           "--store", store,       "--timeout",
+                                           t,         "--configs", config};
+          argv.insert(argv.end(), sweep.begin(), sweep.end());
+          ranks.push_back({"rank " + std::to_string(r), exec_body(argv)});
+        }
+        return ranks;
+      };
     } else {
       s.title = "OpenMPI";
+      s.configs = {"default"};
       std::string bin = cli::self_dir() + "/loom-anchor-mpi";
       std::string mpirun = find_in_path("mpirun");
       if (::access(bin.c_str(), X_OK) != 0) {
@@ -418,211 +651,60 @@ int run_collectives(const std::vector<std::string>& argv) {
       }
       // OpenMPI's best configuration on one host, made explicit: the shared-memory BTL (vader, with
       // single-copy CMA by default); --oversubscribe lets N exceed the cores.
-      argv = {mpirun, "--allow-run-as-root", "--oversubscribe",
-              "-np",  std::to_string(o.np),  "--mca",
-              "btl",  "self,vader",          bin};
+      std::vector<std::string> argv = {mpirun, "--allow-run-as-root", "--oversubscribe",
+                                       "-np",  std::to_string(o.np),  "--mca",
+                                       "btl",  "self,vader",          bin};
       argv.insert(argv.end(), sweep.begin(), sweep.end());
+      s.job = [argv](const std::string&, int) {
+        return std::vector<JobProcess>{{"mpirun", exec_body(argv)}};
+      };
     }
-    s.job = [argv](int) { return std::vector<std::function<int()>>{exec_body(argv)}; };
     sides.push_back(std::move(s));
   }
 
-  const unsigned cores = std::thread::hardware_concurrency();
   std::printf(
       "loom bench collectives: %s, %d ranks, f32, %s..%s, %d round(s); sides take turns, order "
-      "rotated per round\ncpu: %s, %u cores%s\n",
+      "rotated per round\ncpu: %s, %u cores%s\ndeadline per configuration and round: %g s (%s)\n",
       coll::op_name(o.op), o.np, coll::format_bytes(o.min_bytes).c_str(),
       coll::format_bytes(o.max_bytes).c_str(), rounds, cpu_model().c_str(), cores,
-      static_cast<unsigned>(o.np) > cores ? " (more ranks than cores: they time-share)" : "");
+      static_cast<unsigned>(o.np) > cores ? " (more ranks than cores: they time-share)" : "",
+      deadline_s, deadline_given ? "--deadline" : "scaled to the sizes; --deadline S sets it");
   std::fflush(stdout);
 
+  JobOptions jo;
+  jo.deadline_s = deadline_s;
   for (int round = 0; round < rounds; ++round) {
     for (size_t k = 0; k < sides.size(); ++k) {
       Side& s = sides[(k + static_cast<size_t>(round)) % sides.size()];
       if (!s.unavailable.empty()) continue;
-      s.failed_in_round.clear();
-      auto t0 = Clock::now();
-      std::string failed = run_children(s.job(round), timeout_s,
-                                        [&](const std::string& line) { s.take(line, verbose); });
-      if (!failed.empty()) {
-        s.errors.push_back(detail::str_cat("round ", round + 1, ": ", failed));
-        std::fprintf(stderr, "bench collectives: %s failed in round %d: %s\n", s.key.c_str(),
-                     round + 1, failed.c_str());
-      }
-      std::fprintf(stderr, "bench collectives: round %d/%d: %s took %.1f s\n", round + 1, rounds,
-                   s.key.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-  }
-
-  // ---- the table ----
-  const double factor = coll::busbw_factor(o.op, o.np);
-  std::printf("\n");
-  for (const Side& s : sides) {
-    std::string algo_note;
-    if (s.key == "loom") {
-      algo_note = detail::str_cat("algo ", lo.algo.empty() ? "auto" : lo.algo, ", transport ",
-                                  lo.transport.empty() ? "auto" : lo.transport, "; ");
-    }
-    std::string info;
-    for (const auto& i : s.info) info += (info.empty() ? "" : "; ") + i;
-    std::printf("%-5s %s%s\n", (s.key + ":").c_str(), algo_note.c_str(),
-                !s.unavailable.empty() ? ("not run: " + s.unavailable).c_str() : info.c_str());
-  }
-  std::string head1 = detail::str_cat(std::string(23, ' '), "loom");
-  char line[512];
-  std::snprintf(line, sizeof(line), "%10s %10s %-9s %9s %7s %7s", "size(B)", "count", "algo",
-                "time(us)", "algbw", "busbw");
-  std::string head2 = line;
-  head1.resize(head2.size(), ' ');
-  std::vector<const Side*> anchors;
-  for (const Side& s : sides) {
-    if (s.key != "loom" && s.unavailable.empty()) anchors.push_back(&s);
-  }
-  for (const Side* a : anchors) {
-    std::snprintf(line, sizeof(line), " | %-19s %9s %7s %6s %6s %-6s", "config", "time(us)",
-                  "busbw", "bw x", "lat x", "target");
-    std::string h = " | " + a->title;
-    h.resize(std::strlen(line), ' ');
-    head1 += h;
-    head2 += line;
-  }
-  std::printf("%s\n%s\n", head1.c_str(), head2.c_str());
-
-  const Side& loom = sides[0];
-  std::ostringstream js;
-  js << "{\"suite\": \"collectives\", \"machine\": {\"cpu\": \"" << json_escape(cpu_model())
-     << "\", \"cores\": " << cores << "}, \"config\": {\"op\": \"" << coll::op_name(o.op)
-     << "\", \"np\": " << o.np << ", \"algo\": \"" << (lo.algo.empty() ? "auto" : lo.algo)
-     << "\", \"transport\": \"" << (lo.transport.empty() ? "auto" : lo.transport)
-     << "\", \"rounds\": " << rounds << "}, \"results\": [";
-  bool first_json = true;
-  std::vector<std::string> misses;
-  int met = 0;
-  for (int64_t nominal : coll::sweep_sizes(o)) {
-    const int64_t count = coll::count_for(o, nominal);
-    const int64_t bytes = count * 4;
-    if (count <= 0) continue;
-    auto [algo, us] = loom.best(bytes);
-    double algbw = bytes / us / 1e3;
-    double busbw = algbw * factor;
-    std::snprintf(line, sizeof(line), "%10lld %10lld %-9s %9.1f %7.3f %7.3f",
-                  static_cast<long long>(bytes), static_cast<long long>(count),
-                  algo.empty() ? "-" : algo.c_str(), us, algbw, busbw);
-    std::string row = line;
-    const std::string name =
-        detail::str_cat(coll::op_name(o.op), "_np", o.np, "_", coll::format_bytes(bytes));
-    const bool lat_row = bytes < kLatencyBytes;
-    auto json_entry = [&](const std::string& anchor, double loom_v, double anchor_v,
-                          const Target* t) {
-      double ratio = std::isnan(anchor_v) ? NAN : loom_v / anchor_v;
-      js << (first_json ? "" : ", ") << "{\"name\": \"" << name << "\", \"unit\": \""
-         << (lat_row ? "us" : "GB/s busbw") << "\", \"loom\": " << num_or_null(loom_v)
-         << ", \"anchor\": " << (anchor.empty() ? "null" : "\"" + json_escape(anchor) + "\"")
-         << ", \"anchor_value\": " << num_or_null(anchor_v) << ", \"ratio\": " << num_or_null(ratio)
-         << ", \"better\": \"" << (lat_row ? "lower" : "higher") << "\", \"bytes\": " << bytes
-         << ", \"loom_algo\": \"" << json_escape(algo) << "\"";
-      if (t) {
-        char target[48];
-        std::snprintf(target, sizeof(target), "%s %.1fx",
-                      t->latency ? "time <=" : "busbw >=", t->ratio);
-        js << ", \"target\": \"" << target << "\"";
-      }
-      js << "}";
-      first_json = false;
-    };
-    for (const Side* a : anchors) {
-      auto [config, aus] = a->best(bytes);
-      double abus = bytes / aus / 1e3 * factor;
-      double bw_x = busbw / abus;
-      double lat_x = us / aus;
-      const Target* t = target_for(a->key, bytes);
-      std::string verdict;
-      if (t && !std::isnan(bw_x)) {
-        bool ok = t->latency ? lat_x <= t->ratio : bw_x >= t->ratio;
-        verdict = ok ? "ok" : "MISS";
-        if (ok) {
-          ++met;
-        } else {
-          char m[200];
-          if (t->latency) {
-            std::snprintf(m, sizeof(m),
-                          "%s vs %s (%s): loom %.1f us vs %.1f us, lat x %.2f, target <= %.1f",
-                          coll::format_bytes(bytes).c_str(), a->key.c_str(), config.c_str(), us,
-                          aus, lat_x, t->ratio);
-          } else {
-            std::snprintf(m, sizeof(m),
-                          "%s vs %s (%s): loom %.2f vs %.2f GB/s busbw, bw x %.2f, target >= %.1f",
-                          coll::format_bytes(bytes).c_str(), a->key.c_str(), config.c_str(), busbw,
-                          abus, bw_x, t->ratio);
-          }
-          misses.push_back(m);
+      for (const std::string& config : s.configs) {
+        if (s.dropped(config)) continue;
+        s.failed_in_round.clear();
+        s.sizes_done.clear();
+        s.begun = -1;
+        const std::string label = s.label(config);
+        std::vector<JobProcess> procs = s.job(config, round);
+        JobResult r = run_job(
+            procs, jo, [&](size_t, const std::string& line) { s.take(line, verbose); },
+            [&](size_t p, const std::string& line) {
+              std::fprintf(stderr, "[%s %s] %s\n", label.c_str(), procs[p].name.c_str(),
+                           line.c_str());
+            });
+        // A sweep that ran to its end and exits 3 had check mismatches: the check section says so.
+        const bool checks_only = !r.timed_out && size_in_progress(o, s.sizes_done).empty() &&
+                                 r.exit.code == CLD_EXITED && r.exit.status == 3;
+        if (!r.ok() && !checks_only) {
+          const std::string at = s.begun < 0 ? "the start" : coll::format_bytes(s.begun);
+          s.failures.push_back({config, round + 1, r.reason(at)});
+          std::fprintf(stderr, "bench collectives: %s FAILED in round %d: %s\n", label.c_str(),
+                       round + 1, s.failures.back().reason.c_str());
         }
+        std::fprintf(stderr, "bench collectives: round %d/%d: %s took %.1f s\n", round + 1, rounds,
+                     label.c_str(), r.seconds);
       }
-      char lat[16] = "";
-      if (lat_row && !std::isnan(lat_x)) std::snprintf(lat, sizeof(lat), "%6.2f", lat_x);
-      std::snprintf(line, sizeof(line), " | %-19s %9.1f %7.3f %6.2f %6s %-6s",
-                    config.empty() ? "-" : config.c_str(), aus, abus, bw_x, lat, verdict.c_str());
-      row += line;
-      json_entry(a->title + (config.empty() ? "" : " (" + config + ")"), lat_row ? us : busbw,
-                 lat_row ? aus : abus, t);
-    }
-    if (anchors.empty()) json_entry("", lat_row ? us : busbw, NAN, nullptr);
-    std::printf("%s\n", row.c_str());
-  }
-  js << "]}\n";
-  std::printf(
-      "\ntime: per call, median over rounds of each round's median over blocks (a block: calls "
-      "after a barrier, timed by its slowest rank); anchors: their fastest configuration per "
-      "size.\nbw x = loom busbw / anchor busbw "
-      "(higher is better); lat x = loom time / anchor time (lower is better).\n");
-  if (met + static_cast<int>(misses.size()) > 0) {
-    std::printf(
-        "targets (busbw >= 1.2x Gloo and >= 1.0x OpenMPI from 1 MiB; time <= OpenMPI's at 4 KiB): "
-        "%d met, %zu missed\n",
-        met, misses.size());
-    for (const auto& m : misses) std::printf("  MISS %s\n", m.c_str());
-  }
-
-  int status = 0;
-  for (const Side& s : sides) {
-    for (const auto& e : s.errors) {
-      std::printf("%s failed: %s\n", s.key.c_str(), e.c_str());
-      if (s.key == "loom") status = 1;
     }
   }
-  if (loom.times.empty()) status = 1;
-  if (o.check) {
-    std::vector<std::string> failures;
-    int ok = 0;
-    std::string counts;
-    for (const Side& s : sides) {
-      if (!s.unavailable.empty()) continue;
-      failures.insert(failures.end(), s.check_failures.begin(), s.check_failures.end());
-      ok += s.checks_ok;
-      counts += detail::str_cat(counts.empty() ? "" : ", ", s.key, " ", s.checks_ok);
-    }
-    if (failures.empty() && loom.checks_ok > 0 && loom.errors.empty()) {
-      std::printf(
-          "check OK: %d results match the closed-form values (%s; every size, configuration, rank "
-          "and round)\n",
-          ok, counts.c_str());
-    } else {
-      std::printf(
-          "check FAILED: %zu mismatches (loom %zu)%s; a wrong anchor result is left out of the "
-          "table\n",
-          failures.size(), loom.check_failures.size(),
-          loom.checks_ok == 0 ? ", and loom produced no verified result" : "");
-      for (const auto& f : failures) std::printf("  %s\n", f.c_str());
-      status = 1;
-    }
-  }
-  if (auto path = args.get("json")) {
-    std::ofstream out(*path);
-    LOOM_CHECK(out.good(), "[bench collectives] cannot write ", *path);
-    out << js.str();
-    std::printf("wrote %s\n", path->c_str());
-  }
-  return status;
+  return print_collectives(o, lo, rounds, deadline_s, sides, args.get("json"));
 }
 
 const RegisterSuite kCollectives([] {

@@ -1,7 +1,6 @@
 // `loom bench mem`: the caching allocator's fast path and its memory overhead on a real workload.
-// No anchor: glibc's malloc/free of the same size is measured beside the cached pair for scale, and
-// the peak ratio's target (<= 1.1) is in the suite's description, as the driver's ratio column is
-// for anchors.
+// No anchor: glibc's malloc/free of the same size is measured beside the cached pair for scale. The
+// peak ratio's target (<= 1.1, on the wide trace with expandable-share) bounds loom's own figure.
 //   alloc_free_pair_4k     ns for allocate(4096) + free of a cached block (SimulatedDevice);
 //                          _nohist: the same with the history ring off
 //   glibc_malloc_free_4k   ns for malloc(4096) + free
@@ -100,6 +99,7 @@ std::vector<Measure> setup_mem(const SuiteOptions& opt) {
                      o.track_peak = false;
                      return memory::replay_trace(*t, o).peak_ratio();
                    }});
+      if (name == "replay_h4096_peak_ratio_expandable_share") m.back().value_target = 1.1;
     }
   }
   return m;
@@ -109,7 +109,8 @@ const RegisterSuite kMem(Suite{
     "mem",
     "caching allocator: cached 4 KiB alloc+free (glibc for scale), replay of the training traces "
     "of hidden width 1024 and 4096 (target: peak reserved <= 1.1 x peak allocated)",
-    "", "none (glibc malloc for scale)", setup_mem, nullptr});
+    "", "", setup_mem, nullptr,
+    "this suite has none: glibc_malloc_free_4k is measured beside loom's rows for scale"});
 
 }  // namespace
 }  // namespace loom::bench

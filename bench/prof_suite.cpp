@@ -22,6 +22,7 @@
 #include "loom/optim.h"
 #include "loom/parallel.h"
 #include "loom/profiler.h"
+#include "report.h"
 
 namespace loom::bench {
 namespace {
@@ -116,15 +117,6 @@ std::pair<double, double> add_cost(int adds) {
   return {off, on};
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o;
-}
-
 int run_prof(const std::vector<std::string>& argv) {
   cli::Args args(argv, {"help", "quick"}, {"rounds", "steps", "json"});
   if (args.flag("help")) {
@@ -161,44 +153,42 @@ int run_prof(const std::vector<std::string>& argv) {
                  r + 1, rounds, x.off_ms, x.on_ms, 100.0 * (x.on_ms / x.off_ms - 1.0), off, on);
   }
   set_num_threads(saved_threads);
-  struct Row {
-    std::string name, unit;
-    double on, off, target;
+  // Both sides of a row are measured in the same round, so the per-round ratios are paired (same
+  // conditions) and their median is the figure to trust.
+  auto ratios_of = [](const std::vector<double>& on, const std::vector<double>& off) {
+    std::vector<double> q;
+    for (size_t i = 0; i < on.size(); ++i) q.push_back(on[i] / off[i]);
+    return q;
   };
-  const double step_on = median(on_ms), step_off = median(off_ms);
-  // Per-round ratios are paired (same conditions), so their median is the figure to trust.
-  const double ratio = median(ratios);
-  const double ev = median(events);
-  std::vector<Row> rows = {
-      {"mlp_step_t1", "ms/step", step_on, step_off, 1.03},
-      {"add_8", "ns/op", median(on_add), median(off_add), 0},
-  };
-  std::printf("\n%-22s %-9s %12s %14s %8s %8s\n", "benchmark", "unit", "profiler on", "off (anchor)", "ratio",
-              "target");
-  for (const Row& row : rows) {
-    const double q = row.name == "mlp_step_t1" ? ratio : row.on / row.off;
-    char target[16] = "";
-    if (row.target > 0) std::snprintf(target, sizeof(target), "<=%.2f", row.target);
-    std::printf("%-22s %-9s %12.4g %14.4g %8.3f %8s  %s\n", row.name.c_str(), row.unit.c_str(), row.on, row.off, q,
-                target, row.target > 0 ? (q <= row.target ? "ok" : "MISS") : "");
-  }
+  std::vector<report::Row> rows(2);
+  rows[0].name = "mlp_step_t1";
+  rows[0].unit = "ms/step";
+  rows[0].target = report::Target::ratio(1.03);
+  rows[0].loom_rounds = on_ms;
+  rows[0].anchor_rounds = off_ms;
+  rows[0].paired_ratios = ratios;
+  rows[1].name = "add_8";
+  rows[1].unit = "ns/op";
+  rows[1].loom_rounds = on_add;
+  rows[1].anchor_rounds = off_add;
+  rows[1].paired_ratios = ratios_of(on_add, off_add);
+  const double ratio = median(ratios), ev = median(events), step_off = median(off_ms);
+  std::printf("\n%s", report::render_table(rows, "profiler on", "off (anchor)").c_str());
   const double per_event_ns = median(on_add) - median(off_add);
-  std::printf("\nprofiler overhead on the training step: %+.2f%% (median of %d paired rounds); %.0f events per step,"
-              " ~%.0f ns per event (add_8 on - off), i.e. ~%.2f%% of the step expected\n"
-              "ratio = with profiler / without (medians over rounds); lower is better.\n",
-              100.0 * (ratio - 1.0), rounds, ev, per_event_ns, 100.0 * ev * per_event_ns * 1e-6 / step_off);
+  std::printf(
+      "\nprofiler overhead on the training step: %+.2f%% (median of %d paired rounds); %.0f events "
+      "per step,"
+      " ~%.0f ns per event (add_8 on - off), i.e. ~%.2f%% of the step expected\n",
+      100.0 * (ratio - 1.0), rounds, ev, per_event_ns, 100.0 * ev * per_event_ns * 1e-6 / step_off);
   if (auto path = args.get("json")) {
     std::ostringstream js;
-    js << "{\"suite\": \"prof\", \"machine\": {\"cpu\": \"" << json_escape(cpu_model())
-       << "\", \"cores\": " << std::thread::hardware_concurrency() << "}, \"results\": [";
+    js << "{\"suite\": \"prof\", \"machine\": {\"cpu\": " << report::json_string(cpu_model())
+       << ", \"cores\": " << std::thread::hardware_concurrency() << "}, \"rounds\": " << rounds
+       << ", \"results\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& row = rows[i];
-      const double q = row.name == "mlp_step_t1" ? ratio : row.on / row.off;
-      js << (i ? ", " : "") << "{\"name\": \"" << row.name << "\", \"unit\": \"" << row.unit << "\", \"loom\": " << row.on
-         << ", \"anchor\": \"loom without profiler\", \"anchor_value\": " << row.off << ", \"ratio\": " << q
-         << ", \"better\": \"lower\"}";
+      js << (i ? ", " : "") << report::json_row(rows[i], "loom without profiler");
     }
-    js << "], \"events_per_step\": " << ev << "}\n";
+    js << "], \"events_per_step\": " << report::json_number(ev) << "}\n";
     std::ofstream out(*path);
     LOOM_CHECK(out.good(), "[bench prof] cannot write ", *path);
     out << js.str();

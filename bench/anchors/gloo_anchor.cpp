@@ -1,8 +1,11 @@
-// The Gloo side of `loom bench collectives`: forks N ranks joined by gloo's FileStore in a
-// temporary folder, each with a TCP device on 127.0.0.1 (Gloo has no shared-memory transport), and
-// runs the sweep of bench/collective_sweep.h for each Gloo configuration of the op, printing its
-// lines. The driver keeps, per size, the fastest configuration. Built when Debian's libgloo-dev is
-// found.
+// The Gloo side of `loom bench collectives`: N ranks joined by gloo's FileStore in a folder, each
+// with a TCP device on 127.0.0.1 (Gloo has no shared-memory transport), run the sweep of
+// bench/collective_sweep.h for each Gloo configuration asked for, printing its lines. The driver
+// starts each rank itself (--rank R --store DIR), one configuration per job, so that it can stop a
+// configuration that hangs (Note [bench deadlines] in bench/job.h) and go on with the others; run
+// without --rank, this program forks the N ranks itself. Every Gloo wait is bounded by --timeout
+// (the context's and its pairs' timeout, busy-polling included). The driver keeps, per size, the
+// fastest configuration. Built when Debian's libgloo-dev is found.
 //
 // Configurations (Gloo 0.5, 2022): the newer API that PyTorch's ProcessGroupGloo calls
 // (gloo::allreduce ring or bcube, gloo::allgather, gloo::broadcast), and the older algorithm
@@ -45,8 +48,6 @@ namespace {
 
 using loom::bench::coll::Op;
 namespace coll = loom::bench::coll;
-
-constexpr auto kTimeout = std::chrono::seconds(300);
 
 // Barriers and the timing maxima of every configuration go through one plain context; tags are
 // unique in it.
@@ -212,10 +213,13 @@ class GlooBackend final : public coll::Backend {
 
 std::shared_ptr<gloo::Context> connect(int rank, int np, gloo::rendezvous::Store& store,
                                        std::shared_ptr<gloo::transport::Device>& device,
-                                       const std::string& name, bool busy_poll) {
+                                       const std::string& name, bool busy_poll,
+                                       std::chrono::milliseconds timeout) {
   gloo::rendezvous::PrefixStore prefixed(name, store);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, np);
-  ctx->setTimeout(kTimeout);
+  // The pairs take their timeout from the context when they are made: every wait of theirs (a
+  // busy-polling receive too) and of the collectives on them ends with an exception after it.
+  ctx->setTimeout(timeout);
   ctx->connectFullMesh(prefixed, device);
   if (busy_poll) {
     for (int p = 0; p < np; ++p) {
@@ -226,16 +230,16 @@ std::shared_ptr<gloo::Context> connect(int rank, int np, gloo::rendezvous::Store
 }
 
 int run_rank(const coll::SweepOptions& o, int rank, const std::string& dir,
-             const std::vector<std::string>& configs) {
+             const std::vector<std::string>& configs, std::chrono::milliseconds timeout) {
   gloo::transport::tcp::attr attr("127.0.0.1");
   auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(dir);
-  auto barrier_ctx = connect(rank, o.np, store, device, "barrier", false);
+  auto barrier_ctx = connect(rank, o.np, store, device, "barrier", false, timeout);
   std::vector<std::unique_ptr<GlooBackend>> owned;
   std::vector<coll::Backend*> backends;
   for (const auto& c : configs) {
     const bool bp = c.size() > 3 && c.compare(c.size() - 3, 3, "+bp") == 0;
-    auto ctx = connect(rank, o.np, store, device, c, bp);
+    auto ctx = connect(rank, o.np, store, device, c, bp, timeout);
     owned.push_back(std::make_unique<GlooBackend>(c, o.op, ctx, barrier_ctx));
     backends.push_back(owned.back().get());
   }
@@ -248,10 +252,16 @@ void usage() {
   std::printf(
       "usage: loom-anchor-gloo --np N --op OP --sizes MIN:MAX [--iters K] [--warmup W] [--repeats "
       "R]\n"
-      "                        [--block-ms B] [--check] [--configs LIST]\n"
-      "  Run by `loom bench collectives --vs gloo`. Configurations per op (+bp: busy-polling "
-      "pairs,\n"
-      "  only when N <= cores):\n"
+      "                        [--block-ms B] [--check] [--configs LIST] [--timeout S]\n"
+      "                        [--rank R --store DIR] [--list-configs]\n"
+      "  Run by `loom bench collectives --vs gloo`, which starts each rank itself (--rank R "
+      "--store\n"
+      "  DIR: this rank only, joined through the FileStore in DIR) for one configuration at a "
+      "time;\n"
+      "  without --rank the N ranks are forked here. --timeout S bounds every Gloo wait (300 s).\n"
+      "  --list-configs prints the configurations that would run (\"configs A B ...\") and exits.\n"
+      "  Test hook: LOOM_BENCH_TEST_FAULT (Note [sweep test hook] in collective_sweep.h).\n"
+      "  Configurations per op (+bp: busy-polling pairs, only when N <= cores):\n"
       "    allreduce       ring bcube (new API), ring_chunked halving_doubling [+bp]\n"
       "    allgather       ring (new API), allgather_ring [+bp]\n"
       "    reduce_scatter  allreduce (new API; keeps this rank's block), halving_doubling+bp\n"
@@ -266,21 +276,45 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc), rest;
   coll::SweepOptions o;
   std::string err = coll::parse_sweep_args(args, &o, &rest);
-  std::string only;
+  std::string only, store_dir;
+  int rank = -1;
+  double timeout_s = 300;
+  bool list = false;
   for (size_t i = 0; err.empty() && i < rest.size(); ++i) {
-    if (rest[i] == "--help") {
+    const std::string& a = rest[i];
+    const bool has_value = i + 1 < rest.size();
+    if (a == "--help") {
       usage();
       return 0;
-    } else if (rest[i] == "--configs" && i + 1 < rest.size()) {
+    } else if (a == "--list-configs") {
+      list = true;
+    } else if (a == "--configs" && has_value) {
       only = rest[++i];
+    } else if (a == "--store" && has_value) {
+      store_dir = rest[++i];
+    } else if (a == "--rank" && has_value) {
+      char* end = nullptr;
+      rank = static_cast<int>(std::strtol(rest[++i].c_str(), &end, 10));
+      if (*end != '\0' || rank < 0) err = "--rank expects a rank but got '" + rest[i] + "'";
+    } else if (a == "--timeout" && has_value) {
+      char* end = nullptr;
+      timeout_s = std::strtod(rest[++i].c_str(), &end);
+      if (*end != '\0' || !(timeout_s > 0) || timeout_s > 1e6) {
+        err = "--timeout expects seconds but got '" + rest[i] + "'";
+      }
     } else {
-      err = "unknown argument '" + rest[i] + "'";
+      err = "unknown argument '" + a + "'";
     }
   }
+  if (err.empty() && rank >= o.np) {
+    err = "--rank " + std::to_string(rank) + " is not below --np " + std::to_string(o.np);
+  }
+  if (err.empty() && (rank >= 0) != !store_dir.empty()) err = "--rank and --store go together";
   if (!err.empty()) {
     std::fprintf(stderr, "loom-anchor-gloo: %s (see --help)\n", err.c_str());
     return 2;
   }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   const bool fits = static_cast<unsigned>(o.np) <= std::thread::hardware_concurrency();
   std::vector<std::string> configs = default_configs(o.op, fits);
   const std::vector<std::string> known = all_configs(o.op, fits);
@@ -303,11 +337,28 @@ int main(int argc, char** argv) {
     }
     configs = chosen;
   }
-  std::string list;
-  for (const auto& c : configs) list += (list.empty() ? "" : " ") + c;
-  coll::emit("info Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
-             std::to_string(GLOO_VERSION_MINOR) + " over TCP 127.0.0.1; configs " + list +
-             (fits ? "" : " (no busy-poll: more ranks than cores)"));
+  std::string names;
+  for (const auto& c : configs) names += (names.empty() ? "" : " ") + c;
+  const std::string about = "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." +
+                            std::to_string(GLOO_VERSION_MINOR) + " over TCP 127.0.0.1" +
+                            (fits ? "" : " (no busy-poll: more ranks than cores)");
+  if (list) {
+    coll::emit("configs " + names);
+    coll::emit("info " + about);
+    return 0;
+  }
+  if (rank >= 0) {
+    // One rank, started by the driver, which bounds it and stops its peers when it fails.
+    int rc = 1;
+    try {
+      std::filesystem::create_directories(store_dir);  // every rank may be first: EEXIST is fine
+      rc = run_rank(o, rank, store_dir, configs, timeout);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "loom-anchor-gloo: rank %d: %s\n", rank, e.what());
+    }
+    return rc;
+  }
+  coll::emit("info " + about + "; configs " + names);
 
   char tmpl[] = "/tmp/loom-anchor-gloo-XXXXXX";
   if (!::mkdtemp(tmpl)) {
@@ -322,7 +373,7 @@ int main(int argc, char** argv) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a rank must not outlive this launcher
       int rc = 1;
       try {
-        rc = run_rank(o, r, tmpl, configs);
+        rc = run_rank(o, r, tmpl, configs, timeout);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "loom-anchor-gloo: rank %d: %s\n", r, e.what());
       }
@@ -345,10 +396,20 @@ int main(int argc, char** argv) {
     if (pid < 0) break;
     auto it = std::find(pids.begin(), pids.end(), pid);
     if (it == pids.end()) continue;
+    const int r = static_cast<int>(it - pids.begin());
     *it = -1;
     --left;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      if (status == 0) status = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+      if (status == 0) {
+        status = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+        if (WIFEXITED(st)) {
+          std::fprintf(stderr, "loom-anchor-gloo: rank %d exited with status %d\n", r,
+                       WEXITSTATUS(st));
+        } else {
+          std::fprintf(stderr, "loom-anchor-gloo: rank %d was killed by signal %d\n", r,
+                       WTERMSIG(st));
+        }
+      }
       for (pid_t p : pids) {
         if (p > 0) ::kill(p, SIGTERM);
       }
