@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -40,28 +42,74 @@ const std::string kFaultSetting = config::declare(
     "KIND:RANK:STEP: make rank RANK of `loom train` fail at step STEP (mismatch, hang or kill), to see "
     "the distributed failure reports (same as --inject-fault)");
 
-std::atomic<int> g_stop_signal{0};
-void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+// Note [Stopping a data-parallel run]: the first SIGINT or SIGTERM asks the loop to stop at the next
+// step boundary, where the ranks agree to stop together and a checkpoint is written. A rank blocked
+// in a collective (a peer died or hangs) never gets there: when the loop has not moved for
+// kAbortGraceSeconds after the signal, or at a second signal, every process group is aborted, the
+// blocked collective throws DistError "aborted by SIGTERM" after writing its flight record, and the
+// run ends as stopped by the signal.
+constexpr double kAbortGraceSeconds = 3.0;
 
-// SIGINT and SIGTERM stop the loop between steps while a run is in progress; the previous handlers
-// come back when it ends.
+std::atomic<int> g_stop_signal{0};
+std::atomic<int> g_signals_seen{0};
+std::atomic<int64_t> g_progress{0};  // bumped by the loop at every step boundary
+
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  if (g_signals_seen.fetch_add(1) >= 1) dist::abort_process_groups_from_signal(sig);  // async-signal-safe
+}
+
+// SIGINT and SIGTERM stop the loop while a run is in progress (the previous handlers come back when
+// it ends), with a watchdog for a loop that cannot get to its next step.
 class StopSignals {
  public:
   StopSignals() {
     g_stop_signal.store(0);
+    g_signals_seen.store(0);
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    watchdog_ = std::thread([this] { watch(); });
   }
   ~StopSignals() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
   }
 
  private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    int64_t seen_progress = -1;
+    Clock::time_point since{};
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      const int sig = g_stop_signal.load();
+      if (sig == 0 || aborted_) continue;
+      const int64_t p = g_progress.load();
+      if (p != seen_progress) {
+        seen_progress = p;
+        since = Clock::now();
+      } else if (std::chrono::duration<double>(Clock::now() - since).count() >= kAbortGraceSeconds) {
+        aborted_ = true;
+        dist::abort_process_groups_from_signal(sig);
+      }
+    }
+  }
+
   struct sigaction old_int_ {}, old_term_ {};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;     // GUARDED_BY(mu_)
+  bool aborted_ = false;  // GUARDED_BY(mu_)
+  std::thread watchdog_;
 };
 
 // Data parallelism of one training process: rank and world from the launcher's environment.
@@ -320,7 +368,9 @@ TrainResult Trainer::run() {
   const auto t0 = Clock::now();
   int64_t samples = 0;
   model->train();
+  try {
   while (loop.epoch < o.epochs) {
+    g_progress.fetch_add(1);
     if (loop.data && loop.data->epoch == loop.epoch) {
       loader.load_state(*loop.data);  // a resumed run: continue at exactly the next sample
     } else {
@@ -332,6 +382,7 @@ TrainResult Trainer::run() {
     double loss_sum = 0;
     bool stop = false;
     while (loop.batch_in_epoch < steps_per_epoch) {
+      g_progress.fetch_add(1);
       if (prof && result.steps_run > 0) prof->step();  // a profiled step spans one whole iteration
       inject_fault(o.fault, par, loop.global_step, rep);
       std::optional<data::Batch> batch = loader.next();
@@ -414,6 +465,18 @@ TrainResult Trainer::run() {
       if (!o.checkpoint_dir.empty()) say("resume with the same command and --resume");
       return result;
     }
+  }
+  } catch (const DistError& e) {
+    // Note [Stopping a data-parallel run]: a signal aborted a collective this rank was blocked in.
+    if (g_stop_signal.load() == 0) throw;
+    result.status = TrainResult::Status::Stopped;
+    result.signal = g_stop_signal.load();
+    result.global_step = loop.global_step;
+    result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+    std::fprintf(stderr, "[train] rank %d: %s arrived while this rank was blocked in a collective; the process "
+                 "group was aborted: %s\n", par.rank, strsignal(result.signal), e.what());
+    if (rep) rep->on_end(result);
+    return result;
   }
   result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
   result.samples_per_second = result.seconds > 0 ? static_cast<double>(samples) / result.seconds : 0;
