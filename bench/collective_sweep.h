@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -93,15 +94,19 @@ inline double busbw_factor(Op op, int np) {
 // "4K", "64M", "1G", "4096" -> bytes; -1 when malformed.
 inline int64_t parse_bytes(const std::string& s) {
   if (s.empty()) return -1;
+  if (s[0] < '0' || s[0] > '9') return -1;
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (end == s.c_str() || v < 0) return -1;
+  if (end == s.c_str() || v < 0 || errno == ERANGE) return -1;
   std::string unit(end);
-  if (unit == "" || unit == "B") return v;
-  if (unit == "K" || unit == "KB" || unit == "KiB" || unit == "k") return v << 10;
-  if (unit == "M" || unit == "MB" || unit == "MiB") return v << 20;
-  if (unit == "G" || unit == "GB" || unit == "GiB") return v << 30;
-  return -1;
+  int shift = -1;
+  if (unit == "" || unit == "B") shift = 0;
+  if (unit == "K" || unit == "KB" || unit == "KiB" || unit == "k") shift = 10;
+  if (unit == "M" || unit == "MB" || unit == "MiB") shift = 20;
+  if (unit == "G" || unit == "GB" || unit == "GiB") shift = 30;
+  if (shift < 0 || v > (INT64_MAX >> shift)) return -1;  // no unit, or more bytes than int64 holds
+  return v << shift;
 }
 
 // 4096 -> "4K", 67108864 -> "64M".

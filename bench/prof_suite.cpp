@@ -128,10 +128,9 @@ int run_prof(const std::vector<std::string>& argv) {
     return 0;
   }
   const bool quick = args.flag("quick");
-  const int rounds = static_cast<int>(args.get_int("rounds", quick ? 2 : 9));
-  const int steps = static_cast<int>(args.get_int("steps", quick ? 5 : 25));
+  const int rounds = static_cast<int>(args.get_int("rounds", quick ? 2 : 9, 1, 10000));
+  const int steps = static_cast<int>(args.get_int("steps", quick ? 5 : 25, 1, 100000));
   const int adds = quick ? 5000 : 20000;
-  LOOM_CHECK(rounds > 0 && steps > 0, "[bench prof] --rounds and --steps must be positive");
   const int saved_threads = get_num_threads();
   set_num_threads(1);
   std::printf("loom bench prof: %d round(s) of %d steps off and %d on, alternating step by step\ncpu: %s, %u cores\n",
