@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loom/export.h"
 
@@ -19,6 +21,20 @@ LOOM_API int get_num_threads();
 LOOM_API void set_num_threads(int n);
 // The BLAS library loom calls and its build configuration (e.g. "OpenBLAS 0.3.21 ... MAX_THREADS=64").
 LOOM_API std::string blas_config();
+struct BlasInfo {
+  std::string config;  // blas_config()
+  std::string core;    // the kernel set OpenBLAS picked for this CPU, e.g. "SkylakeX"
+  int threads = 0;     // the threads OpenBLAS itself would run a call with (1 once loom's pool exists)
+};
+LOOM_API BlasInfo blas_info();
+// The CPU loom runs on, as detected: its model name (/proc/cpuinfo), the cores this process may use,
+// and the instruction-set extensions loom's kernels look for (name, present).
+struct CpuInfo {
+  std::string model;
+  int cores = 0;
+  std::vector<std::pair<std::string, bool>> features;
+};
+LOOM_API CpuInfo cpu_info();
 // True while the caller runs inside a parallel_for body.
 LOOM_API bool in_parallel_region();
 

@@ -1,6 +1,7 @@
 // ProcessGroup: ordering, execution (inline or on the worker), contract checks, the flight recorder
 // and failure handling. The collectives themselves are in collectives.cpp.
 #include "dist/process_group_impl.h"
+#include "dist/settings.h"
 
 #include <sched.h>
 #include <sys/stat.h>
@@ -49,14 +50,7 @@ void WorkImpl::finish(std::exception_ptr e) {
 
 namespace {
 
-int env_flag_detail() {
-  const char* v = std::getenv("LOOM_DIST_DEBUG");
-  if (!v || !*v) return 0;
-  std::string s(v);
-  if (s == "detail" || s == "DETAIL") return 1;
-  if (s == "off" || s == "OFF" || s == "0") return 0;
-  throw ValueError(detail::str_cat("[dist] LOOM_DIST_DEBUG=", s, " must be 'detail' or 'off'"));
-}
+int env_flag_detail() { return settings::kDebug.get() == "detail" ? 1 : 0; }
 
 // Reads the group's published root cause without blocking on a store that may be gone.
 std::string probe_root_cause(void* arg) {
@@ -78,11 +72,11 @@ std::string probe_root_cause(void* arg) {
 }  // namespace
 
 std::string flight_dir() {
-  if (const char* d = std::getenv("LOOM_FLIGHT_DIR"); d && *d) return d;
+  if (std::string d = settings::kFlightDir.get(); !d.empty()) return d;
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp && *tmp ? tmp : "/tmp";
-  const char* run = std::getenv("LOOM_RUN_ID");
-  return base + "/loom-flight-" + (run && *run ? run : std::to_string(::getuid()));
+  const std::string run = settings::kRunId.get();
+  return base + "/loom-flight-" + (!run.empty() ? run : std::to_string(::getuid()));
 }
 
 ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, ProcessGroupOptions o)
@@ -104,15 +98,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   LOOM_CHECK(store != nullptr, "[dist] ProcessGroup::create: no store");
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
              " is not in [0, ", size, ")");
-  if (const char* e = std::getenv("LOOM_FLIGHT_ENTRIES"); e && *e) options.flight_entries = std::atoi(e);
+  if (settings::kFlightEntries.is_set()) options.flight_entries = static_cast<int>(settings::kFlightEntries.get());
   auto impl = std::make_unique<Impl>(store, rank, size, options);
   impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
   impl->store->set_timeout(options.timeout);
   impl->detail = options.debug_detail >= 0 ? options.debug_detail == 1 : env_flag_detail() == 1;
   std::string algo = options.algo;
   if (algo.empty()) {
-    const char* a = std::getenv("LOOM_ALGO");
-    algo = a && *a ? a : "auto";
+    algo = settings::kAlgo.get();
   }
   impl->algo = parse_algo(algo);
   TransportOptions to = transport_options_from_env();

@@ -34,6 +34,7 @@
 
 #include "dist/store_detail.h"
 #include "dist/store_net.h"
+#include "dist/settings.h"
 #include "dist/store_protocol.h"
 #include "loom/dist/store.h"
 #include "loom/error.h"
@@ -677,9 +678,7 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
   LOOM_CHECK(s.opt.max_clients >= 1, "[store] max_clients must be at least 1 but is ",
              s.opt.max_clients);
   s.token = s.opt.token;
-  if (s.token.empty()) {
-    if (const char* env = std::getenv("LOOM_STORE_TOKEN")) s.token = env;
-  }
+  if (s.token.empty()) s.token = settings::kStoreToken.get();
   net::raise_fd_limit();
   s.bind_and_listen();
   s.thread = std::thread([this] { impl_->loop(); });
