@@ -178,5 +178,18 @@ TEST(Config, SecretsAreNeverShown) {
   }
 }
 
+TEST(ThreadName, NamedWhileAliveForgottenAfter) {
+  uint64_t tid = 0;
+  std::string seen;
+  std::thread t([&] {
+    set_thread_name("loader worker 12");
+    tid = static_cast<uint64_t>(::gettid());
+    seen = thread_name_of(tid);
+  });
+  t.join();
+  EXPECT_EQ(seen, "loader worker 12");
+  EXPECT_EQ(thread_name_of(tid), "");  // the thread is gone
+}
+
 }  // namespace
 }  // namespace loom
