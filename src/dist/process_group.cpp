@@ -1,7 +1,6 @@
 // ProcessGroup: ordering, execution (inline or on the worker), contract checks, the flight recorder
 // and failure handling. The collectives themselves are in collectives.cpp.
 #include "dist/process_group_impl.h"
-#include "dist/settings.h"
 
 #include <sched.h>
 #include <sys/stat.h>
@@ -13,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "dist/settings.h"
 #include "loom/error.h"
 #include "loom/record_function.h"
 
