@@ -195,8 +195,15 @@ LOOM_API Tensor log_softmax(const Tensor& self, int64_t dim,
 
 // ---- linear algebra (float32: loom's AVX-512 kernel where the CPU has one, else OpenBLAS; float64:
 // OpenBLAS; float16/bfloat16 computed in float32) ----
-// Which kernel runs float32 products in this process (LOOM_GEMM=blas forces OpenBLAS).
+// Which kernel runs float32 products in this process (LOOM_GEMM=blas forces OpenBLAS), in words.
 LOOM_API std::string gemm_backend();
+struct GemmInfo {
+  bool loom_kernel = false;  // loom's AVX-512 sgemm runs products in [min_macs, max_macs)
+  int64_t tile_rows = 0, tile_cols = 0;  // its micro-kernel's tile of c
+  int64_t min_macs = 0, max_macs = 0;
+  std::string reason;  // why OpenBLAS runs everything ("" when loom_kernel)
+};
+LOOM_API GemmInfo gemm_info();
 LOOM_API Tensor mm(const Tensor& self, const Tensor& mat2);
 LOOM_API Tensor bmm(const Tensor& self, const Tensor& mat2);
 LOOM_API Tensor matmul(const Tensor& self, const Tensor& other);  // torch.matmul semantics

@@ -34,8 +34,9 @@ enum class EventKind : uint8_t {
   DataStage,   // "data.read" / "data.decode" (loader workers) and "data.wait" (the consumer)
   Step,        // "ProfilerStep#N", emitted by Profile::step()
   Kernel,      // device activity from an ActivitySource (CUPTI, later)
+  CommWait,    // a thread blocked on communication it started ("ddp::wait_allreduce"): not compute
 };
-constexpr int kNumEventKinds = 7;
+constexpr int kNumEventKinds = 8;
 LOOM_API const char* event_kind_category(EventKind k);  // "cpu_op", "user_annotation", ...
 
 struct LOOM_API Event {
@@ -195,6 +196,7 @@ LOOM_API Trace parse_chrome_trace(std::string_view json, const std::string& what
 enum class GroupBy : uint8_t { Name, NameAndShapes };
 
 struct OpStats {
+  std::string thread;  // thread_label() of the thread it ran on
   std::string name;
   std::string input_shapes;  // GroupBy::NameAndShapes only
   EventKind kind = EventKind::Operator;
@@ -204,16 +206,25 @@ struct OpStats {
   double avg_ns() const { return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0; }
 };
 
-// Every event but steps and kernels, grouped; sorted by self time, largest first.
+// The name a table shows for a thread: its Trace::threads name ("training", "loader worker 0"; see
+// set_thread_name in loom/parallel.h), else "thread <tid>".
+LOOM_API std::string thread_label(const Trace& trace, uint64_t tid);
+
+// Every event but steps and kernels, grouped per thread (threads of one name together: a loader's
+// workers restart every epoch) and by name (and shapes); sorted by self time, largest first. Self
+// time is per thread, so a worker's decoding never counts in the training thread's share.
 LOOM_API std::vector<OpStats> key_averages(const Trace& trace, GroupBy by = GroupBy::Name);
-// A fixed-width table of the first `rows` entries, with each one's share of all self time.
+// A fixed-width table of the first `rows` entries, with each one's share of their self time; with a
+// Thread column when the entries come from more than one thread.
 LOOM_API std::string format_table(const std::vector<OpStats>& stats, size_t rows = 20);
 
 // Where one step's wall time went (HTA's breakdown, on the CPU): compute is the time the step's
-// thread spent in operators and backward nodes (outside data.wait); data wait the time in data.wait;
-// communication the time a collective ran (on any thread) while the step's thread computed nothing and
-// waited for no data; overlapped_communication the time collectives ran under compute; idle the rest
-// (the loop, the optimizer's glue, anything not recorded).
+// thread spent in operators and backward nodes, outside data.wait and outside communication on that
+// thread (its own collectives and CommWait ranges such as DDP's wait for gradient allreduce inside
+// backward); data wait the time in data.wait; communication the time a collective ran (on any thread)
+// or the step's thread waited for one, while that thread computed nothing and waited for no data;
+// overlapped_communication the time collectives ran under compute; idle the rest (the loop, the
+// optimizer's glue, anything not recorded).
 struct StepBreakdown {
   int64_t step = 0;
   int64_t start_ns = 0;
@@ -228,13 +239,15 @@ LOOM_API std::vector<StepBreakdown> step_breakdown(const Trace& trace);
 LOOM_API std::string format_step_breakdown(const std::vector<StepBreakdown>& steps);
 // "compute (83% of step time)" — the largest part over all steps; "" without steps.
 LOOM_API std::string dominant_part(const std::vector<StepBreakdown>& steps);
-// The summary `loom trace summarize` and `loom train --profile` print: top `top` operators by self
-// time, the step breakdown and what dominates.
+// The summary `loom trace summarize` and `loom train --profile` print: per thread (the steps' thread
+// first), its top `top` operators by self time; the step breakdown and what dominates.
 LOOM_API std::string summarize(const Trace& trace, size_t top = 10);
 
-// Per-name change of self time from `a` to `b`, sorted by absolute change. When both traces have
-// steps, times are per step so that traces of different lengths compare.
+// Per-(thread, name) change of self time from `a` to `b`, sorted by absolute change. Threads match by
+// name (unnamed ones, "thread <tid>", all count as "other threads"). When both traces have steps,
+// times are per step so that traces of different lengths compare.
 struct OpDelta {
+  std::string thread;
   std::string name;
   int64_t calls_a = 0, calls_b = 0;
   double self_a_ns = 0, self_b_ns = 0;  // per step when per_step

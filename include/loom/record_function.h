@@ -28,8 +28,9 @@ class FunctionSchema;
 
 struct OpEvent {
   // Operator: a dispatcher call. The others are scopes: UserScope (user code), Backward (an autograd
-  // node run by the engine), Collective (a ProcessGroup collective), DataStage (data loader stages).
-  enum class Kind : uint8_t { Operator, UserScope, Backward, Collective, DataStage };
+  // node run by the engine), Collective (a ProcessGroup collective), DataStage (data loader stages),
+  // CommWait (a thread blocked on communication it started, e.g. DDP waiting for gradient allreduce).
+  enum class Kind : uint8_t { Operator, UserScope, Backward, Collective, DataStage, CommWait };
   Kind kind = Kind::Operator;
   std::string_view name;  // "loom::add" (operators: full name with overload) or the scope name
   const FunctionSchema* schema = nullptr;  // null for scopes
@@ -82,7 +83,8 @@ class LOOM_API RecordFunctionGuard {
   }
   // A user scope: RecordFunctionGuard g("data_wait");
   explicit RecordFunctionGuard(std::string_view scope_name);
-  // A scope of another kind (Backward, Collective, DataStage), with its bytes and forward link.
+  // A scope of another kind (Backward, Collective, DataStage, CommWait), with its bytes and forward
+  // link.
   // Callers on hot paths test record_function_active() before building `name`.
   RecordFunctionGuard(OpEvent::Kind kind, std::string name, int64_t bytes = -1,
                       uint64_t fwd_thread = 0, uint64_t fwd_sequence_nr = 0);

@@ -20,10 +20,17 @@
 #include "loom/error.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+extern "C" int openblas_get_num_threads(void);
 extern "C" char* openblas_get_config(void);
+extern "C" char* openblas_get_corename(void);
 
 namespace loom {
 namespace {
+
+const config::IntSetting kNumThreads("LOOM_NUM_THREADS", std::nullopt, 1, 4096,
+                                     "intra-op threads, the only compute pool (OpenBLAS runs single-"
+                                     "threaded and loom splits large products across the pool); "
+                                     "default: the number of cores");
 
 thread_local bool t_in_parallel = false;
 
@@ -150,16 +157,8 @@ class ThreadPool {
 };
 
 int default_width() {
-  int hw = static_cast<int>(std::thread::hardware_concurrency());
-  std::string v = config::declare("LOOM_NUM_THREADS", "",
-                                  "intra-op threads (loom's pool and OpenBLAS together); "
-                                  "default: number of cores");
-  if (!v.empty()) {
-    int64_t n = config::get_int("LOOM_NUM_THREADS", hw);
-    LOOM_CHECK(n >= 1, "[parallel] LOOM_NUM_THREADS must be >= 1 but is ", n);
-    return static_cast<int>(n);
-  }
-  return hw > 0 ? hw : 1;
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return static_cast<int>(kNumThreads.get_or(hw > 0 ? hw : 1));
 }
 
 // The pool is created on first use. A child process made by fork() has none of the parent's worker
@@ -203,6 +202,14 @@ void set_num_threads(int n) {
 bool in_parallel_region() { return t_in_parallel; }
 
 std::string blas_config() { return openblas_get_config(); }
+
+BlasInfo blas_info() {
+  BlasInfo b;
+  b.config = openblas_get_config();
+  b.core = openblas_get_corename();
+  b.threads = openblas_get_num_threads();
+  return b;
+}
 
 namespace detail {
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "loom/config.h"
 #include "loom/data/pack.h"
 #include "loom/data/shard.h"
 #include "loom/datasets.h"
@@ -19,8 +20,14 @@ namespace loom::data {
 
 namespace fs = std::filesystem;
 
+namespace {
+const config::PathSetting kCacheDir("LOOM_CACHE_DIR", "",
+                                    "where derived data goes, e.g. Fashion-MNIST packed into shards "
+                                    "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
+}  // namespace
+
 std::string default_cache_dir() {
-  if (const char* d = std::getenv("LOOM_CACHE_DIR"); d && *d) return d;
+  if (std::string d = kCacheDir.get(); !d.empty()) return d;
   if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loom";
   if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loom";
   return "/tmp/loom-cache-" + std::to_string(::getuid());

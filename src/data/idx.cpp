@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/config.h"
 #include "loom/datasets.h"
 #include "loom/error.h"
 
@@ -127,11 +128,11 @@ Tensor read_idx(const std::string& path) {
   return parse_idx(bytes.data(), bytes.size(), path);
 }
 
-std::string default_fashion_mnist_dir() {
-  const char* env = std::getenv("LOOM_FASHION_MNIST_DIR");
-  if (env != nullptr && env[0] != '\0') return env;
-  return "/usr/share/datasets/fashion-mnist";
-}
+const config::PathSetting kFashionMnistDir("LOOM_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist",
+                                           "where `loom train` finds the Fashion-MNIST IDX files (the "
+                                           "default is the Debian package's directory)");
+
+std::string default_fashion_mnist_dir() { return kFashionMnistDir.get(); }
 
 namespace {
 

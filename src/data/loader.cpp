@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string>
 
 #include "data/read_engine.h"
 #include "loom/error.h"
+#include "loom/parallel.h"
 #include "loom/record_function.h"
 
 namespace loom::data {
@@ -185,6 +187,7 @@ void Loader::start() {
     Worker* wp = w.get();
     workers_.push_back(std::move(w));
     wp->thread = std::thread([this, wp, k] {
+      set_thread_name("loader worker " + std::to_string(wp->id));  // the profiler's tables show it
       for (int64_t j = wp->id; j < nbatches_; j += k) {
         {
           std::unique_lock<std::mutex> g(wp->mu);

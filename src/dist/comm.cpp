@@ -1,5 +1,6 @@
 // Comm: request bookkeeping and the progress loop shared by every transport.
 #include "dist/comm.h"
+#include "dist/settings.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -24,23 +25,9 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-constexpr int64_t kDefaultWaitUs = 1000;  // LOOM_DIST_SPIN_US and LOOM_DIST_YIELD_US
-
 // A waiting budget in microseconds (Note [Waiting]).
-std::chrono::microseconds wait_budget(const char* name) {
-  static const bool declared = [] {
-    config::declare("LOOM_DIST_SPIN_US", std::to_string(kDefaultWaitUs),
-                    "microseconds a waiting rank spins before it sleeps (Note [Waiting] in "
-                    "src/dist/comm.cpp)");
-    config::declare("LOOM_DIST_YIELD_US", std::to_string(kDefaultWaitUs),
-                    "microseconds a waiting rank of an oversubscribed host yields before it sleeps "
-                    "(Note [Waiting] in src/dist/comm.cpp)");
-    return true;
-  }();
-  (void)declared;
-  const int64_t us = config::get_int(name, kDefaultWaitUs);
-  LOOM_CHECK(us >= 0, "[dist] ", name, " must be >= 0 but is ", us);
-  return std::chrono::microseconds(us);
+std::chrono::microseconds wait_budget(const config::IntSetting& setting) {
+  return std::chrono::microseconds(setting.get());
 }
 
 }  // namespace
@@ -66,8 +53,8 @@ Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
     : rank_(rank),
       size_(size),
       links_(std::move(links)),
-      spin_(wait_budget("LOOM_DIST_SPIN_US")),
-      yield_(wait_budget("LOOM_DIST_YIELD_US")) {
+      spin_(wait_budget(settings::kSpinUs)),
+      yield_(wait_budget(settings::kYieldUs)) {
   LOOM_INTERNAL_ASSERT(static_cast<int>(links_.size()) == size, "links for every rank");
 }
 

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dist/settings.h"
 #include "dist/shm_segments.h"
 #include "dist/transport.h"
 #include "loom/dist/store.h"
@@ -65,17 +66,8 @@ Record decode(const std::string& s, int rank) {
   return r;
 }
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  LOOM_CHECK(end && *end == '\0' && x > 0, "[dist] ", name, "=", v, " must be a positive integer");
-  return static_cast<int>(x);
-}
-
 std::string advertised_address() {
-  if (const char* a = std::getenv("LOOM_SOCKET_ADDR"); a && *a) return a;
+  if (std::string a = settings::kSocketAddr.get(); !a.empty()) return a;
   char host[256] = {0};
   if (::gethostname(host, sizeof(host) - 1) != 0) return "127.0.0.1";
   addrinfo hints{};
@@ -189,13 +181,9 @@ std::string host_identity() {
 
 TransportOptions transport_options_from_env() {
   TransportOptions o;
-  if (const char* t = std::getenv("LOOM_TRANSPORT"); t && *t) {
-    o.transport = t;
-    LOOM_CHECK(o.transport == "auto" || o.transport == "tcp" || o.transport == "shm",
-               "[dist] LOOM_TRANSPORT=", t, " must be auto, tcp or shm");
-  }
-  o.tcp_channels = env_int("LOOM_TCP_CHANNELS", o.tcp_channels);
-  o.cma_min_bytes = static_cast<size_t>(env_int("LOOM_SHM_CMA_MIN", static_cast<int>(o.cma_min_bytes)));
+  o.transport = settings::kTransport.get();
+  o.tcp_channels = static_cast<int>(settings::kTcpChannels.get());
+  o.cma_min_bytes = static_cast<size_t>(settings::kShmCmaMin.get());
   return o;
 }
 
@@ -229,7 +217,7 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     std::string bind_host = !opts.bind_host.empty() ? opts.bind_host
-                            : std::getenv("LOOM_SOCKET_ADDR")  ? advertised_address()
+                            : settings::kSocketAddr.is_set()  ? advertised_address()
                                                               : "0.0.0.0";
     LOOM_CHECK(::inet_pton(AF_INET, bind_host.c_str(), &sa.sin_addr) == 1, "[dist] bad bind address '",
                bind_host, "'");
@@ -283,8 +271,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
   // Shared memory: map the peers' inboxes and test single-copy reads.
   std::vector<std::shared_ptr<ShmSegment>> outbox(static_cast<size_t>(size));
   std::vector<bool> coop(static_cast<size_t>(size));
-  const bool no_cma = std::getenv("LOOM_SHM_NO_CMA") != nullptr;
-  const bool no_coop = no_cma || std::getenv("LOOM_SHM_NO_COOP") != nullptr;
+  const bool no_cma = settings::kShmNoCma.get();
+  const bool no_coop = no_cma || settings::kShmNoCoop.get();
   for (int p = 0; p < size; ++p) {
     if (p == rank || !local[static_cast<size_t>(p)]) continue;
     const Record& pr = recs[static_cast<size_t>(p)];

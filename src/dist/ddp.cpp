@@ -3,9 +3,11 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 
 #include "loom/autograd.h"
 #include "loom/error.h"
+#include "loom/record_function.h"
 
 namespace loom::dist {
 
@@ -56,6 +58,11 @@ struct DistributedDataParallel::Reducer {
     --buckets[bucket_of[i]].pending;
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
     if (ready_count == params.size()) {
+      // The profiler's "ddp::wait_allreduce": backward blocks here (inside the last AccumulateGrad)
+      // until every bucket is averaged. A comm_wait range, so that tables and the step breakdown
+      // count it as communication, not as AccumulateGrad's self time or compute.
+      std::optional<RecordFunctionGuard> wait_scope;
+      if (LOOM_UNLIKELY(record_function_active())) wait_scope.emplace(OpEvent::Kind::CommWait, "ddp::wait_allreduce");
       auto t0 = std::chrono::steady_clock::now();
       std::exception_ptr err;
       for (Bucket& b : buckets) {

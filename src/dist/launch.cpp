@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "dist/settings.h"
 #include "dist/shm_segments.h"
 #include "loom/config.h"
 #include "loom/error.h"
@@ -234,7 +235,7 @@ int pick_free_port() {
 }
 
 std::string make_run_id() {
-  if (const char* env = std::getenv("LOOM_RUN_ID"); env && *env) return env;
+  if (std::string env = settings::kRunId.get(); !env.empty()) return env;
   const auto t = static_cast<unsigned long long>(Clock::now().time_since_epoch().count());
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%06llx%05x", t & 0xffffffULL,
@@ -244,15 +245,7 @@ std::string make_run_id() {
 
 double grace_seconds(const LaunchOptions& o) {
   if (o.grace_seconds >= 0) return o.grace_seconds;
-  const std::string v = config::declare(
-      "LOOM_LAUNCH_GRACE", "10",
-      "seconds `loom launch` waits after SIGTERM (or a forwarded signal) before SIGKILL");
-  char* end = nullptr;
-  const double g = std::strtod(v.c_str(), &end);
-  LOOM_CHECK(!v.empty() && end && *end == '\0' && g >= 0 && g <= kMaxGrace,
-             "[loom launch] LOOM_LAUNCH_GRACE must be a number of seconds from 0 to ", kMaxGrace,
-             " but got '", v, "'");
-  return g;
+  return settings::kLaunchGrace.get();  // from 0 to kMaxGrace
 }
 
 // Makes sure fds 0-2 are open, so that pipes never land on them (dup2 onto itself keeps CLOEXEC).

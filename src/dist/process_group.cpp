@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "dist/settings.h"
 #include "dist/signal_abort.h"
 #include "loom/error.h"
 #include "loom/record_function.h"
@@ -51,14 +52,7 @@ void WorkImpl::finish(std::exception_ptr e) {
 
 namespace {
 
-int env_flag_detail() {
-  const char* v = std::getenv("LOOM_DIST_DEBUG");
-  if (!v || !*v) return 0;
-  std::string s(v);
-  if (s == "detail" || s == "DETAIL") return 1;
-  if (s == "off" || s == "OFF" || s == "0") return 0;
-  throw ValueError(detail::str_cat("[dist] LOOM_DIST_DEBUG=", s, " must be 'detail' or 'off'"));
-}
+int env_flag_detail() { return settings::kDebug.get() == "detail" ? 1 : 0; }
 
 // Reads the group's published root cause without blocking on a store that may be gone.
 std::string probe_root_cause(void* arg) {
@@ -80,11 +74,11 @@ std::string probe_root_cause(void* arg) {
 }  // namespace
 
 std::string flight_dir() {
-  if (const char* d = std::getenv("LOOM_FLIGHT_DIR"); d && *d) return d;
+  if (std::string d = settings::kFlightDir.get(); !d.empty()) return d;
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp && *tmp ? tmp : "/tmp";
-  const char* run = std::getenv("LOOM_RUN_ID");
-  return base + "/loom-flight-" + (run && *run ? run : std::to_string(::getuid()));
+  const std::string run = settings::kRunId.get();
+  return base + "/loom-flight-" + (!run.empty() ? run : std::to_string(::getuid()));
 }
 
 ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, ProcessGroupOptions o)
@@ -107,7 +101,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   LOOM_CHECK(store != nullptr, "[dist] ProcessGroup::create: no store");
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
              " is not in [0, ", size, ")");
-  if (const char* e = std::getenv("LOOM_FLIGHT_ENTRIES"); e && *e) options.flight_entries = std::atoi(e);
+  if (settings::kFlightEntries.is_set()) options.flight_entries = static_cast<int>(settings::kFlightEntries.get());
   // Note [Stop signals]: SIGTERM/SIGINT abort the group, write its flight record and end the process.
   stop_signals::install();
   auto impl = std::make_unique<Impl>(store, rank, size, options);
@@ -116,8 +110,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   impl->detail = options.debug_detail >= 0 ? options.debug_detail == 1 : env_flag_detail() == 1;
   std::string algo = options.algo;
   if (algo.empty()) {
-    const char* a = std::getenv("LOOM_ALGO");
-    algo = a && *a ? a : "auto";
+    algo = settings::kAlgo.get();
   }
   impl->algo = parse_algo(algo);
   TransportOptions to = transport_options_from_env();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dist/settings.h"
 #include "dist/store_detail.h"
 #include "loom/config.h"
 #include "loom/error.h"
@@ -82,17 +83,7 @@ void throw_wait_timeout(const char* op, const std::vector<std::string>& keys,
 }  // namespace detail
 
 Duration default_timeout() {
-  static const std::string kName = "LOOM_DIST_TIMEOUT";
-  config::declare(kName, "300",
-                  "Timeout in seconds (fractional allowed) of dist store operations, connects and "
-                  "collectives");
-  const std::string v = config::get(kName);
-  if (v.empty()) return std::chrono::seconds(300);
-  errno = 0;
-  char* end = nullptr;
-  const double s = std::strtod(v.c_str(), &end);
-  LOOM_CHECK(end == v.c_str() + v.size() && errno == 0 && std::isfinite(s) && s > 0 && s < 1e9,
-             "[dist] LOOM_DIST_TIMEOUT='", v, "' is not a positive number of seconds");
+  const double s = settings::kTimeout.get();  // 300 unless set
   return Duration(std::max<int64_t>(1, static_cast<int64_t>(std::llround(s * 1000.0))));
 }
 

@@ -21,6 +21,7 @@
 
 #include "dist/store_detail.h"
 #include "dist/store_net.h"
+#include "dist/settings.h"
 #include "dist/store_protocol.h"
 #include "loom/dist/store.h"
 #include "loom/error.h"
@@ -222,9 +223,7 @@ TCPStore::TCPStore(TCPStoreOptions options) : impl_(std::make_unique<Impl>()) {
   LOOM_CHECK(s.opt.timeout.count() > 0, "[store] TCPStore timeout must be positive but is ",
              s.opt.timeout.count(), " ms");
   s.token = s.opt.token;
-  if (s.token.empty()) {
-    if (const char* env = std::getenv("LOOM_STORE_TOKEN")) s.token = env;
-  }
+  if (s.token.empty()) s.token = settings::kStoreToken.get();
   timeout_ = s.opt.timeout;
   if (s.opt.is_server) {
     TCPStoreServerOptions so;

@@ -43,6 +43,7 @@
 #include <cstring>
 
 #include "dist/store_net.h"
+#include "dist/settings.h"
 #include "dist/tcp_store_server_impl.h"
 #include "loom/error.h"
 
@@ -512,9 +513,7 @@ TCPStoreServer::TCPStoreServer(TCPStoreServerOptions options) : impl_(std::make_
              "[store] stalled_client_timeout must be positive but is ",
              s.opt.stalled_client_timeout.count(), " ms");
   s.token = s.opt.token;
-  if (s.token.empty()) {
-    if (const char* env = std::getenv("LOOM_STORE_TOKEN")) s.token = env;
-  }
+  if (s.token.empty()) s.token = settings::kStoreToken.get();
   // The hello frame: opcode, the token's length and the token.
   LOOM_CHECK(1 + proto::kLengthBytes + s.token.size() <= s.opt.max_unauthenticated_frame_bytes,
              "[store] the token is ", s.token.size(),

@@ -21,11 +21,11 @@ void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   const auto opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
-    // loom's kernel is sized for training shapes (Note [loom sgemm]): below 2^20 multiply-adds
-    // OpenBLAS's small-matrix path skips packing, and from 2^27 (512^3) its large-square blocking
-    // is as fast or faster, so both ends stay with OpenBLAS.
+    // loom's kernel is sized for training shapes (Note [loom sgemm]): below kMinMacs (2^20)
+    // multiply-adds OpenBLAS's small-matrix path skips packing, and from kMaxMacs (2^27 = 512^3) its
+    // large-square blocking is as fast or faster, so both ends stay with OpenBLAS.
     const int64_t macs = m * n * k;
-    if (detail::use_loom_sgemm() && macs >= (int64_t{1} << 20) && macs < (int64_t{1} << 27)) {
+    if (detail::use_loom_sgemm() && macs >= detail::kMinMacs && macs < detail::kMaxMacs) {
       detail::sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }
@@ -86,5 +86,37 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
 }  // namespace loom::blas
 
 namespace loom {
-std::string gemm_backend() { return blas::detail::sgemm_name(); }
+
+namespace {
+int log2_of(int64_t x) {
+  int l = 0;
+  while ((int64_t{1} << (l + 1)) <= x) ++l;
+  return l;
+}
+}  // namespace
+
+GemmInfo gemm_info() {
+  using namespace blas::detail;
+  GemmInfo g;
+  g.loom_kernel = use_loom_sgemm();
+  g.tile_rows = kMR;
+  g.tile_cols = kNR;
+  g.min_macs = kMinMacs;
+  g.max_macs = kMaxMacs;
+  g.reason = sgemm_unused_reason();
+  return g;
+}
+
+std::string gemm_backend() {
+  const GemmInfo g = gemm_info();
+  if (!g.loom_kernel) {
+    return "OpenBLAS sgemm (loom's " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
+           " AVX-512 sgemm is off: " + g.reason + ")";
+  }
+  return "loom's AVX-512 sgemm, " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
+         " micro-kernel (" + std::to_string(g.tile_rows) + " rows x " + std::to_string(g.tile_cols / 16) +
+         " zmm of c), for products of 2^" + std::to_string(log2_of(g.min_macs)) + " to 2^" +
+         std::to_string(log2_of(g.max_macs)) + " multiply-adds; OpenBLAS sgemm outside that range";
+}
+
 }  // namespace loom

@@ -23,10 +23,9 @@ namespace {
 
 #define LOOM_AVX512 __attribute__((target("avx512f,fma")))
 
-constexpr int64_t kMR = 8;    // rows of c per micro-kernel tile
-constexpr int64_t kNR = 48;   // columns of c per tile: three zmm
-constexpr int64_t kMaxKC = 192;
-constexpr int64_t kMaxMC = 384;  // rows of a per block: 384 x 192 floats = 288 KiB in L2
+const config::ChoiceSetting kGemm("LOOM_GEMM", "loom", {"loom", "blas"},
+                                  "float32 matrix products: loom (its AVX-512 sgemm where the CPU has "
+                                  "AVX-512F, else OpenBLAS) or blas (OpenBLAS always)");
 
 __mmask16 mask_of(int64_t n) {  // the low min(n, 16) lanes
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
@@ -197,16 +196,16 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 
 }  // namespace
 
-const char* sgemm_name() {
-  return use_loom_sgemm() ? "loom AVX-512 (8x48 micro-kernel, 2^20..2^27 multiply-adds; OpenBLAS outside; LOOM_GEMM=blas for OpenBLAS always)" : "OpenBLAS";
+// Chosen once per process (Note [loom sgemm]).
+const char* sgemm_unused_reason() {
+  static const char* const reason = kGemm.get() == "blas"               ? "LOOM_GEMM=blas"
+                                    : __builtin_cpu_supports("avx512f") == 0 ? "this CPU has no AVX-512F"
+                                                                             : "";
+  return reason;
 }
 
 bool use_loom_sgemm() {
-  static const bool use = [] {
-    const std::string v = config::declare(
-        "LOOM_GEMM", "", "f32 matrix products: \"loom\" (AVX-512 kernel, default where the CPU has it) or \"blas\"");
-    return v != "blas" && __builtin_cpu_supports("avx512f") != 0;
-  }();
+  static const bool use = *sgemm_unused_reason() == '\0';
   return use;
 }
 
@@ -227,7 +226,7 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
   for (int64_t p0 = 0; p0 < k; p0 += kc_max) {
     const int64_t kc = std::min(kc_max, k - p0);
     const float blk_beta = p0 == 0 ? beta : 1.0f;
-    // Pack op(b)[p0 : p0 + kc, all n] as n_panels panels of kc x 32.
+    // Pack op(b)[p0 : p0 + kc, all n] as n_panels panels of kc x kNR.
     for (int64_t jp = 0; jp < n_panels; ++jp) {
       const int64_t j0 = jp * kNR, cols = std::min(kNR, n - j0);
       float* dst = bpack + jp * kNR * kc;
@@ -243,7 +242,7 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
     for (int64_t i0 = 0; i0 < m; i0 += mc_max) {
       const int64_t mc = std::min(mc_max, m - i0);
       const int64_t m_panels = (mc + kMR - 1) / kMR;
-      // Pack alpha * op(a)[i0 : i0 + mc, p0 : p0 + kc] as m_panels panels of kc x 12.
+      // Pack alpha * op(a)[i0 : i0 + mc, p0 : p0 + kc] as m_panels panels of kc x kMR.
       for (int64_t ip = 0; ip < m_panels; ++ip) {
         const int64_t r0 = i0 + ip * kMR, rows = std::min(kMR, m - r0);
         float* dst = apack + ip * kMR * kc;

@@ -35,10 +35,19 @@
 
 namespace loom::blas::detail {
 
+// The blocking of Note [loom sgemm]; `loom info` reports the tile shape from these.
+constexpr int64_t kMR = 8;       // rows of c per micro-kernel tile
+constexpr int64_t kNR = 48;      // columns of c per tile: three zmm
+constexpr int64_t kMaxKC = 192;  // depth of a packed block
+constexpr int64_t kMaxMC = 384;  // rows of a per block: 384 x 192 floats = 288 KiB in L2
+// Products with fewer multiply-adds than kMinMacs, or kMaxMacs or more, stay with OpenBLAS.
+constexpr int64_t kMinMacs = int64_t{1} << 20;
+constexpr int64_t kMaxMacs = int64_t{1} << 27;
+
 // True when this CPU can run sgemm_avx512 and LOOM_GEMM does not ask for OpenBLAS.
 bool use_loom_sgemm();
-// What runs f32 products, for `loom info`.
-const char* sgemm_name();
+// Why use_loom_sgemm() is false ("" when it is true).
+const char* sgemm_unused_reason();
 
 // Same contract as loom::blas::gemm for float (row-major, beta == 0 never reads c); m, n > 0.
 void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

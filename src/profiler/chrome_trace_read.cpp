@@ -54,6 +54,7 @@ EventKind kind_from(const std::string& cat, const std::string& name) {
   if (cat == "cpu_op" || cat == "operator") return EventKind::Operator;
   if (cat == "autograd") return EventKind::Backward;
   if (cat == "collective") return EventKind::Collective;
+  if (cat == "comm_wait") return EventKind::CommWait;
   if (cat == "data") return EventKind::DataStage;
   if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") return EventKind::Kernel;
   return EventKind::UserScope;

@@ -30,6 +30,7 @@
 
 #include "loom/dtype.h"
 #include "loom/error.h"
+#include "loom/parallel.h"
 #include "loom/record_function.h"
 
 namespace loom::profiler {
@@ -94,6 +95,7 @@ class Arena {
 struct ThreadBuffer {
   uint64_t tid = 0;
   std::string os_name;
+  std::string loom_name;  // set_thread_name()'s, when the thread registered
   std::atomic<bool> writing{false};
   std::vector<std::unique_ptr<RawEvent[]>> chunks;
   size_t size = 0;
@@ -155,6 +157,7 @@ LOOM_NOINLINE ThreadBuffer* register_thread() {
   if (t_slot.exited) return nullptr;
   auto b = std::make_shared<ThreadBuffer>();
   b->tid = os_tid();
+  b->loom_name = thread_name_of(b->tid);
   char name[32] = "";
   if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0) b->os_name = name;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -180,6 +183,7 @@ EventKind kind_of(OpEvent::Kind k) {
     case OpEvent::Kind::Backward: return EventKind::Backward;
     case OpEvent::Kind::Collective: return EventKind::Collective;
     case OpEvent::Kind::DataStage: return EventKind::DataStage;
+    case OpEvent::Kind::CommWait: return EventKind::CommWait;
   }
   return EventKind::UserScope;
 }
@@ -240,8 +244,12 @@ std::vector<std::shared_ptr<ActivitySource>>& sources() {  // GUARDED_BY(g_sourc
 }
 bool g_sources_running = false;  // GUARDED_BY(g_sources_mu)
 
-// Names threads that did not name themselves by what they recorded.
+// A thread's name: the one it gave itself with set_thread_name() (now, or when it first recorded:
+// loader workers may have exited), else "main" for the thread that started the profile, else its OS
+// name, else one guessed from what it recorded.
 std::string thread_name(const ThreadBuffer& b, uint64_t main_tid, const std::vector<Event>& events) {
+  if (std::string live = thread_name_of(b.tid); !live.empty()) return live;
+  if (!b.loom_name.empty()) return b.loom_name;
   if (b.tid == main_tid) return "main";
   char self[32] = "";
   pthread_getname_np(pthread_self(), self, sizeof(self));

@@ -57,20 +57,37 @@ int64_t count_steps(const Trace& t) {
   return n;
 }
 
+// Threads without a name of their own get a new tid in every run: compared as one group.
+std::string diff_thread(const std::string& label) {
+  return label.rfind("thread ", 0) == 0 ? "other threads" : label;
+}
+
 }  // namespace
+
+std::string thread_label(const Trace& trace, uint64_t tid) {
+  for (const ThreadInfo& t : trace.threads) {
+    if (t.tid == tid && !t.name.empty()) return t.name;
+  }
+  return "thread " + std::to_string(tid);
+}
 
 std::vector<OpStats> key_averages(const Trace& trace, GroupBy by) {
   const std::vector<int64_t> self = self_times(trace);
   std::unordered_map<std::string, size_t> index;
+  std::unordered_map<uint64_t, std::string> labels;
   std::vector<OpStats> out;
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const Event& e = trace.events[i];
     if (e.kind == EventKind::Step || e.kind == EventKind::Kernel) continue;
+    auto lit = labels.find(e.tid);
+    if (lit == labels.end()) lit = labels.emplace(e.tid, thread_label(trace, e.tid)).first;
     std::string shapes = by == GroupBy::NameAndShapes ? e.shapes_str() : std::string();
-    std::string key = by == GroupBy::NameAndShapes ? e.name + '\x1f' + shapes : e.name;
+    std::string key = lit->second + '\x1f' + e.name;
+    if (by == GroupBy::NameAndShapes) key += '\x1f' + shapes;
     auto [it, fresh] = index.try_emplace(std::move(key), out.size());
     if (fresh) {
       OpStats s;
+      s.thread = lit->second;
       s.name = e.name;
       s.input_shapes = std::move(shapes);
       s.kind = e.kind;
@@ -83,21 +100,24 @@ std::vector<OpStats> key_averages(const Trace& trace, GroupBy by) {
   }
   std::stable_sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) {
     if (a.self_ns != b.self_ns) return a.self_ns > b.self_ns;
-    return a.name < b.name;
+    if (a.name != b.name) return a.name < b.name;
+    return a.thread < b.thread;
   });
   return out;
 }
 
 std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
-  bool shapes = false;
+  bool shapes = false, threads = false;
   int64_t all_self = 0;
   for (const OpStats& s : stats) {
     shapes = shapes || !s.input_shapes.empty();
+    threads = threads || s.thread != stats.front().thread;
     all_self += s.self_ns;
   }
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%-36s %-16s%s %7s %12s %7s %12s %12s\n", "Name", "Kind",
+  std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7s %12s %7s %12s %12s\n",
+                threads ? "Thread               " : "", "Name", "Kind",
                 shapes ? " Input shapes                  " : "", "Calls", "Self", "Self %", "Total", "Avg");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
@@ -108,7 +128,13 @@ std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
       const std::string f = fit(s.input_shapes, 30);
       shape_col = " " + f + std::string(30 - f.size(), ' ');
     }
-    std::snprintf(line, sizeof(line), "%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s\n", fit(s.name, 36).c_str(),
+    std::string thread_col;
+    if (threads) {
+      const std::string f = fit(s.thread, 20);
+      thread_col = f + std::string(21 - f.size(), ' ');
+    }
+    std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s\n", thread_col.c_str(),
+                  fit(s.name, 36).c_str(),
                   event_kind_category(s.kind), shape_col.c_str(), static_cast<long long>(s.calls),
                   fmt_time(static_cast<double>(s.self_ns)).c_str(),
                   all_self > 0 ? 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(all_self) : 0.0,
@@ -126,18 +152,20 @@ TraceDiff diff_traces(const Trace& a, const Trace& b) {
   d.per_step = d.steps_a > 0 && d.steps_b > 0;
   const double na = d.per_step ? static_cast<double>(d.steps_a) : 1.0;
   const double nb = d.per_step ? static_cast<double>(d.steps_b) : 1.0;
-  std::map<std::string, OpDelta> by_name;
+  std::map<std::pair<std::string, std::string>, OpDelta> by_name;
   for (const OpStats& s : key_averages(a)) {
-    OpDelta& o = by_name[s.name];
+    OpDelta& o = by_name[{diff_thread(s.thread), s.name}];
+    o.thread = diff_thread(s.thread);
     o.name = s.name;
-    o.calls_a = s.calls;
-    o.self_a_ns = static_cast<double>(s.self_ns) / na;
+    o.calls_a += s.calls;
+    o.self_a_ns += static_cast<double>(s.self_ns) / na;
   }
   for (const OpStats& s : key_averages(b)) {
-    OpDelta& o = by_name[s.name];
+    OpDelta& o = by_name[{diff_thread(s.thread), s.name}];
+    o.thread = diff_thread(s.thread);
     o.name = s.name;
-    o.calls_b = s.calls;
-    o.self_b_ns = static_cast<double>(s.self_ns) / nb;
+    o.calls_b += s.calls;
+    o.self_b_ns += static_cast<double>(s.self_ns) / nb;
   }
   for (auto& [name, o] : by_name) d.ops.push_back(o);
   std::stable_sort(d.ops.begin(), d.ops.end(), [](const OpDelta& x, const OpDelta& y) {
@@ -156,8 +184,10 @@ std::string format_diff(const TraceDiff& d, size_t rows) {
     std::snprintf(line, sizeof(line), "total self time (a trace without ProfilerStep events: not per step)\n");
   }
   out += line;
-  std::snprintf(line, sizeof(line), "%-36s %12s %12s %12s %8s %8s %8s\n", "Name", "Self A", "Self B", "Change",
-                "Change%", "Calls A", "Calls B");
+  bool threads = false;
+  for (const OpDelta& o : d.ops) threads = threads || o.thread != d.ops.front().thread;
+  std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8s %8s\n", threads ? "Thread               " : "",
+                "Name", "Self A", "Self B", "Change", "Change%", "Calls A", "Calls B");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   double total_a = 0, total_b = 0;
@@ -170,7 +200,13 @@ std::string format_diff(const TraceDiff& d, size_t rows) {
     char pct[16] = "new";
     if (o.self_a_ns > 0) std::snprintf(pct, sizeof(pct), "%+.1f%%", 100.0 * o.delta_ns() / o.self_a_ns);
     if (o.calls_b == 0) std::snprintf(pct, sizeof(pct), "gone");
-    std::snprintf(line, sizeof(line), "%-36s %12s %12s %12s %8s %8lld %8lld\n", fit(o.name, 36).c_str(),
+    std::string thread_col;
+    if (threads) {
+      const std::string f = fit(o.thread, 20);
+      thread_col = f + std::string(21 - f.size(), ' ');
+    }
+    std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8lld %8lld\n", thread_col.c_str(),
+                  fit(o.name, 36).c_str(),
                   fmt_time(o.self_a_ns).c_str(), fmt_time(o.self_b_ns).c_str(),
                   signed_time(o.delta_ns()).c_str(), pct,
                   static_cast<long long>(o.calls_a), static_cast<long long>(o.calls_b));

@@ -18,6 +18,7 @@ const char* event_kind_category(EventKind k) {
     case EventKind::DataStage: return "data";
     case EventKind::Step: return "step";
     case EventKind::Kernel: return "kernel";
+    case EventKind::CommWait: return "comm_wait";
   }
   return "unknown";
 }

@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <set>
+#include <string>
 
 #include "loom/profiler.h"
 
@@ -79,6 +81,44 @@ std::string ms(int64_t ns) {
   return buf;
 }
 
+// One table per thread: the thread(s) that ran the steps first, then by self time. Each thread's
+// shares are of its own self time, so loader workers decoding in parallel never inflate (or hide)
+// what the training thread spent.
+std::string per_thread_tables(const Trace& trace, size_t top) {
+  const std::vector<OpStats> all = key_averages(trace);
+  std::set<std::string> step_threads;
+  for (const Event& e : trace.events) {
+    if (e.kind == EventKind::Step) step_threads.insert(thread_label(trace, e.tid));
+  }
+  std::map<std::string, int64_t> self_of;
+  int64_t all_self = 0;
+  for (const OpStats& s : all) {
+    self_of[s.thread] += s.self_ns;
+    all_self += s.self_ns;
+  }
+  std::vector<std::string> order;
+  for (const auto& [thread, self] : self_of) order.push_back(thread);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+    const bool sa = step_threads.count(a) != 0, sb = step_threads.count(b) != 0;
+    if (sa != sb) return sa;
+    return self_of[a] > self_of[b];
+  });
+  std::string out;
+  char line[256];
+  for (const std::string& thread : order) {
+    std::vector<OpStats> rows;
+    for (const OpStats& s : all) {
+      if (s.thread == thread) rows.push_back(s);
+    }
+    std::snprintf(line, sizeof(line), "\nThread \"%s\"%s: %s ms self time (%.1f%% of all threads')\n",
+                  thread.c_str(), step_threads.count(thread) ? " (runs the steps)" : "", ms(self_of[thread]).c_str(),
+                  pct(self_of[thread], all_self));
+    out += line;
+    out += format_table(rows, top);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
@@ -88,9 +128,11 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
   }
   std::sort(steps.begin(), steps.end(), [](const Event* a, const Event* b) { return a->start_ns < b->start_ns; });
   // Each event goes to the steps it overlaps (steps follow each other; found by binary search).
-  std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size());
+  // Communication on the step's own thread (a synchronous collective, or a CommWait such as DDP's
+  // wait for gradient allreduce inside AccumulateGrad) is cut out of the compute around it.
+  std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size()), own_comm(steps.size());
   for (const Event& e : trace.events) {
-    const bool is_comm = e.kind == EventKind::Collective;
+    const bool is_comm = e.kind == EventKind::Collective || e.kind == EventKind::CommWait;
     const bool is_compute = e.kind == EventKind::Operator || e.kind == EventKind::Backward;
     const bool is_wait = e.kind == EventKind::DataStage && e.name == "data.wait";
     if (!is_comm && !is_compute && !is_wait) continue;
@@ -102,7 +144,9 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
       if (s.end_ns <= e.start_ns) break;
       const Interval iv{std::max(e.start_ns, s.start_ns), std::min(e.end_ns, s.end_ns)};
       if (is_comm) {
-        comm[k].push_back(iv);
+        // A CommWait on another thread is that thread's business, not this step's communication.
+        if (e.kind == EventKind::Collective || e.tid == s.tid) comm[k].push_back(iv);
+        if (e.tid == s.tid) own_comm[k].push_back(iv);
       } else if (e.tid == s.tid) {
         (is_compute ? compute : wait)[k].push_back(iv);
       }
@@ -112,7 +156,7 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
   for (size_t k = 0; k < steps.size(); ++k) {
     const Event* s = steps[k];
     const Intervals d = merged(std::move(wait[k]));
-    const Intervals c = subtract(merged(std::move(compute[k])), d);
+    const Intervals c = subtract(subtract(merged(std::move(compute[k])), d), merged(std::move(own_comm[k])));
     const Intervals m = merged(std::move(comm[k]));
     StepBreakdown b;
     const std::string& name = s->name;
@@ -206,8 +250,8 @@ std::string summarize(const Trace& trace, size_t top) {
                 trace.memory.size(), steps.size());
   out += line;
   if (trace.events.empty()) return out + "nothing was recorded\n";
-  out += "\nTop " + std::to_string(top) + " by self time:\n";
-  out += format_table(key_averages(trace), top);
+  out += "\nTop " + std::to_string(top) + " by self time, per thread:\n";
+  out += per_thread_tables(trace, top);
   if (!trace.memory.empty()) {
     int64_t peak_alloc = 0, peak_res = 0;
     for (const MemorySample& m : trace.memory) {

@@ -37,9 +37,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::string kFaultSetting = config::declare(
+const config::StringSetting kInjectFault(
     "LOOM_INJECT_FAULT", "",
-    "KIND:RANK:STEP: make rank RANK of `loom train` fail at step STEP (mismatch, hang or kill), to see "
+    "KIND:RANK:STEP: make rank RANK of `loom train` fail before step STEP (mismatch, hang or kill), to see "
     "the distributed failure reports (same as --inject-fault)");
 
 // Note [Stopping a data-parallel run]: the first SIGINT or SIGTERM asks the loop to stop at the next
@@ -183,8 +183,8 @@ Trainer::Trainer(TrainOptions options, Reporter* reporter) : impl_(std::make_uni
   impl_->o = std::move(options);
   impl_->reporter = reporter;
   if (impl_->o.data_dir.empty()) impl_->o.data_dir = data::default_fashion_mnist_dir();
-  if (impl_->o.fault.kind == FaultKind::None && !config::get("LOOM_INJECT_FAULT").empty()) {
-    impl_->o.fault = FaultSpec::parse(config::get("LOOM_INJECT_FAULT"));
+  if (impl_->o.fault.kind == FaultKind::None && kInjectFault.is_set()) {
+    impl_->o.fault = FaultSpec::parse(kInjectFault.get());
   }
   impl_->o.check();
 }
@@ -214,6 +214,7 @@ TrainResult Trainer::run() {
     cpu_cache = new memory::CachingAllocator(*dev, ac);
     set_allocator(DeviceType::CPU, new memory::CachingAllocatorAdapter(*cpu_cache, kCPU));
   }
+  set_thread_name("training");
   Parallel par = init_parallel();
   LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch, " must be a multiple of the number of ranks ",
              par.world, " (every rank takes the same share of a batch)");

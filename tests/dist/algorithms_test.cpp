@@ -11,6 +11,7 @@
 #include "dist/algorithms.h"
 #include "dist/local_ranks.h"
 #include "dist/reduce_reference.h"
+#include "dist/store_test_util.h"
 #include "loom/config.h"
 #include "loom/error.h"
 #include "test_errors.h"
@@ -166,8 +167,13 @@ TEST(AllreduceSelect, ChunkBytesFromConfig) {
     EXPECT_GE(pipeline_chunk_bytes(), 8u);
   }
   EXPECT_GE(pipeline_chunk_bytes(), 64u << 10);  // the default
-  config::set("LOOM_DIST_CHUNK_BYTES", "-5");
-  EXPECT_THROW(pipeline_chunk_bytes(), ValueError);
+  EXPECT_THROW(config::set("LOOM_DIST_CHUNK_BYTES", "-5"), ValueError);  // refused where it enters
+  {
+    loom::testing::ScopedEnv env{{"LOOM_DIST_CHUNK_BYTES", "-5"}};
+    config::set("LOOM_DIST_CHUNK_BYTES", "");  // moves the generation: read again
+    EXPECT_CONTAINS(loom::testing::error_of<ValueError>([] { pipeline_chunk_bytes(); }),
+                    "LOOM_DIST_CHUNK_BYTES='-5' (from the environment) is not valid: expected an integer");
+  }
   config::set("LOOM_DIST_CHUNK_BYTES", "");
 }
 
@@ -180,13 +186,17 @@ TEST(AllreduceSelect, DispatchHonoursLoomAlgo) {
                 allreduce(c, Algo::kAuto, p, cs.count, cs.dt, cs.op);
               });
   }
-  config::set("LOOM_ALGO", "nope");
+  EXPECT_CONTAINS(loom::testing::error_of<ValueError>([] { config::set("LOOM_ALGO", "nope"); }),
+                  "LOOM_ALGO='nope' (set through config::set) is not valid: expected one of auto, ring, "
+                  "tree, dbt, rhd, oneshot");
+  config::set("LOOM_ALGO", "");  // the environment applies again
+  loom::testing::ScopedEnv env{{"LOOM_ALGO", "nope"}};
   std::vector<char> one(4);
   std::string msg = loom::testing::error_of<ValueError>([&] {
     run_ranks(1,
               [&](Comm& c) { allreduce(c, Algo::kAuto, one.data(), 1, kFloat32, ReduceOp::SUM); });
   });
-  EXPECT_CONTAINS(msg, "unknown allreduce algorithm 'nope'");
+  EXPECT_CONTAINS(msg, "LOOM_ALGO='nope' (from the environment) is not valid");
   config::set("LOOM_ALGO", "");
 }
 

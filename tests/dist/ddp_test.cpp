@@ -3,9 +3,11 @@
 // buckets; initial parameters broadcast; an unused parameter is named.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "dist/multiprocess.h"
 #include "loom/autograd.h"
@@ -14,6 +16,7 @@
 #include "loom/nn.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
+#include "loom/profiler.h"
 #include "test_errors.h"
 
 namespace loom::dist {
@@ -132,6 +135,67 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenAverages) {
       Tensor d = max(mul(diff, diff));
       CHILD_CHECK(d.item<double>() < 1e-24, "grad " << i << " differs by " << d.item<double>());
     }
+  });
+  for (size_t r = 0; r < res.size(); ++r)
+    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ": " << res[r].output;
+}
+
+// Rank 1 joins late, so rank 0's backward blocks in its last AccumulateGrad until the allreduce of
+// the gradients is done. Rank 0's profile shows that time as a comm_wait range ("ddp::wait_allreduce")
+// inside AccumulateGrad: excluded from AccumulateGrad's self time and counted as communication, not
+// compute, in the step breakdown.
+TEST(DistributedDataParallel, ProfilerShowsTheAllreduceWaitAsCommunication) {
+  auto res = run_processes(2, [&](int rank, const std::string& path) {
+    auto pg = make_group(rank, 2, path);
+    auto m = small_mlp(7);
+    m->to(kFloat64);
+    DistributedDataParallel ddp(m, pg);
+    auto [x, y] = batch(0);
+    Tensor xs = x.narrow(0, rank * 4, 4), ys = y.narrow(0, rank * 4, 4);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the wait rank 0 must show
+      nn::mse_loss(ddp.forward(xs), ys).backward();
+      return;
+    }
+    profiler::Profile prof;
+    prof.start();
+    nn::mse_loss(ddp.forward(xs), ys).backward();
+    prof.step();
+    prof.stop();
+    const profiler::Trace& t = prof.trace();
+    const profiler::Event* wait = nullptr;
+    const profiler::Event* acc = nullptr;  // the AccumulateGrad the wait happened in
+    for (const profiler::Event& e : t.events) {
+      if (e.name == "ddp::wait_allreduce") {
+        CHILD_CHECK(wait == nullptr, "two waits in one backward");
+        wait = &e;
+      }
+    }
+    CHILD_CHECK(wait != nullptr, "no ddp::wait_allreduce in the trace:\n" << profiler::summarize(t));
+    CHILD_CHECK(wait->kind == profiler::EventKind::CommWait, static_cast<int>(wait->kind));
+    // Rank 1 came at least ~300 ms late; rank 0's own forward and backward take a few ms.
+    CHILD_CHECK(wait->duration_ns() > 100'000'000, wait->duration_ns());
+    for (const profiler::Event& e : t.events) {
+      if (e.name == "AccumulateGrad" && e.tid == wait->tid && e.start_ns <= wait->start_ns && e.end_ns >= wait->end_ns) {
+        acc = &e;
+      }
+    }
+    CHILD_CHECK(acc != nullptr, "the wait is not inside an AccumulateGrad");
+    int64_t acc_self = -1, acc_total = -1;
+    for (const profiler::OpStats& s : profiler::key_averages(t)) {
+      if (s.name == "AccumulateGrad") {
+        acc_self = s.self_ns;
+        acc_total = s.total_ns;
+      }
+    }
+    CHILD_CHECK(acc_self >= 0 && acc_self + wait->duration_ns() <= acc_total,
+                "AccumulateGrad self " << acc_self << " ns includes the wait of " << wait->duration_ns() << " ns");
+    const auto steps = profiler::step_breakdown(t);
+    CHILD_CHECK(steps.size() == 1, steps.size());
+    CHILD_CHECK(steps[0].communication_ns >= wait->duration_ns(),
+                steps[0].communication_ns << " ns of communication, wait " << wait->duration_ns());
+    CHILD_CHECK(steps[0].compute_ns < wait->duration_ns(), steps[0].compute_ns);
+    CHILD_CHECK(profiler::dominant_part(steps).rfind("communication", 0) == 0, profiler::dominant_part(steps));
   });
   for (size_t r = 0; r < res.size(); ++r)
     EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ": " << res[r].output;

@@ -9,7 +9,7 @@ out=$("$loom" launch "$@" 2>&1)
 status=$?
 echo "$out"
 [[ $status == 1 ]] || { echo "FAIL: expected exit status 1, got $status"; exit 1; }
-grep -qF -- "ValueError: [loom" <<< "$out" || { echo "FAIL: expected a ValueError"; exit 1; }
+grep -qE -- "ValueError: \[(loom|config)" <<< "$out" || { echo "FAIL: expected a ValueError"; exit 1; }
 grep -qF -- "$expected" <<< "$out" || { echo "FAIL: expected the message: $expected"; exit 1; }
 if grep -q '^\[loom launch\] starting' <<< "$out"; then echo "FAIL: workers were started"; exit 1; fi
 echo "rejected as expected"

@@ -78,7 +78,14 @@ void check_product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t pa
 
 TEST(Gemm, BackendIsNamed) {
   const std::string name = gemm_backend();
-  EXPECT_TRUE(name == "OpenBLAS" || name.rfind("loom", 0) == 0) << name;
+  const GemmInfo info = gemm_info();
+  if (info.loom_kernel) {
+    EXPECT_EQ(name.rfind("loom's AVX-512 sgemm, 8x48 micro-kernel", 0), 0u) << name;
+    EXPECT_TRUE(info.reason.empty());
+  } else {
+    EXPECT_EQ(name.rfind("OpenBLAS sgemm (", 0), 0u) << name;  // and says why
+    EXPECT_FALSE(info.reason.empty());
+  }
 }
 
 TEST(Gemm, EveryTransposeAtTileEdges) {

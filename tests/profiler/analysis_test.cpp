@@ -159,6 +159,103 @@ TEST(ProfilerAnalysis, DiffSortsByAbsoluteChange) {
   EXPECT_DOUBLE_EQ(c->self_a_ns, 425);  // 850 over 2 steps
 }
 
+// Self time per thread: a loader worker decoding (with an operator of the same name as the training
+// thread's) in parallel with the step neither adds to nor dilutes the training thread's rows.
+Trace training_and_worker() {
+  Trace t;
+  t.threads = {{1, "training"}, {2, "loader worker 0"}, {3, "loader worker 0"}};  // 3: the next epoch's
+  t.events = {
+      ev(EventKind::Step, "ProfilerStep#0", 1, 0, 1000),
+      ev(EventKind::DataStage, "data.wait", 1, 0, 100),
+      ev(EventKind::Operator, "loom::add", 1, 100, 400),
+      ev(EventKind::Operator, "loom::mm", 1, 400, 900),
+      ev(EventKind::DataStage, "data.decode", 2, 0, 700),
+      ev(EventKind::Operator, "loom::add", 2, 100, 600),
+      ev(EventKind::DataStage, "data.decode", 3, 700, 950),
+      ev(EventKind::Operator, "loom::add", 3, 750, 850),
+  };
+  EXPECT_EQ(make_nested(t), 0);
+  return t;
+}
+
+const OpStats* find_on(const std::vector<OpStats>& v, const std::string& thread, const std::string& name) {
+  for (const OpStats& s : v) {
+    if (s.thread == thread && s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+TEST(ProfilerAnalysis, SelfTimeIsPerThread) {
+  const Trace t = training_and_worker();
+  const auto k = key_averages(t);
+  const OpStats* add_training = find_on(k, "training", "loom::add");
+  const OpStats* add_worker = find_on(k, "loader worker 0", "loom::add");
+  const OpStats* decode = find_on(k, "loader worker 0", "data.decode");
+  ASSERT_TRUE(add_training && add_worker && decode);
+  EXPECT_EQ(add_training->calls, 1);
+  EXPECT_EQ(add_training->self_ns, 300);
+  EXPECT_EQ(add_worker->calls, 2);  // both worker threads of that name (two epochs)
+  EXPECT_EQ(add_worker->self_ns, 600);
+  EXPECT_EQ(decode->self_ns, 350);  // 700 - 500 + 250 - 100
+  EXPECT_EQ(find_on(k, "training", "data.decode"), nullptr);
+  EXPECT_EQ(thread_label(t, 1), "training");
+  EXPECT_EQ(thread_label(t, 9), "thread 9");
+  // A table of several threads has a Thread column.
+  EXPECT_NE(format_table(k).find("loader worker 0"), std::string::npos);
+  // The summary: one section per thread, the steps' thread first though the workers' self time is
+  // larger; shares are of that thread's self time (add: 300 of the training thread's 900).
+  const std::string s = summarize(t, 5);
+  const size_t training = s.find("Thread \"training\" (runs the steps): 0.001 ms self time");
+  const size_t worker = s.find("Thread \"loader worker 0\": 0.001 ms self time");
+  ASSERT_NE(training, std::string::npos) << s;
+  ASSERT_NE(worker, std::string::npos) << s;
+  EXPECT_LT(training, worker);
+  const size_t add_row = s.find("loom::add", training);
+  ASSERT_LT(add_row, worker) << s;
+  EXPECT_NE(s.substr(add_row, 120).find("33.3%"), std::string::npos) << s.substr(add_row, 120);
+  // The diff matches threads by name.
+  const TraceDiff d = diff_traces(t, t);
+  size_t adds = 0;
+  for (const OpDelta& o : d.ops) adds += o.name == "loom::add";
+  EXPECT_EQ(adds, 2u);
+}
+
+// DDP's wait for gradient allreduce inside AccumulateGrad (a comm_wait range) is communication: not
+// AccumulateGrad's self time, not compute.
+TEST(ProfilerAnalysis, CommWaitIsCommunication) {
+  Trace t;
+  t.threads = {{1, "training"}, {2, "collectives"}};
+  t.events = {
+      ev(EventKind::Step, "ProfilerStep#0", 1, 0, 1000),
+      ev(EventKind::Backward, "MmBackward", 1, 0, 300),
+      ev(EventKind::Backward, "AccumulateGrad", 1, 300, 900),
+      ev(EventKind::CommWait, "ddp::wait_allreduce", 1, 350, 850),
+      ev(EventKind::Collective, "dist::allreduce_coalesced", 2, 200, 840),
+  };
+  EXPECT_EQ(make_nested(t), 0);
+  const auto k = key_averages(t);
+  const OpStats* acc = find_on(k, "training", "AccumulateGrad");
+  const OpStats* wait = find_on(k, "training", "ddp::wait_allreduce");
+  ASSERT_TRUE(acc && wait);
+  EXPECT_EQ(acc->self_ns, 100);
+  EXPECT_EQ(acc->total_ns, 600);
+  EXPECT_EQ(wait->self_ns, 500);
+  EXPECT_EQ(wait->kind, EventKind::CommWait);
+  const auto steps = step_breakdown(t);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].compute_ns, 400);        // [0, 350) and [850, 900)
+  EXPECT_EQ(steps[0].communication_ns, 500);  // the wait
+  EXPECT_EQ(steps[0].overlapped_communication_ns, 150);  // the allreduce under MmBackward
+  EXPECT_EQ(steps[0].idle_ns, 100);
+  EXPECT_EQ(dominant_part(steps), "communication (50% of step time)");
+  // The category survives a Chrome trace.
+  const Trace r = parse_chrome_trace(chrome_trace_json(t), "t.json");
+  bool found = false;
+  for (const Event& e : r.events) found = found || (e.name == "ddp::wait_allreduce" && e.kind == EventKind::CommWait);
+  EXPECT_TRUE(found);
+  EXPECT_NE(chrome_trace_json(t).find("\"comm_wait\""), std::string::npos);
+}
+
 // ---- bad input ----
 
 std::string error_of(const std::string& path) {

@@ -15,6 +15,7 @@
 #include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
 #include "loom/ops.h"
+#include "loom/parallel.h"
 #include "loom/profiler.h"
 #include "loom/record_function.h"
 #include "temp_dir.h"
@@ -361,6 +362,29 @@ TEST(ProfilerRecording, CollectivesWithBytes) {
   EXPECT_EQ(bar[0]->bytes, -1);
 }
 
+TEST(ProfilerRecording, ThreadsAreShownByTheNamesTheyGaveThemselves) {
+  Profile p;
+  p.start();
+  std::atomic<bool> named{false}, stopped{false};
+  std::thread t([&] {
+    Tensor a = ones({4});
+    a = add(a, a);  // recorded before the thread names itself: the name still applies
+    set_thread_name("training");
+    a = add(a, a);
+    named = true;
+    while (!stopped) std::this_thread::yield();  // alive when the trace is harvested
+  });
+  while (!named) std::this_thread::yield();
+  p.stop();
+  stopped = true;
+  t.join();
+  std::set<std::string> labels;
+  for (const OpStats& s : key_averages(p.trace())) {
+    if (s.name.rfind("loom::add", 0) == 0) labels.insert(s.thread);
+  }
+  EXPECT_EQ(labels, (std::set<std::string>{"training"}));
+}
+
 TEST(ProfilerRecording, DataLoaderStages) {
   loom::testing::TempDir tmp{"loom-prof-data"};
   {
@@ -398,9 +422,16 @@ TEST(ProfilerRecording, DataLoaderStages) {
       EXPECT_EQ(reads[0]->tid, waits[0]->tid);  // built inline, inside data.wait
     } else {
       EXPECT_NE(reads[0]->tid, waits[0]->tid);
-      bool worker_named = false;
-      for (const ThreadInfo& ti : t.threads) worker_named = worker_named || (ti.tid == reads[0]->tid && !ti.name.empty());
-      EXPECT_TRUE(worker_named);
+      // The worker named itself (and had exited before the trace was harvested).
+      EXPECT_EQ(thread_label(t, reads[0]->tid), "loader worker 0");
+      EXPECT_EQ(thread_label(t, waits[0]->tid), "main");
+      for (const OpStats& s : key_averages(t)) {
+        if (s.name == "data.read" || s.name == "data.decode") {
+          EXPECT_EQ(s.thread, "loader worker 0") << s.name;
+        } else if (s.name == "data.wait") {
+          EXPECT_EQ(s.thread, "main");
+        }
+      }
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "dist/launch.h"
+#include "loom/config.h"
 #include "loom/error.h"
 #include "loom/parse.h"
 #include "loom/train/trainer.h"
@@ -54,7 +55,6 @@ int launch_workers(const std::vector<std::string>& argv, int nproc, int max_rest
     if (a.rfind("--nproc=", 0) == 0 || a.rfind("--max-restarts=", 0) == 0) continue;
     lo.command.push_back(a);
   }
-  ::setenv("LOOM_TRAIN_WORKER", "1", 1);
   return dist::launch(lo);
 }
 
@@ -93,10 +93,7 @@ int run_train(const std::vector<std::string>& argv) {
   o.checkpoint_every = args.get_int("checkpoint-every", o.checkpoint_every, 1, int64_t{1} << 40);
   o.keep_checkpoints = static_cast<int>(args.get_int("keep-checkpoints", o.keep_checkpoints, 1, 1000000));
   // A group restarted by the launcher (--max-restarts) resumes from its last checkpoint.
-  const char* restarts = std::getenv("LOOM_RESTART_COUNT");
-  o.resume = args.flag("resume") ||
-             (restarts && *restarts && parse_int(restarts, "[loom train] LOOM_RESTART_COUNT", 0) > 0 &&
-              !o.checkpoint_dir.empty());
+  o.resume = args.flag("resume") || (config::get_int("LOOM_RESTART_COUNT", 0) > 0 && !o.checkpoint_dir.empty());
   o.save_final = args.get_or("save-final", "");
   o.max_steps = args.get_int("max-steps", 0, 1, int64_t{1} << 40);
   o.profile_path = args.get_or("profile", "");
@@ -114,7 +111,12 @@ int run_train(const std::vector<std::string>& argv) {
   // Options are checked (and the data packed, once) before any worker starts.
   train::Trainer trainer(o, nullptr);
   train::Trainer::prepare_data(o);
-  if (nproc > 1 && std::getenv("LOOM_TRAIN_WORKER") == nullptr) return launch_workers(argv, nproc, max_restarts);
+  // The workers run the same command without --nproc (launch_workers removes it).
+  if (nproc > 1) {
+    LOOM_CHECK(std::getenv("WORLD_SIZE") == nullptr, "[loom train] --nproc ", nproc, " inside a process that a "
+               "launcher started (WORLD_SIZE is set): drop --nproc, the launcher already runs the ranks");
+    return launch_workers(argv, nproc, max_restarts);
+  }
 
   const bool bar = isatty(STDOUT_FILENO) && !args.flag("no-progress");
   std::unique_ptr<train::Reporter> reporter = train::make_console_reporter(bar);

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "dist/algorithms.h"
+#include "dist/settings.h"
 #include "loom/config.h"
 #include "loom/error.h"
 
@@ -32,7 +33,6 @@ namespace {
 constexpr size_t kSmallBlockBytes = 2u << 10;
 constexpr size_t kPow2RhdBytes = 2u << 20;  // rhd up to here on a power-of-two number of ranks
 constexpr size_t kOneShotBytes = 16u << 10;  // bytes a rank sends in a one-shot allreduce
-constexpr size_t kDefaultChunkBytes = 512u << 10;
 constexpr size_t kMinChunkBytes = 64;  // at least one element of every dtype; keeps pieces sane
 
 }  // namespace
@@ -98,20 +98,13 @@ Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why) {
 }
 
 size_t pipeline_chunk_bytes() {
-  static const bool declared = [] {
-    config::declare("LOOM_DIST_CHUNK_BYTES", std::to_string(kDefaultChunkBytes),
-                    "bytes per pipelined piece in ring/tree/rhd collectives (same on every rank)");
-    return true;
-  }();
-  (void)declared;
   // Every ring collective asks, and a configuration lookup (a lock, a map, getenv, a string) cost
   // ~0.1 us of a ~1.5 us small reduce-scatter: keep the value until config::set() changes a knob.
   thread_local uint64_t cached_generation = UINT64_MAX;
   thread_local size_t cached = 0;
   const uint64_t generation = config::generation();
   if (generation == cached_generation) return cached;
-  int64_t v = config::get_int("LOOM_DIST_CHUNK_BYTES", static_cast<int64_t>(kDefaultChunkBytes));
-  LOOM_CHECK(v > 0, "[dist] LOOM_DIST_CHUNK_BYTES must be positive but is ", v);
+  const int64_t v = settings::kChunkBytes.get();  // 512 KiB unless set
   cached = std::max(static_cast<size_t>(v), kMinChunkBytes);
   cached_generation = generation;
   return cached;
@@ -119,15 +112,7 @@ size_t pipeline_chunk_bytes() {
 
 void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp op) {
   if (algo == Algo::kAuto) {
-    static const bool declared = [] {
-      config::declare("LOOM_ALGO", "",
-                      "allreduce algorithm: ring, tree, dbt, rhd or auto (default)");
-      return true;
-    }();
-    (void)declared;
-    std::string forced = config::get("LOOM_ALGO");
-    algo = choose_allreduce(count * element_size(dt), c.size(),
-                            forced.empty() ? Algo::kAuto : parse_algo(forced));
+    algo = choose_allreduce(count * element_size(dt), c.size(), parse_algo(settings::kAlgo.get()));
   }
   switch (algo) {
     case Algo::kRing:
