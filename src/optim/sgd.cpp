@@ -1,6 +1,7 @@
 // SGD with momentum, dampening, Nesterov momentum and weight decay (torch.optim.SGD).
 #include "loom/autograd.h"
 #include "loom/error.h"
+#include "loom/memory/alloc_context.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "optim/fused_step.h"
@@ -89,6 +90,7 @@ void SGD::step() {
       sgd_step_ops(p, grad, st, a);
     }
   }
+  memory::mark_step();  // a step marker for allocation recordings (loom/memory/alloc_context.h)
 }
 
 }  // namespace loom::optim
