@@ -82,7 +82,7 @@ void TensorImpl::refresh() {
     }
   }
   // The backstop of Note [checked sizes]: operators check their sizes (naming themselves) first.
-  if (LOOM_UNLIKELY(bad)) checked_numel(sizes_.ref(), "tensor");
+  if (LOOM_UNLIKELY(bad)) n = detail::checked_numel_slow(sizes_.ref(), "tensor");
   numel_ = n;
   is_contiguous_ = contiguous || n == 0;
 }
@@ -104,7 +104,8 @@ Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef 
                                            storage_offset));
 }
 
-int64_t checked_numel(IntArrayRef sizes, const char* op) {
+namespace detail {
+int64_t checked_numel_slow(IntArrayRef sizes, const char* op) {
   int64_t n = 1;
   bool overflow = false;
   for (int64_t s : sizes) {
@@ -118,14 +119,12 @@ int64_t checked_numel(IntArrayRef sizes, const char* op) {
   return n;
 }
 
-size_t checked_nbytes(IntArrayRef sizes, DType dtype, const char* op) {
-  const int64_t n = checked_numel(sizes, op);
-  int64_t bytes = 0;
-  LOOM_CHECK(!__builtin_mul_overflow(n, static_cast<int64_t>(element_size(dtype)), &bytes), "[",
-             op, "] sizes ", sizes, " of ", dtype, " need ", n, " x ", element_size(dtype),
+void throw_too_many_bytes(IntArrayRef sizes, DType dtype, const char* op) {
+  LOOM_THROW(ValueError, "[", op, "] sizes ", sizes, " of ", dtype, " need ",
+             checked_numel(sizes, op), " x ", element_size(dtype),
              " bytes, more than the largest allocation (2^63 - 1 bytes)");
-  return static_cast<size_t>(bytes);
 }
+}  // namespace detail
 
 Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
   Storage st = make_storage(checked_nbytes(sizes, dtype, "empty"), device);
