@@ -154,7 +154,7 @@ int run_record(const std::vector<std::string>& argv_in) {
                "[loom mem record] --steps must be in 1..100000 but got ", steps);
     trace = record_train_child(out, steps, train_args);
   } else {
-    LOOM_CHECK(train_args.empty() && !args.flag("train"),
+    LOOM_CHECK(train_args.empty(),
                "[loom mem record] arguments after -- go to `loom train`: add --train");
     trace = memory::record_training_trace(training_options("mem record", args));
     memory::write_trace(out, trace);
