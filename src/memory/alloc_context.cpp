@@ -13,7 +13,7 @@ thread_local const char* tls_alloc_context __attribute__((tls_model("initial-exe
 
 namespace {
 std::mutex g_mu;
-int g_requests = 0;                       // guarded by g_mu
+int g_requests = 0;                         // guarded by g_mu
 void (*g_listener)(bool wanted) = nullptr;  // guarded by g_mu
 }  // namespace
 

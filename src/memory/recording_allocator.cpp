@@ -19,7 +19,7 @@ namespace {
 // The live recorders, which mark_step() notifies. The count lets mark_step skip the lock while
 // nothing records (the usual case: an optimizer step in a plain training run).
 std::mutex g_recorders_mu;
-std::vector<RecordingAllocator*>& recorders() {  // guarded by g_recorders_mu
+std::vector<RecordingAllocator*>& recorders() {             // guarded by g_recorders_mu
   static auto* v = new std::vector<RecordingAllocator*>();  // leaked: used from static destructors
   return *v;
 }
@@ -35,7 +35,9 @@ void mark_step() {
   for (RecordingAllocator* r : recorders()) r->log_step();
 }
 
-int64_t steps_marked() { return g_steps.load(std::memory_order_relaxed); }
+int64_t steps_marked() {
+  return g_steps.load(std::memory_order_relaxed);
+}
 
 // ---- RecordingAllocator ----
 
@@ -69,8 +71,7 @@ int32_t RecordingAllocator::intern(const char* context) {
       std::strcmp(context, contexts_[static_cast<size_t>(last_context_id_)].c_str()) == 0) {
     return last_context_id_;
   }
-  auto [it, inserted] =
-      context_ids_.try_emplace(context, static_cast<int32_t>(contexts_.size()));
+  auto [it, inserted] = context_ids_.try_emplace(context, static_cast<int32_t>(contexts_.size()));
   if (inserted) contexts_.push_back(it->first);
   last_context_id_ = it->second;
   return it->second;

@@ -102,7 +102,8 @@ memory::AllocTrace alloc_trace_of(const Trace& t, const std::string& what) {
   size_t next_boundary = 0;
   std::map<uint64_t, bool> threads;
   auto emit_boundaries_until = [&](int64_t ns) {
-    for (; next_boundary < boundaries.size() && boundaries[next_boundary].ns <= ns; ++next_boundary) {
+    for (; next_boundary < boundaries.size() && boundaries[next_boundary].ns <= ns;
+         ++next_boundary) {
       if (boundaries[next_boundary].steps == last_steps) continue;
       last_steps = boundaries[next_boundary].steps;
       out.events.push_back(AllocEvent{AllocEvent::Op::Step, last_steps, 0, 0, -1});

@@ -1,7 +1,7 @@
 // Size arithmetic (Note [checked sizes] in loom/tensor.h): element counts and byte sizes that
-// overflow, and negative sizes, are ValueErrors naming the operator and the sizes, for every factory
-// and on every device (Meta allocates nothing, so only the check stands between it and a tensor
-// whose numel wrapped), and for views and broadcasts.
+// overflow, and negative sizes, are ValueErrors naming the operator and the sizes, for every
+// factory and on every device (Meta allocates nothing, so only the check stands between it and a
+// tensor whose numel wrapped), and for views and broadcasts.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -71,11 +71,14 @@ TEST(SizeOverflow, EveryFactoryRejectsSizesWhoseCountOrBytesOverflowOnEveryDevic
 }
 
 TEST(SizeOverflow, TheMessageNamesTheSizesAndTheDtype) {
-  EXPECT_EQ(error_of<ValueError>([] { (void)empty({kMax, 4}); }),
+  EXPECT_EQ(error_of<ValueError>([] {
+              (void)empty({kMax, 4});
+            }),
             "[empty] sizes [9223372036854775807, 4] have more elements than int64 can count (the "
             "product of the sizes overflows)");
-  EXPECT_CONTAINS(error_of<ValueError>([] { (void)randn({k2p62}, kFloat32); }),
-                  "[randn] sizes [4611686018427387904] of float32 need 4611686018427387904 x 4 bytes");
+  EXPECT_CONTAINS(
+      error_of<ValueError>([] { (void)randn({k2p62}, kFloat32); }),
+      "[randn] sizes [4611686018427387904] of float32 need 4611686018427387904 x 4 bytes");
 }
 
 TEST(SizeOverflow, LargeButCountableSizesStillWork) {
@@ -101,14 +104,20 @@ TEST(SizeOverflow, OtherFactoriesCountTheirElementsToo) {
 
 TEST(SizeOverflow, ViewsAndBroadcastsCheckTheirSizes) {
   Tensor one = zeros({1, 1});
-  EXPECT_CONTAINS(error_of<ValueError>([&] { (void)one.expand({k2p40, k2p40}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    (void)one.expand({k2p40, k2p40});
+                  }),
                   "[expand] sizes [1099511627776, 1099511627776] have more elements");
   // 2^62 x 4 wraps to 0 elements: viewing an empty tensor with it must not pass for a match.
   Tensor none = zeros({0});
-  EXPECT_CONTAINS(error_of<ValueError>([&] { (void)none.view({k2p62, 4}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    (void)none.view({k2p62, 4});
+                  }),
                   "[view] shape [4611686018427387904, 4] has more elements than int64 can count");
   EXPECT_CONTAINS(error_of<ValueError>([&] { (void)none.reshape({k2p62, 4}); }), "[reshape]");
-  EXPECT_CONTAINS(error_of<ValueError>([&] { (void)as_strided(one, {k2p40, k2p40}, {0, 0}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    (void)as_strided(one, {k2p40, k2p40}, {0, 0});
+                  }),
                   "[as_strided]");
   // A broadcast of two countable Meta shapes whose result is not countable.
   const TensorOptions meta = TensorOptions(kFloat32).with_device(kMeta);
@@ -122,10 +131,14 @@ TEST(SizeOverflow, CheckedHelpersAgreeWithTheirDefinition) {
   EXPECT_EQ(checked_numel({}, "t"), 1);
   EXPECT_EQ(checked_nbytes({3, 4}, kFloat64, "t"), 96u);
   EXPECT_EQ(checked_numel({int64_t{1} << 31, int64_t{1} << 31}, "t"), int64_t{1} << 62);
-  EXPECT_CONTAINS(error_of<ValueError>([] { (void)checked_numel({int64_t{1} << 32, int64_t{1} << 31}, "t"); }),
+  EXPECT_CONTAINS(error_of<ValueError>([] {
+                    (void)checked_numel({int64_t{1} << 32, int64_t{1} << 31}, "t");
+                  }),
                   "[t] sizes");
   EXPECT_EQ(checked_nbytes({int64_t{1} << 60, 4}, kUInt8, "t"), size_t{1} << 62);
-  EXPECT_CONTAINS(error_of<ValueError>([] { (void)checked_nbytes({int64_t{1} << 60, 4}, kInt16, "t"); }),
+  EXPECT_CONTAINS(error_of<ValueError>([] {
+                    (void)checked_nbytes({int64_t{1} << 60, 4}, kInt16, "t");
+                  }),
                   "more than the largest allocation");
 }
 

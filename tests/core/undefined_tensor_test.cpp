@@ -19,13 +19,15 @@ namespace {
 using loom::testing::error_of;
 
 struct Case {
-  const char* name;     // what is called
-  const char* names;    // what the message must name ("[Tensor::dim]", "[loom::add]")
+  const char* name;   // what is called
+  const char* names;  // what the message must name ("[Tensor::dim]", "[loom::add]")
   std::function<void()> call;
 };
 
 const Tensor u;  // undefined
-Tensor x() { return from_vector<float>({1, 2, 3, 4}, {2, 2}); }
+Tensor x() {
+  return from_vector<float>({1, 2, 3, 4}, {2, 2});
+}
 
 std::vector<Case> method_cases() {
   return {
@@ -59,13 +61,19 @@ std::vector<Case> method_cases() {
       {"shape_str", "[Tensor::shape_str]", [] { (void)u.shape_str(); }},
       {"view", "[loom::view]", [] { (void)u.view({4}); }},
       {"reshape", "[loom::reshape]", [] { (void)u.reshape({4}); }},
-      {"permute", "[loom::permute]", [] { (void)u.permute({1, 0}); }},
+      {"permute", "[loom::permute]",
+       [] {
+         (void)u.permute({1, 0});
+       }},
       {"transpose", "[loom::transpose]", [] { (void)u.transpose(0, 1); }},
       {"t", "[loom::t]", [] { (void)u.t(); }},
       {"narrow", "[loom::narrow]", [] { (void)u.narrow(0, 0, 1); }},
       {"select", "[loom::select]", [] { (void)u.select(0, 0); }},
       {"slice", "[loom::slice]", [] { (void)u.slice(0, 0, 1); }},
-      {"expand", "[loom::expand]", [] { (void)u.expand({2, 2}); }},
+      {"expand", "[loom::expand]",
+       [] {
+         (void)u.expand({2, 2});
+       }},
       {"expand_as (self)", "[Tensor::expand_as]", [] { (void)u.expand_as(x()); }},
       {"expand_as (other)", "[Tensor::expand_as]", [] { (void)x().expand_as(u); }},
       {"squeeze", "[loom::squeeze]", [] { (void)u.squeeze(); }},
@@ -124,7 +132,10 @@ std::vector<Case> function_cases() {
       {"matmul", "[loom::matmul]", [] { (void)matmul(x(), u); }},
       {"mm", "[loom::mm]", [] { (void)mm(u, x()); }},
       {"sum", "[loom::sum]", [] { (void)sum(u); }},
-      {"cat", "[loom::cat]", [] { (void)cat({x(), u}); }},
+      {"cat", "[loom::cat]",
+       [] {
+         (void)cat({x(), u});
+       }},
       {"stack", "[loom::stack]", [] { (void)stack({u}); }},
       {"split", "[loom::split]", [] { (void)split(u, 1); }},
       {"chunk", "[loom::chunk]", [] { (void)chunk(u, 2); }},
@@ -160,22 +171,27 @@ void expect_all_throw(const std::vector<Case>& cases) {
   }
 }
 
-TEST(UndefinedTensor, EveryMethodThrowsAValueErrorNamingIt) { expect_all_throw(method_cases()); }
+TEST(UndefinedTensor, EveryMethodThrowsAValueErrorNamingIt) {
+  expect_all_throw(method_cases());
+}
 
 TEST(UndefinedTensor, EveryFreeFunctionThrowsAValueErrorNamingTheOperator) {
   expect_all_throw(function_cases());
 }
 
 TEST(UndefinedTensor, TheMessageSaysWhatAnUndefinedTensorIs) {
-  EXPECT_EQ(error_of<ValueError>([] { (void)loom::to(u, kFloat32); }),
-            "[loom::to] called on an undefined tensor (a default-constructed Tensor holds no data)");
+  EXPECT_EQ(
+      error_of<ValueError>([] { (void)loom::to(u, kFloat32); }),
+      "[loom::to] called on an undefined tensor (a default-constructed Tensor holds no data)");
   EXPECT_EQ(error_of<ValueError>([] { (void)u.dim(); }),
             "[Tensor::dim] called on an undefined tensor (a default-constructed Tensor holds no "
             "data)");
   // A dispatched operator names the argument.
   EXPECT_CONTAINS(error_of<ValueError>([] { (void)add(x(), u); }),
                   "[loom::add] argument 'other' is an undefined tensor");
-  EXPECT_CONTAINS(error_of<ValueError>([] { (void)cat({x(), u}); }),
+  EXPECT_CONTAINS(error_of<ValueError>([] {
+                    (void)cat({x(), u});
+                  }),
                   "[loom::cat] argument 'tensors' element 1 is an undefined tensor");
 }
 

@@ -131,7 +131,8 @@ TEST(RecordingAllocator, NamesTheOperatorOfEachAllocationAndMarksOptimizerSteps)
 
 TEST(AllocTrace, VersionOneFilesAreStillRead) {
   const Json doc = Json::parse(
-      R"({"format": "loom-alloc-trace", "version": 1, "events": [["a", 0, 10, 0], ["f", 0]]})", "v1");
+      R"({"format": "loom-alloc-trace", "version": 1, "events": [["a", 0, 10, 0], ["f", 0]]})",
+      "v1");
   const AllocTrace t = trace_from_json(doc, "v1");
   ASSERT_EQ(t.events.size(), 2u);
   EXPECT_EQ(t.events[0].context, -1);
@@ -145,13 +146,13 @@ AllocTrace known_trace() {
   AllocTrace t;
   t.contexts = {"op::A", "op::B"};
   t.events = {
-      {AllocEvent::Op::Alloc, 0, 1 << 20, 0, 0},   // 0
-      {AllocEvent::Op::Step, 1, 0, 0, -1},         // 1
-      {AllocEvent::Op::Alloc, 1, 3 << 20, 0, 1},   // 2: the peak
-      {AllocEvent::Op::Free, 0, 0, 0, -1},         // 3
-      {AllocEvent::Op::Step, 2, 0, 0, -1},         // 4
-      {AllocEvent::Op::Free, 1, 0, 0, -1},         // 5
-      {AllocEvent::Op::Alloc, 2, 512, 0, 0},       // 6
+      {AllocEvent::Op::Alloc, 0, 1 << 20, 0, 0},  // 0
+      {AllocEvent::Op::Step, 1, 0, 0, -1},        // 1
+      {AllocEvent::Op::Alloc, 1, 3 << 20, 0, 1},  // 2: the peak
+      {AllocEvent::Op::Free, 0, 0, 0, -1},        // 3
+      {AllocEvent::Op::Step, 2, 0, 0, -1},        // 4
+      {AllocEvent::Op::Free, 1, 0, 0, -1},        // 5
+      {AllocEvent::Op::Alloc, 2, 512, 0, 0},      // 6
   };
   return t;
 }

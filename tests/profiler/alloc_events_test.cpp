@@ -63,23 +63,32 @@ TEST(ProfileAllocTrace, MatchesByAddressNamesOperatorsAndMarksSteps) {
               ev(EventKind::Backward, "AddBackward", 120, 140),
               ev(EventKind::Step, "ProfilerStep#1", 100, 200),
               ev(EventKind::Operator, "loom::exp", 10, 30, /*tid=*/2)};
-  t.memory = {mem(5, 0xA, 1024),          // inside no operator
-              mem(15, 0xB, 2048, 3),      // loom::mm, stream 3
-              mem(16, 0xD, 512, 0, 2),    // the other thread's loom::exp
-              mem(45, 0xC, 512),          // loom::add, inside loom::linear
-              mem(55, 0xB, -2048),        // freed
-              mem(57, 0xC0FFEE, 0),       // only reserved bytes changed: no event
-              mem(70, 0xE, -4096),        // allocated before the window: dropped
-              mem(80, 0xB, 4096),         // the address again
-              mem(85, 0xC, 1536),         // C again without a recorded free: one is put in
-              mem(130, 0xA, -1024)};      // in AddBackward
+  t.memory = {mem(5, 0xA, 1024),        // inside no operator
+              mem(15, 0xB, 2048, 3),    // loom::mm, stream 3
+              mem(16, 0xD, 512, 0, 2),  // the other thread's loom::exp
+              mem(45, 0xC, 512),        // loom::add, inside loom::linear
+              mem(55, 0xB, -2048),      // freed
+              mem(57, 0xC0FFEE, 0),     // only reserved bytes changed: no event
+              mem(70, 0xE, -4096),      // allocated before the window: dropped
+              mem(80, 0xB, 4096),       // the address again
+              mem(85, 0xC, 1536),       // C again without a recorded free: one is put in
+              mem(130, 0xA, -1024)};    // in AddBackward
   make_nested(t);
   const memory::AllocTrace out = alloc_trace_of(t, "t.json");
   std::vector<std::string> got;
   for (const AllocEvent& e : out.events) got.push_back(describe(out, e));
-  const std::vector<std::string> want = {
-      "s0",  "a0:1024:0:", "a1:2048:3:loom::mm", "a2:512:0:loom::exp", "a3:512:0:loom::add",
-      "f1",  "a1:4096:0:", "f3", "a3:1536:0:", "s1", "f0", "s2"};
+  const std::vector<std::string> want = {"s0",
+                                         "a0:1024:0:",
+                                         "a1:2048:3:loom::mm",
+                                         "a2:512:0:loom::exp",
+                                         "a3:512:0:loom::add",
+                                         "f1",
+                                         "a1:4096:0:",
+                                         "f3",
+                                         "a3:1536:0:",
+                                         "s1",
+                                         "f0",
+                                         "s2"};
   EXPECT_EQ(got, want);
   EXPECT_CONTAINS(out.source, "profiler trace t.json: 10 allocator events on 2 thread(s)");
   EXPECT_CONTAINS(out.source, "1 frees of blocks allocated before the recorded window dropped");

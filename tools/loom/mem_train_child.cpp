@@ -31,8 +31,8 @@ memory::AllocTrace record_train_child(const std::string& out, int64_t steps,
   for (const std::string& a : train_args) {
     // Several processes would all write OUT: record one process.
     LOOM_CHECK(a.rfind("--nproc", 0) != 0 && a.rfind("--max-steps", 0) != 0,
-               "[loom mem record] --train records one process for --steps steps: `loom train` ",
-               a, " is not supported here (run LOOM_MEM_RECORD=FILE%p loom train ... yourself)");
+               "[loom mem record] --train records one process for --steps steps: `loom train` ", a,
+               " is not supported here (run LOOM_MEM_RECORD=FILE%p loom train ... yourself)");
   }
   std::vector<std::string> argv = {self_exe(), "train", "--max-steps", std::to_string(steps),
                                    "--no-progress"};
@@ -60,8 +60,8 @@ memory::AllocTrace record_train_child(const std::string& out, int64_t steps,
   LOOM_CHECK(rc == 0, "[loom mem record] cannot run ", argv[0], " train: ", std::strerror(rc));
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    LOOM_CHECK(errno == EINTR, "[loom mem record] waiting for loom train failed: ",
-               std::strerror(errno));
+    LOOM_CHECK(errno == EINTR,
+               "[loom mem record] waiting for loom train failed: ", std::strerror(errno));
   }
   std::string cmd = "loom train --max-steps " + std::to_string(steps) + " --no-progress";
   for (const auto& a : train_args) cmd += " " + a;

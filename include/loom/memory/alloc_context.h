@@ -23,11 +23,15 @@
 namespace loom::memory {
 
 namespace detail {
-extern LOOM_API thread_local const char* tls_alloc_context __attribute__((tls_model("initial-exec")));
+extern LOOM_API thread_local const char* tls_alloc_context
+    __attribute__((tls_model("initial-exec")));
 }  // namespace detail
 
-// The innermost operator or scope allocating on this thread, or nullptr (Note [allocation context]).
-inline const char* current_alloc_context() { return detail::tls_alloc_context; }
+// The innermost operator or scope allocating on this thread, or nullptr
+// (Note [allocation context]).
+inline const char* current_alloc_context() {
+  return detail::tls_alloc_context;
+}
 
 // Sets this thread's context for a scope and restores the previous one.
 class AllocContextGuard {
@@ -58,7 +62,8 @@ LOOM_API bool alloc_contexts_wanted();
 LOOM_API void set_alloc_context_listener(void (*listener)(bool wanted));
 
 // Marks the end of a training step. Every live RecordingAllocator logs a step marker with the
-// number of steps it has seen end (1 after the first). Costs one relaxed load while nothing records.
+// number of steps it has seen end (1 after the first). Costs one relaxed load while nothing
+// records.
 LOOM_API void mark_step();
 // Steps marked so far in this process.
 LOOM_API int64_t steps_marked();
