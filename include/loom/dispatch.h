@@ -149,6 +149,10 @@ class LOOM_API BorrowedStack {
 
 // Cold paths, out of line.
 [[noreturn]] LOOM_API void report_missing_kernel(const OperatorEntry& e, DispatchKeySet keys);
+// ValueError "[loom::add] argument 'other' is an undefined tensor (...)" (Note [undefined tensors]
+// in loom/tensor.h); element >= 0 names the element of a Tensor[] argument.
+[[noreturn]] LOOM_API void report_undefined_argument(const OperatorEntry& e, int position,
+                                                     int64_t element);
 LOOM_API const KernelFunction& entry_table(const OperatorEntry& e, DispatchKey k);
 LOOM_API DispatchKeySet entry_non_fallthrough(const OperatorEntry& e);
 
@@ -380,7 +384,7 @@ Ret KernelFunction::call(const OperatorHandle& op, DispatchKeySet keys, Args... 
 
 namespace detail {
 inline DispatchKeySet finalize_keys(DispatchKeySet ks) {
-  // No tensor and no device argument (or only undefined tensors): the CPU backend.
+  // No tensor and no device argument (undefined tensors were rejected): the CPU backend.
   if (LOOM_UNLIKELY((ks & DispatchKeySet::backends()).empty())) ks = ks.add(DispatchKey::CPU);
   const LocalDispatchKeySet& tls = tls_dispatch_keys;
   return (ks | tls.included) - tls.excluded;
@@ -394,11 +398,22 @@ LOOM_NOINLINE Ret call_recorded(const TypedOperatorHandle<Ret(Args...)>& op, Dis
   });
   return op.redispatch(ks, args...);
 }
+
+template <class... Args>
+[[noreturn]] LOOM_NOINLINE void throw_undefined_argument(const OperatorEntry& e, const Args&... args) {
+  const UndefinedArgument u = first_undefined(args...);
+  report_undefined_argument(e, u.position, u.element);
+}
 }  // namespace detail
 
 template <class Ret, class... Args>
 Ret TypedOperatorHandle<Ret(Args...)>::call(Args... args) const {
-  DispatchKeySet ks = detail::finalize_keys(detail::keys_of(args...));
+  const DispatchKeySet arg_keys = detail::keys_of(args...);
+  // One predictable branch rejects every undefined Tensor / Tensor[] argument of every operator.
+  if (LOOM_UNLIKELY(arg_keys.raw() & detail::kUndefinedTensorBit)) {
+    detail::throw_undefined_argument(*entry_, args...);
+  }
+  DispatchKeySet ks = detail::finalize_keys(arg_keys);
   if (LOOM_UNLIKELY(record_function_active())) {
     return detail::call_recorded<Ret, Args...>(*this, ks, args...);
   }

@@ -23,6 +23,10 @@
 
 #include "loom/export.h"
 
+namespace loom::memory {
+struct AllocTrace;
+}  // namespace loom::memory
+
 namespace loom::profiler {
 
 // What an event is. The Chrome trace's "cat" of each kind is event_kind_category().
@@ -64,9 +68,10 @@ struct MemorySample {
   int64_t ts_ns = 0;  // relative to Trace::origin_ns
   uint64_t tid = 0;
   uint64_t ptr = 0;
-  int64_t delta_bytes = 0;  // > 0 allocation, < 0 free
+  int64_t delta_bytes = 0;  // > 0 allocation, < 0 free, 0 only reserved bytes changed
   int64_t allocated = 0;
   int64_t reserved = 0;
+  int64_t stream = 0;  // the allocator's stream (0: the default stream)
 };
 
 struct ThreadInfo {
@@ -163,19 +168,28 @@ LOOM_API void register_activity_source(std::shared_ptr<ActivitySource> source);
 
 // Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0), and
 // with delta_bytes == 0 when only its reserved bytes changed (a segment returned), with its totals
-// afterwards. One relaxed load and branch when no profile records memory. (The caching
-// allocator of src/memory is the intended caller.)
+// afterwards. One relaxed load and branch when no profile records memory. The caching allocator of
+// src/memory reports through its observer seam instead (memory::set_allocator_observer), which the
+// profiler sets while it records memory: the memory layer does not know the profiler.
 namespace detail {
 extern LOOM_API std::atomic<bool> g_memory_active;
 LOOM_API void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
-                                 int64_t total_reserved);
+                                 int64_t total_reserved, int64_t stream);
 }  // namespace detail
 inline void record_memory(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
-                          int64_t total_reserved) {
+                          int64_t total_reserved, int64_t stream = 0) {
   if (LOOM_UNLIKELY(detail::g_memory_active.load(std::memory_order_relaxed))) {
-    detail::record_memory_slow(ptr, delta_bytes, total_allocated, total_reserved);
+    detail::record_memory_slow(ptr, delta_bytes, total_allocated, total_reserved, stream);
   }
 }
+
+// ---- allocator events as an allocation trace ----
+// The allocator events of a trace as a loom-alloc-trace (loom/memory/alloc_trace.h), for `loom mem
+// replay` and `loom mem snapshot` (Note [profile as alloc trace] in src/profiler/alloc_events.cpp):
+// allocations and frees matched by address, each allocation named by the innermost operator or
+// scope around it on its thread, step markers where ProfilerStep#N events begin and end. DataError
+// naming `what` and how to get allocator events when the trace has none.
+LOOM_API memory::AllocTrace alloc_trace_of(const Trace& trace, const std::string& what);
 
 // ---- Chrome trace (chrome://tracing, ui.perfetto.dev) ----
 //

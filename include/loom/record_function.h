@@ -99,6 +99,7 @@ class LOOM_API RecordFunctionGuard {
   OpEvent* parent_op_ = nullptr;  // the enclosing recorded operator (operators only)
   detail::SpareInputs* spare_ = nullptr;  // recycled input vectors (record_function.cpp)
   std::string name_storage_;
+  const char* saved_alloc_context_ = nullptr;  // Note [allocation context] (loom/memory)
   bool active_ = false;
   bool needs_inputs_ = false;
 };

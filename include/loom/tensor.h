@@ -205,6 +205,20 @@ struct TensorOptions {
   }
 };
 
+namespace detail {
+// Throws ValueError "[where] called on an undefined tensor (a default-constructed Tensor holds no
+// data)". Out of line: the throwing path stays out of the callers.
+[[noreturn]] LOOM_API void throw_undefined_tensor(const char* where);
+}  // namespace detail
+
+// Note [undefined tensors]
+//   A default-constructed Tensor holds no TensorImpl. defined(), impl(), impl_ptr(), use_count(),
+//   is_same() and str() answer for it (false, null, 0, ..., "tensor(undefined)"); every other method
+//   throws ValueError naming itself ("[Tensor::dim] called on an undefined tensor ..."), at the cost of
+//   one predictable branch. Operators reject an undefined Tensor (or Tensor[] element) argument at the
+//   dispatcher's entry, where it computes the arguments' dispatch keys (detail::keys_of in
+//   loom/detail/boxing.h), naming the operator and the argument; an undefined tensor passed for a
+//   Tensor? argument means "none", as in PyTorch.
 class LOOM_API Tensor {
  public:
   Tensor() = default;
@@ -217,32 +231,38 @@ class LOOM_API Tensor {
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
   // Shape and type. size(d) and stride(d) accept negative dims and throw IndexError when out of range.
-  IntArrayRef sizes() const { return impl_->sizes(); }
-  IntArrayRef strides() const { return impl_->strides(); }
-  IntArrayRef shape() const { return impl_->sizes(); }
+  LOOM_ALWAYS_INLINE IntArrayRef sizes() const { return checked("Tensor::sizes").sizes(); }
+  LOOM_ALWAYS_INLINE IntArrayRef strides() const { return checked("Tensor::strides").strides(); }
+  LOOM_ALWAYS_INLINE IntArrayRef shape() const { return checked("Tensor::shape").sizes(); }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t dim() const { return impl_->dim(); }
-  int64_t ndim() const { return impl_->dim(); }
-  int64_t numel() const { return impl_->numel(); }
-  DType dtype() const { return impl_->dtype(); }
-  Device device() const { return impl_->device(); }
-  bool is_cpu() const { return device().is_cpu(); }
-  bool is_cuda() const { return device().is_cuda(); }
-  bool is_meta() const { return device().is_meta(); }
-  bool is_contiguous() const { return impl_->is_contiguous(); }
-  bool is_floating_point() const { return is_floating(dtype()); }
-  int64_t storage_offset() const { return impl_->storage_offset(); }
-  size_t element_size() const { return loom::element_size(dtype()); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * element_size(); }
-  const Storage& storage() const { return impl_->storage(); }
-  DispatchKeySet key_set() const { return impl_->key_set(); }
-  uint32_t version() const { return impl_->storage()->version(); }
+  LOOM_ALWAYS_INLINE int64_t dim() const { return checked("Tensor::dim").dim(); }
+  LOOM_ALWAYS_INLINE int64_t ndim() const { return checked("Tensor::ndim").dim(); }
+  LOOM_ALWAYS_INLINE int64_t numel() const { return checked("Tensor::numel").numel(); }
+  LOOM_ALWAYS_INLINE DType dtype() const { return checked("Tensor::dtype").dtype(); }
+  LOOM_ALWAYS_INLINE Device device() const { return checked("Tensor::device").device(); }
+  LOOM_ALWAYS_INLINE bool is_cpu() const { return checked("Tensor::is_cpu").device().is_cpu(); }
+  LOOM_ALWAYS_INLINE bool is_cuda() const { return checked("Tensor::is_cuda").device().is_cuda(); }
+  LOOM_ALWAYS_INLINE bool is_meta() const { return checked("Tensor::is_meta").device().is_meta(); }
+  LOOM_ALWAYS_INLINE bool is_contiguous() const { return checked("Tensor::is_contiguous").is_contiguous(); }
+  LOOM_ALWAYS_INLINE bool is_floating_point() const { return is_floating(checked("Tensor::is_floating_point").dtype()); }
+  LOOM_ALWAYS_INLINE int64_t storage_offset() const { return checked("Tensor::storage_offset").storage_offset(); }
+  LOOM_ALWAYS_INLINE size_t element_size() const { return loom::element_size(checked("Tensor::element_size").dtype()); }
+  LOOM_ALWAYS_INLINE size_t nbytes() const {
+    const TensorImpl& i = checked("Tensor::nbytes");
+    return static_cast<size_t>(i.numel()) * loom::element_size(i.dtype());
+  }
+  LOOM_ALWAYS_INLINE const Storage& storage() const { return checked("Tensor::storage").storage(); }
+  LOOM_ALWAYS_INLINE DispatchKeySet key_set() const { return checked("Tensor::key_set").key_set(); }
+  LOOM_ALWAYS_INLINE uint32_t version() const { return checked("Tensor::version").storage()->version(); }
   // The options (dtype, device) that make a tensor like this one.
-  TensorOptions options() const { return TensorOptions(dtype()).with_device(device()); }
+  LOOM_ALWAYS_INLINE TensorOptions options() const {
+    const TensorImpl& i = checked("Tensor::options");
+    return TensorOptions(i.dtype()).with_device(i.device());
+  }
 
   // Data access. data_ptr<T>() checks that T matches the dtype (TypeError otherwise).
-  void* data_ptr() const { return impl_->data(); }
+  LOOM_ALWAYS_INLINE void* data_ptr() const { return checked("Tensor::data_ptr").data(); }
   template <class T>
   T* data_ptr() const {
     check_dtype_for_access(DTypeOf<T>::value);
@@ -324,6 +344,13 @@ class LOOM_API Tensor {
   void check_dtype_for_access(DType expected) const;
 
  private:
+  // The impl, or ValueError naming `method` (Note [undefined tensors]). Always inlined, as the
+  // accessors using it: kernels call them many times per operator.
+  LOOM_ALWAYS_INLINE const TensorImpl& checked(const char* method) const {
+    if (LOOM_UNLIKELY(!impl_)) detail::throw_undefined_tensor(method);
+    return *impl_;
+  }
+
   IntrusivePtr<TensorImpl> impl_;
 };
 
@@ -332,8 +359,43 @@ LOOM_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // Wraps an existing storage as a tensor (no copy).
 LOOM_API Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
                             int64_t storage_offset = 0);
-// A new uninitialised contiguous tensor (no dispatch; used by kernels).
+// A new uninitialised contiguous tensor (no dispatch; used by kernels). Sizes are checked as by
+// checked_nbytes (op "empty").
 LOOM_API Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device = kCPU);
+
+// Note [checked sizes]
+//   Element counts and byte sizes are computed with overflow checks wherever a tensor is created,
+//   viewed or resized: a product of sizes that does not fit int64, or a byte size above INT64_MAX,
+//   would otherwise wrap to a small number and give a tensor whose storage is far smaller than its
+//   shape says. checked_numel and checked_nbytes throw ValueError naming the operator, the sizes and
+//   (for bytes) the dtype; TensorImpl checks its own sizes again as a backstop.
+namespace detail {
+// The out-of-line rest of checked_numel / checked_nbytes when their fast loop saw a negative size or
+// an overflow: the count when a zero size makes the overflow harmless, else the ValueError.
+LOOM_API int64_t checked_numel_slow(IntArrayRef sizes, const char* op);
+[[noreturn]] LOOM_API void throw_too_many_bytes(IntArrayRef sizes, DType dtype, const char* op);
+}  // namespace detail
+// The number of elements of `sizes`; ValueError naming `op` for a negative size or an overflow.
+// Inline: every new tensor and every TensorIterator counts its elements.
+inline int64_t checked_numel(IntArrayRef sizes, const char* op) {
+  int64_t n = 1;
+  bool bad = false;
+  for (int64_t s : sizes) {
+    bad |= s < 0;
+    bad |= __builtin_mul_overflow(n, s, &n);
+  }
+  return LOOM_UNLIKELY(bad) ? detail::checked_numel_slow(sizes, op) : n;
+}
+// The bytes of a contiguous tensor of `sizes` and `dtype`; ValueError naming `op` as checked_numel
+// does, or when the byte count exceeds INT64_MAX.
+inline size_t checked_nbytes(IntArrayRef sizes, DType dtype, const char* op) {
+  int64_t bytes = 0;
+  if (LOOM_UNLIKELY(__builtin_mul_overflow(checked_numel(sizes, op),
+                                           static_cast<int64_t>(element_size(dtype)), &bytes))) {
+    detail::throw_too_many_bytes(sizes, dtype, op);
+  }
+  return static_cast<size_t>(bytes);
+}
 // Contiguous strides for sizes.
 LOOM_API DimVector contiguous_strides(IntArrayRef sizes);
 // A 0-dim tensor holding s, flagged as a wrapped number for type promotion.

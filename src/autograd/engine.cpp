@@ -261,7 +261,8 @@ std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
   std::vector<Tensor> grads;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& out = outputs[i];
-    LOOM_CHECK(out.defined(), "[autograd] output ", i, " is undefined");
+    LOOM_CHECK(out.defined(), "[autograd] output ", i,
+               " is an undefined tensor (a default-constructed Tensor holds no data)");
     LOOM_CHECK(requires_grad(out), "[autograd] element ", i, " of the tensors does not require grad "
                "and does not have a grad_fn (shape ", out.shape_str(), "); nothing to differentiate");
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];

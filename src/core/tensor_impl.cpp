@@ -70,16 +70,19 @@ void TensorImpl::refresh() {
   LOOM_INTERNAL_ASSERT(sizes_.size() == strides_.size(), "sizes ", sizes_.ref(), " strides ",
                        strides_.ref());
   int64_t n = 1;
-  bool contiguous = true;
+  bool contiguous = true, bad = false;
   int64_t expected = 1;
   for (int64_t d = static_cast<int64_t>(sizes_.size()) - 1; d >= 0; --d) {
     int64_t s = sizes_[d];
-    n *= s;
+    bad |= s < 0;
+    bad |= __builtin_mul_overflow(n, s, &n);
     if (s != 1) {
       if (strides_[d] != expected) contiguous = false;
-      expected *= s;
+      (void)__builtin_mul_overflow(expected, s, &expected);  // wraps only beside a zero size
     }
   }
+  // The backstop of Note [checked sizes]: operators check their sizes (naming themselves) first.
+  if (LOOM_UNLIKELY(bad)) n = detail::checked_numel_slow(sizes_.ref(), "tensor");
   numel_ = n;
   is_contiguous_ = contiguous || n == 0;
 }
@@ -89,7 +92,8 @@ DimVector contiguous_strides(IntArrayRef sizes) {
   int64_t s = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= sizes[d] > 1 ? sizes[d] : 1;
+    // Wraps only when another size is 0 (an empty tensor, whose strides are never used to read).
+    (void)__builtin_mul_overflow(s, sizes[d] > 1 ? sizes[d] : 1, &s);
   }
   return strides;
 }
@@ -100,13 +104,30 @@ Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef 
                                            storage_offset));
 }
 
-Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
+namespace detail {
+int64_t checked_numel_slow(IntArrayRef sizes, const char* op) {
   int64_t n = 1;
+  bool overflow = false;
   for (int64_t s : sizes) {
-    LOOM_CHECK(s >= 0, "[empty] sizes must be non-negative but got ", sizes);
-    n *= s;
+    LOOM_CHECK(s >= 0, "[", op, "] sizes must be non-negative but got ", sizes);
+    overflow |= __builtin_mul_overflow(n, s, &n);
   }
-  Storage st = make_storage(static_cast<size_t>(n) * element_size(dtype), device);
+  // A zero anywhere makes the tensor empty, however large the other sizes are.
+  for (int64_t s : sizes) overflow &= s != 0;
+  LOOM_CHECK(!overflow, "[", op, "] sizes ", sizes,
+             " have more elements than int64 can count (the product of the sizes overflows)");
+  return n;
+}
+
+void throw_too_many_bytes(IntArrayRef sizes, DType dtype, const char* op) {
+  LOOM_THROW(ValueError, "[", op, "] sizes ", sizes, " of ", dtype, " need ",
+             checked_numel(sizes, op), " x ", element_size(dtype),
+             " bytes, more than the largest allocation (2^63 - 1 bytes)");
+}
+}  // namespace detail
+
+Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
+  Storage st = make_storage(checked_nbytes(sizes, dtype, "empty"), device);
   return Tensor(make_intrusive<TensorImpl>(std::move(st), dtype, sizes, contiguous_strides(sizes), 0));
 }
 
@@ -128,17 +149,30 @@ int64_t wrap_dim(int64_t dim, int64_t rank, const char* op) {
   return dim < 0 ? dim + r : dim;
 }
 
-int64_t Tensor::size(int64_t d) const { return sizes()[wrap_dim(d, dim(), "size")]; }
-int64_t Tensor::stride(int64_t d) const { return strides()[wrap_dim(d, dim(), "stride")]; }
+namespace detail {
+void throw_undefined_tensor(const char* where) {
+  LOOM_THROW(ValueError, "[", where,
+             "] called on an undefined tensor (a default-constructed Tensor holds no data)");
+}
+}  // namespace detail
+
+int64_t Tensor::size(int64_t d) const {
+  const TensorImpl& i = checked("Tensor::size");
+  return i.sizes()[wrap_dim(d, i.dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  const TensorImpl& i = checked("Tensor::stride");
+  return i.strides()[wrap_dim(d, i.dim(), "stride")];
+}
 
 void Tensor::check_dtype_for_access(DType expected) const {
-  LOOM_CHECK(defined(), "[data_ptr] the tensor is undefined");
-  LOOM_CHECK_TYPE(dtype() == expected, "[data_ptr] the tensor has dtype ", dtype(),
+  const DType have = checked("Tensor::data_ptr").dtype();
+  LOOM_CHECK_TYPE(have == expected, "[data_ptr] the tensor has dtype ", have,
                   " but the element type asked for is ", expected);
 }
 
 Scalar Tensor::item() const {
-  LOOM_CHECK(defined(), "[item] the tensor is undefined");
+  checked("Tensor::item");
   LOOM_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", sizes(),
              ") cannot be converted to a scalar");
   LOOM_CHECK(is_cpu(), "[item] expected a CPU tensor but it is on ", device(),
@@ -160,7 +194,7 @@ Scalar Tensor::item() const {
 
 std::string Tensor::shape_str() const {
   std::ostringstream os;
-  os << sizes();
+  os << checked("Tensor::shape_str").sizes();
   return os.str();
 }
 
@@ -173,6 +207,7 @@ void check_from_vector(int64_t got, int64_t want) {
 
 template <class T>
 std::vector<T> to_vector(const Tensor& t) {
+  if (!t.defined()) detail::throw_undefined_tensor("to_vector");
   LOOM_CHECK(t.is_cpu(), "[to_vector] expected a CPU tensor but got one on ", t.device());
   std::vector<T> out;
   out.reserve(static_cast<size_t>(t.numel()));

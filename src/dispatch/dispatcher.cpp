@@ -80,6 +80,21 @@ void report_missing_kernel(const OperatorEntry& e, DispatchKeySet keys) {
              "); keys with kernels: ", have.empty() ? "none" : have);
 }
 
+void report_undefined_argument(const OperatorEntry& e, int position, int64_t element) {
+  // The operator without its overload ("loom::add", not "loom::add.Scalar"): what the user called.
+  std::string op = e.name(), arg = "#" + std::to_string(position);
+  if (e.has_schema()) {
+    const FunctionSchema& s = e.schema();
+    op = s.ns + "::" + s.name;
+    if (position >= 0 && static_cast<size_t>(position) < s.arguments.size()) {
+      arg = s.arguments[static_cast<size_t>(position)].name;
+    }
+  }
+  LOOM_THROW(ValueError, "[", op, "] argument '", arg, "'",
+             element >= 0 ? " element " + std::to_string(element) : std::string(),
+             " is an undefined tensor (a default-constructed Tensor holds no data)");
+}
+
 }  // namespace detail
 
 const FunctionSchema& OperatorEntry::schema() const {
@@ -150,18 +165,28 @@ DispatchKey OperatorHandle::dispatch_key_for(DispatchKeySet keys) const {
 }
 
 namespace {
-DispatchKeySet keys_of_stack(const FunctionSchema& schema, const Stack& stack) {
+DispatchKeySet keys_of_stack(const OperatorEntry& e, const FunctionSchema& schema,
+                             const Stack& stack) {
   DispatchKeySet ks;
   size_t n = schema.arguments.size();
   LOOM_CHECK(stack.size() >= n, "[", schema.full_name(), "] boxed call needs ", n,
              " arguments on the stack but it holds ", stack.size());
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+  const size_t base = stack.size() - n;
+  for (size_t i = base; i < stack.size(); ++i) {
     const IValue& v = stack[i];
+    const int position = static_cast<int>(i - base);
     if (v.is_tensor()) {
-      if (v.to_tensor().defined()) ks = ks | v.to_tensor().key_set();
+      const Tensor& t = v.to_tensor();
+      if (t.defined()) {
+        ks = ks | t.key_set();
+      } else if (!schema.arguments[i - base].type.optional) {  // Tensor? may be undefined: none
+        detail::report_undefined_argument(e, position, -1);
+      }
     } else if (v.is_tensor_list()) {
-      for (const Tensor& t : v.to_tensor_list()) {
-        if (t.defined()) ks = ks | t.key_set();
+      const std::vector<Tensor>& l = v.to_tensor_list();
+      for (size_t k = 0; k < l.size(); ++k) {
+        if (!l[k].defined()) detail::report_undefined_argument(e, position, static_cast<int64_t>(k));
+        ks = ks | l[k].key_set();
       }
     } else if (v.is_device()) {
       ks = ks.add(backend_key(v.to_device().type()));
@@ -172,7 +197,7 @@ DispatchKeySet keys_of_stack(const FunctionSchema& schema, const Stack& stack) {
 }  // namespace
 
 void OperatorHandle::call_boxed(Stack& stack) const {
-  DispatchKeySet ks = detail::finalize_keys(keys_of_stack(schema(), stack));
+  DispatchKeySet ks = detail::finalize_keys(keys_of_stack(*entry_, schema(), stack));
   if (LOOM_UNLIKELY(record_function_active())) {
     const size_t n = schema().arguments.size();
     RecordFunctionGuard guard(name(), schema(), [&](OpEvent& ev) {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "loom/memory/alloc_context.h"
 #include "loom/schema.h"
 
 namespace loom {
@@ -165,6 +166,10 @@ RecordFunctionGuard::RecordFunctionGuard(OpEvent::Kind kind, std::string name, i
 
 void RecordFunctionGuard::enter() {
   active_ = true;
+  // Allocations made while this runs are this operator's (Note [allocation context]). The name
+  // is NUL-terminated: it views the operator entry's std::string or name_storage_.
+  saved_alloc_context_ = memory::detail::tls_alloc_context;
+  memory::detail::tls_alloc_context = event_.name.data();
   ThreadState& st = t_state;
   event_.sequence_nr = st.sequence_nr++;
   event_.depth = st.depth++;
@@ -181,6 +186,7 @@ void RecordFunctionGuard::enter() {
 
 RecordFunctionGuard::~RecordFunctionGuard() {
   if (!active_) return;
+  memory::detail::tls_alloc_context = saved_alloc_context_;
   event_.end_ns = now_ns();
   ThreadState& st = t_state;
   --st.depth;
@@ -197,6 +203,27 @@ RecordFunctionGuard::~RecordFunctionGuard() {
     st.spares[st.nspares++] = spare_;
   }
 }
+
+namespace {
+// Note [allocation context]: while a recording wants allocation contexts, a callback that does
+// nothing keeps operators on the recorded path, whose guard sets the context.
+void on_alloc_contexts(bool wanted) {
+  static uint64_t handle = 0;  // guarded by the memory layer's lock around listener calls
+  if (wanted && handle == 0) {
+    RecordFunctionCallbacks cb;
+    cb.needs_inputs = false;
+    cb.needs_scalar_args = false;
+    handle = add_record_callbacks(std::move(cb));
+  } else if (!wanted && handle != 0) {
+    remove_record_callbacks(handle);
+    handle = 0;
+  }
+}
+[[maybe_unused]] const bool kListening = [] {
+  memory::set_alloc_context_listener(&on_alloc_contexts);
+  return true;
+}();
+}  // namespace
 
 namespace detail {
 

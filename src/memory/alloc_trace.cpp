@@ -1,5 +1,6 @@
 // Allocation traces: the file format (Note [alloc trace format] in loom/memory/alloc_trace.h), its
-// validation, the summary replays are checked against, and RecordingAllocator.
+// validation and the summary replays are checked against. RecordingAllocator is in
+// recording_allocator.cpp.
 #include "loom/memory/alloc_trace.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace loom::memory {
 namespace {
 
 constexpr const char* kFormat = "loom-alloc-trace";
-constexpr int64_t kVersion = 1;
+constexpr int64_t kVersion = 2;  // 1: no contexts, no step markers (still read)
 
 int64_t round_up(int64_t n) {
   const auto r = static_cast<int64_t>(kRoundBytes);
@@ -39,21 +40,35 @@ int64_t event_int(const Json& e, size_t k, const char* field, const std::string&
   return x;
 }
 
-AllocEvent parse_event(const Json& e, const std::string& what, size_t index,
+AllocEvent parse_event(const Json& e, const std::string& what, size_t index, size_t contexts,
                        std::unordered_map<int64_t, size_t>& live,
                        std::unordered_map<int64_t, size_t>& freed_at) {
   if (!e.is_array() || e.size() == 0 || !e.at(size_t{0}).is_string()) {
-    bad_event(what, index, "expected [\"a\", id, bytes, stream] or [\"f\", id] but got ", e.dump());
+    bad_event(what, index,
+              "expected [\"a\", id, bytes, stream(, context)], [\"f\", id] or [\"s\", steps] but "
+              "got ",
+              e.dump());
   }
   const std::string& op = e.at(size_t{0}).as_string();
   AllocEvent ev;
   if (op == "a") {
-    if (e.size() != 4)
-      bad_event(what, index, "an alloc has 4 fields [\"a\", id, bytes, stream] but got ", e.dump());
+    if (e.size() != 4 && e.size() != 5) {
+      bad_event(what, index,
+                "an alloc has 4 or 5 fields [\"a\", id, bytes, stream(, context)] but got ",
+                e.dump());
+    }
     ev.op = AllocEvent::Op::Alloc;
     ev.id = event_int(e, 1, "id", what, index);
     ev.size = event_int(e, 2, "size", what, index);
     ev.stream = event_int(e, 3, "stream", what, index);
+    if (e.size() == 5) {
+      const int64_t c = event_int(e, 4, "context", what, index);
+      if (static_cast<size_t>(c) >= contexts) {
+        bad_event(what, index, "context ", c, " is not an index into \"contexts\" (", contexts,
+                  " names)");
+      }
+      ev.context = static_cast<int32_t>(c);
+    }
     if (auto it = live.find(ev.id); it != live.end()) {
       bad_event(what, index, "alloc of id ", ev.id, " which is still live (allocated at event ",
                 it->second, ")");
@@ -72,10 +87,31 @@ AllocEvent parse_event(const Json& e, const std::string& what, size_t index,
       bad_event(what, index, "free of id ", ev.id, " which was never allocated");
     }
     freed_at[ev.id] = index;
+  } else if (op == "s") {
+    if (e.size() != 2) {
+      bad_event(what, index, "a step marker has 2 fields [\"s\", steps] but got ", e.dump());
+    }
+    ev.op = AllocEvent::Op::Step;
+    ev.id = event_int(e, 1, "steps", what, index);
   } else {
-    bad_event(what, index, "unknown op \"", op, "\" (expected \"a\" or \"f\")");
+    bad_event(what, index, "unknown op \"", op, "\" (expected \"a\", \"f\" or \"s\")");
   }
   return ev;
+}
+
+// One event as written: ["a", id, bytes, stream(, context)], ["f", id] or ["s", steps].
+std::string event_text(const AllocEvent& e) {
+  switch (e.op) {
+    case AllocEvent::Op::Alloc:
+      return "[\"a\", " + std::to_string(e.id) + ", " + std::to_string(e.size) + ", " +
+             std::to_string(e.stream) +
+             (e.context >= 0 ? ", " + std::to_string(e.context) : std::string()) + "]";
+    case AllocEvent::Op::Free:
+      return "[\"f\", " + std::to_string(e.id) + "]";
+    case AllocEvent::Op::Step:
+      return "[\"s\", " + std::to_string(e.id) + "]";
+  }
+  return "";
 }
 
 }  // namespace
@@ -85,14 +121,19 @@ Json trace_to_json(const AllocTrace& trace) {
   events.reserve(trace.events.size());
   for (const AllocEvent& e : trace.events) {
     if (e.op == AllocEvent::Op::Alloc) {
-      events.push_back(Json::array({"a", e.id, e.size, e.stream}));
-    } else {
+      events.push_back(e.context >= 0 ? Json::array({"a", e.id, e.size, e.stream, e.context})
+                                      : Json::array({"a", e.id, e.size, e.stream}));
+    } else if (e.op == AllocEvent::Op::Free) {
       events.push_back(Json::array({"f", e.id}));
+    } else {
+      events.push_back(Json::array({"s", e.id}));
     }
   }
+  Json::Array contexts(trace.contexts.begin(), trace.contexts.end());
   return Json::object({{"format", kFormat},
                        {"version", kVersion},
                        {"source", trace.source},
+                       {"contexts", Json(std::move(contexts))},
                        {"events", Json(std::move(events))}});
 }
 
@@ -107,9 +148,9 @@ AllocTrace trace_from_json(const Json& doc, const std::string& what) {
                format ? format->dump() : std::string("missing"), ", expected \"", kFormat, "\")");
   }
   const Json* version = doc.find("version");
-  if (!version || !version->is_int() || version->as_int() != kVersion) {
+  if (!version || !version->is_int() || version->as_int() < 1 || version->as_int() > kVersion) {
     LOOM_THROW(DataError, "[alloc trace] ", what, ": unsupported version ",
-               version ? version->dump() : std::string("(missing)"), " (this loom reads version ",
+               version ? version->dump() : std::string("(missing)"), " (this loom reads versions 1 to ",
                kVersion, ")");
   }
   AllocTrace trace;
@@ -125,10 +166,25 @@ AllocTrace trace_from_json(const Json& doc, const std::string& what) {
     LOOM_THROW(DataError, "[alloc trace] ", what, ": \"events\" must be an array but got ",
                events ? events->type_name() : "nothing");
   }
+  if (const Json* contexts = doc.find("contexts")) {
+    if (!contexts->is_array()) {
+      LOOM_THROW(DataError, "[alloc trace] ", what, ": \"contexts\" must be an array but got ",
+                 contexts->type_name());
+    }
+    for (size_t i = 0; i < contexts->size(); ++i) {
+      const Json& c = contexts->at(i);
+      if (!c.is_string()) {
+        LOOM_THROW(DataError, "[alloc trace] ", what, ": contexts[", i,
+                   "] must be a string but got ", c.type_name());
+      }
+      trace.contexts.push_back(c.as_string());
+    }
+  }
   std::unordered_map<int64_t, size_t> live, freed_at;  // id -> event index
   trace.events.reserve(events->size());
   for (size_t i = 0; i < events->size(); ++i) {
-    trace.events.push_back(parse_event(events->at(i), what, i, live, freed_at));
+    trace.events.push_back(
+        parse_event(events->at(i), what, i, trace.contexts.size(), live, freed_at));
   }
   return trace;
 }
@@ -143,12 +199,12 @@ void write_trace(const std::string& path, const AllocTrace& trace) {
   for (const AllocEvent& e : trace.events) {
     out += first ? "\n" : ",\n";
     first = false;
-    if (e.op == AllocEvent::Op::Alloc) {
-      out += "[\"a\", " + std::to_string(e.id) + ", " + std::to_string(e.size) + ", " +
-             std::to_string(e.stream) + "]";
-    } else {
-      out += "[\"f\", " + std::to_string(e.id) + "]";
-    }
+    out += event_text(e);
+  }
+  // The names last: a file cut short then fails in its events, at the offset where it stops.
+  out += "\n],\n\"contexts\": [";
+  for (size_t i = 0; i < trace.contexts.size(); ++i) {
+    out += (i ? ",\n" : "\n") + Json(trace.contexts[i]).dump();
   }
   out += "\n]}\n";
   io::atomic_write_file(path, out);
@@ -177,8 +233,15 @@ TraceSummary summarize_trace(const AllocTrace& trace) {
   TraceSummary s;
   std::unordered_map<int64_t, int64_t> live;  // id -> requested bytes
   std::unordered_set<int64_t> sizes;
-  int64_t bytes = 0, rounded = 0;
-  for (const AllocEvent& e : trace.events) {
+  int64_t bytes = 0, rounded = 0, steps = -1, first_marker = -1, steps_at_peak = -1;
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const AllocEvent& e = trace.events[i];
+    if (e.op == AllocEvent::Op::Step) {
+      ++s.steps;
+      steps = e.id;
+      if (first_marker < 0) first_marker = e.id;
+      continue;
+    }
     if (e.op == AllocEvent::Op::Alloc) {
       ++s.allocs;
       live[e.id] = e.size;
@@ -197,60 +260,19 @@ TraceSummary summarize_trace(const AllocTrace& trace) {
       rounded -= round_up(it->second);
       live.erase(it);
     }
-    s.peak_live_bytes = std::max(s.peak_live_bytes, bytes);
+    if (bytes > s.peak_live_bytes) {
+      s.peak_live_bytes = bytes;
+      s.peak_live_event = static_cast<int64_t>(i);
+      steps_at_peak = steps;
+    }
     s.peak_live_rounded_bytes = std::max(s.peak_live_rounded_bytes, rounded);
     s.peak_live_blocks = std::max(s.peak_live_blocks, static_cast<int64_t>(live.size()));
   }
+  // Before the first marker, the steps ended are those the first one counts, less the one it ends.
+  if (s.steps > 0) s.peak_live_step = steps_at_peak >= 0 ? steps_at_peak : std::max<int64_t>(first_marker - 1, 0);
   s.live_bytes_at_end = bytes;
   s.distinct_sizes = static_cast<int64_t>(sizes.size());
   return s;
-}
-
-// ---- RecordingAllocator ----
-
-// Owns the inner allocation: deleting the context frees it through the inner deleter.
-struct RecordingAllocator::Context {
-  RecordingAllocator* self;
-  int64_t id;
-  DataPtr inner;
-};
-
-RecordingAllocator::RecordingAllocator(Allocator& inner, std::string source)
-    : inner_(inner), source_(std::move(source)) {}
-
-DataPtr RecordingAllocator::allocate(size_t nbytes) {
-  DataPtr inner = inner_.allocate(nbytes);  // OutOfMemoryError propagates: nothing logged
-  void* data = inner.get();
-  const Device device = inner.device();
-  auto ctx = std::make_unique<Context>(Context{this, 0, std::move(inner)});
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (free_ids_.empty()) {
-      ctx->id = next_id_++;
-    } else {
-      ctx->id = free_ids_.back();
-      free_ids_.pop_back();
-    }
-    events_.push_back(AllocEvent{AllocEvent::Op::Alloc, ctx->id, static_cast<int64_t>(nbytes), 0});
-  }
-  return DataPtr(data, ctx.release(), &RecordingAllocator::deleter, device);
-}
-
-void RecordingAllocator::deleter(void* raw) {
-  auto* ctx = static_cast<Context*>(raw);
-  ctx->self->log_free(ctx->id);
-  delete ctx;
-}
-
-void RecordingAllocator::log_free(int64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  events_.push_back(AllocEvent{AllocEvent::Op::Free, id, 0, 0});
-  free_ids_.push_back(id);
-}
-
-AllocTrace RecordingAllocator::trace() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return AllocTrace{source_, events_};
 }
 
 }  // namespace loom::memory

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "loom/error.h"
-#include "loom/profiler.h"
+#include "loom/memory/alloc_context.h"
 #include "memory/caching_allocator_impl.h"
 #include "memory/memory_format.h"
 
@@ -105,8 +105,8 @@ void CachingAllocator::Impl::release_segment(Block* b) {
   ++stats.num_device_frees;
   bump(stats.reserved_bytes, -static_cast<int64_t>(b->size));
   bump(stats.segments, -1);
-  // A change of reserved bytes alone: a sample of 0 bytes, so the trace's counter follows it.
-  profiler::record_memory(b->ptr(), 0, stats.allocated_bytes.current, stats.reserved_bytes.current);
+  // A change of reserved bytes alone: an event of 0 bytes, so a profile's counter follows it.
+  notify(b->ptr(), 0, b->stream);
   if (config.history_capacity != 0) {
     record(TraceEvent::Kind::SegmentFree, b->address, b->size, b->stream, std::string());
   }
@@ -165,6 +165,7 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   // First, so that a provider that throws leaves everything as it was.
   std::string context;
   if (context_provider) context = context_provider();
+  const char* op = current_alloc_context();  // Note [allocation context]
   if (!pending.empty()) process_events();
   size_t size = bytes < kRoundBytes ? kRoundBytes : round_up(bytes, kRoundBytes);
   Pool& pool = size <= config.small_size ? small_pool : large_pool;
@@ -194,15 +195,15 @@ void* CachingAllocator::Impl::allocate(size_t bytes, StreamId stream) {
   b->allocated = true;
   b->requested = bytes;
   b->context = std::move(context);
+  if (op != nullptr) b->op = op;
   allocated.insert(b->address, b);
   bump(stats.allocated_bytes, static_cast<int64_t>(b->size));
   bump(stats.requested_bytes, static_cast<int64_t>(bytes));
   bump(stats.active_bytes, static_cast<int64_t>(b->size));
   bump(stats.allocations, 1);
-  profiler::record_memory(b->ptr(), static_cast<int64_t>(b->size), stats.allocated_bytes.current,
-                          stats.reserved_bytes.current);  // one branch unless a Profile records memory
+  notify(b->ptr(), static_cast<int64_t>(b->size), stream);  // one branch unless observed
   if (config.history_capacity != 0) {
-    record(TraceEvent::Kind::Alloc, b->address, b->size, stream, b->context);
+    record(TraceEvent::Kind::Alloc, b->address, b->size, stream, b->context, b->op);
   }
   return b->ptr();
 }
@@ -215,10 +216,9 @@ void CachingAllocator::Impl::free(void* p) {
   bump(stats.allocated_bytes, -static_cast<int64_t>(b->size));
   bump(stats.requested_bytes, -static_cast<int64_t>(b->requested));
   bump(stats.allocations, -1);
-  profiler::record_memory(p, -static_cast<int64_t>(b->size), stats.allocated_bytes.current,
-                          stats.reserved_bytes.current);
+  notify(p, -static_cast<int64_t>(b->size), b->stream);
   if (config.history_capacity != 0) {
-    record(TraceEvent::Kind::Free, b->address, b->size, b->stream, b->context);
+    record(TraceEvent::Kind::Free, b->address, b->size, b->stream, b->context, b->op);
   }
   b->allocated = false;
   b->requested = 0;
@@ -245,6 +245,7 @@ void CachingAllocator::Impl::free(void* p) {
 void CachingAllocator::Impl::free_block(Block* b) {
   b->pending = false;
   b->context.clear();
+  b->op.clear();
   bump(stats.active_bytes, -static_cast<int64_t>(b->size));
   cache_block(b);
 }
@@ -409,6 +410,21 @@ DeviceMemory& CachingAllocator::device() const {
 void CachingAllocator::set_context_provider(std::function<std::string()> fn) {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->context_provider = std::move(fn);
+}
+
+void CachingAllocator::record_step(int64_t steps) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->record(TraceEvent::Kind::Step, 0, static_cast<size_t>(std::max<int64_t>(steps, 0)), 0,
+                std::string());
+}
+
+// ---- the observer seam ----
+namespace detail {
+std::atomic<AllocatorObserver> g_allocator_observer{nullptr};
+}  // namespace detail
+
+void set_allocator_observer(AllocatorObserver observer) {
+  detail::g_allocator_observer.store(observer, std::memory_order_relaxed);
 }
 
 }  // namespace loom::memory

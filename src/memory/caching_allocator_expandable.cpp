@@ -5,7 +5,6 @@
 #include <cstdio>
 
 #include "loom/error.h"
-#include "loom/profiler.h"
 #include "memory/caching_allocator_impl.h"
 #include "memory/memory_format.h"
 
@@ -179,8 +178,7 @@ size_t CachingAllocator::Impl::unmap_pages(Expandable& r, uint64_t from, uint64_
     done += n;
     ++stats.num_device_unmaps;
     bump(stats.reserved_bytes, -static_cast<int64_t>(n));
-    profiler::record_memory(as_ptr(r.page_address(i)), 0, stats.allocated_bytes.current,
-                            stats.reserved_bytes.current);  // as release_segment does
+    notify(as_ptr(r.page_address(i)), 0, r.stream);  // as release_segment does
     record(TraceEvent::Kind::SegmentFree, r.page_address(i), n, r.stream, std::string());
     i = j;
   }

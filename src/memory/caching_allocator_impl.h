@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct Block {
   bool pending = false;               // freed, waiting for events on other streams
   std::vector<StreamId> stream_uses;  // other streams that used it (record_stream)
   std::string context;
+  std::string op;  // while allocated: current_alloc_context() at allocation
 
   bool is_free() const { return !allocated && !pending; }
   bool is_split() const { return prev != nullptr || next != nullptr; }
@@ -176,6 +178,7 @@ struct CachingAllocator::Impl {
     b->allocated = b->pending = false;
     b->stream_uses.clear();
     b->context.clear();
+    b->op.clear();
     b->range = nullptr;
     b->prev = nullptr;
     b->next = spare_blocks;
@@ -194,7 +197,7 @@ struct CachingAllocator::Impl {
 
   // ---- history ----
   void record(TraceEvent::Kind kind, uint64_t address, size_t size, StreamId stream,
-              const std::string& context) {
+              const std::string& context, std::string_view op = {}) {
     if (config.history_capacity == 0) return;
     TraceEvent* e;
     if (history.size() < config.history_capacity) {
@@ -209,6 +212,13 @@ struct CachingAllocator::Impl {
     e->stream = stream;
     e->time_ns = clock.stamp();  // raw until snapshot(): Note [history timestamps]
     e->context = context;
+    e->op = op;
+  }
+
+  // The observer seam (caching_allocator.h): one relaxed load when nobody observes.
+  void notify(const void* ptr, int64_t delta_bytes, StreamId stream) const {
+    notify_allocator_observer(AllocatorEvent{ptr, delta_bytes, stream, stats.allocated_bytes.current,
+                                             stats.reserved_bytes.current});
   }
 
   // ---- caching_allocator.cpp ----

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "loom/error.h"
+#include "loom/memory/alloc_context.h"
 #include "memory/caching_allocator_impl.h"
 #include "memory/memory_format.h"
 
@@ -43,7 +44,10 @@ void CachingAllocator::Impl::throw_bad_free(void* p) const {
 void CachingAllocator::Impl::throw_oom(size_t bytes, size_t size, size_t seg, StreamId stream,
                                        const std::string& context) {
   ++stats.num_ooms;
-  if (config.history_capacity != 0) record(TraceEvent::Kind::Oom, 0, bytes, stream, context);
+  if (config.history_capacity != 0) {
+    const char* op = current_alloc_context();
+    record(TraceEvent::Kind::Oom, 0, bytes, stream, context, op != nullptr ? op : "");
+  }
   MemoryStats s = current_stats();
   size_t device_free = device.free_bytes();
   size_t free_cached = static_cast<size_t>(s.reserved_bytes.current - s.active_bytes.current);
@@ -126,6 +130,7 @@ Snapshot CachingAllocator::Impl::snapshot() const {
       bi.pending = b->pending;
       bi.stream = b->stream;
       bi.context = b->context;
+      bi.op = b->op;
     }
   }
   snap.history.reserve(history.size());

@@ -1,4 +1,6 @@
 // Memory statistics and snapshots as JSON (see Snapshot in caching_allocator.h), and back.
+#include <algorithm>
+#include <map>
 #include <string_view>
 
 #include "loom/error.h"
@@ -11,8 +13,9 @@ namespace {
 constexpr const char* kFormat = "loom-memory-snapshot";
 constexpr int64_t kVersion = 1;
 
-constexpr const char* kKindNames[] = {"alloc", "free", "segment_alloc", "segment_free", "oom"};
-static_assert(std::size(kKindNames) == static_cast<size_t>(TraceEvent::Kind::Oom) + 1,
+constexpr const char* kKindNames[] = {"alloc", "free", "segment_alloc", "segment_free", "oom",
+                                     "step"};
+static_assert(std::size(kKindNames) == static_cast<size_t>(TraceEvent::Kind::Step) + 1,
               "one name per TraceEvent::Kind");
 
 Json stat_to_json(const Stat& s) {
@@ -65,7 +68,7 @@ TraceEvent::Kind kind_from_name(const std::string& name) {
     if (name == kKindNames[i]) return static_cast<TraceEvent::Kind>(i);
   }
   LOOM_THROW(DataError, "unknown event kind '", name,
-             "' (expected alloc, free, segment_alloc, segment_free or oom)");
+             "' (expected alloc, free, segment_alloc, segment_free, oom or step)");
 }
 
 SegmentInfo segment_from_json(const Json& j) {
@@ -89,6 +92,8 @@ SegmentInfo segment_from_json(const Json& j) {
       info.pending = b.at("pending").as_bool();
       info.stream = read_int(b, "stream");
       info.context = b.at("context").as_string();
+      // Snapshots written before blocks named their operator have no "op".
+      if (const Json* op = b.find("op")) info.op = op->as_string();
     } catch (const DataError& e) {
       LOOM_THROW(DataError, "block ", i, ": ", e.what());
     }
@@ -144,7 +149,25 @@ TraceEvent event_from_json(const Json& j) {
   e.stream = read_int(j, "stream");
   e.time_ns = read_int(j, "time_ns");
   e.context = j.at("context").as_string();
+  if (const Json* op = j.find("op")) e.op = op->as_string();
   return e;
+}
+
+SnapshotPeak peak_from_json(const Json& j) {
+  SnapshotPeak p;
+  p.step = read_int(j, "step");
+  p.trace_event = read_int(j, "trace_event");
+  p.allocated = read_int(j, "allocated");
+  p.reserved = read_int(j, "reserved");
+  const Json::Array& segments = j.at("segments").as_array();
+  for (size_t i = 0; i < segments.size(); ++i) {
+    try {
+      p.segments.push_back(segment_from_json(segments[i]));
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, "segment ", i, ": ", e.what());
+    }
+  }
+  return p;
 }
 
 Snapshot snapshot_from_json(const Json& j) {
@@ -186,6 +209,13 @@ Snapshot snapshot_from_json(const Json& j) {
       LOOM_THROW(DataError, "history event ", i, ": ", e.what());
     }
   }
+  if (const Json* peak = j.find("peak")) {
+    try {
+      s.peak = peak_from_json(*peak);
+    } catch (const DataError& e) {
+      LOOM_THROW(DataError, "peak: ", e.what());
+    }
+  }
   return s;
 }
 
@@ -211,7 +241,8 @@ Json MemoryStats::to_json() const {
   return j;
 }
 
-Json Snapshot::to_json() const {
+namespace {
+Json segments_to_json(const std::vector<SegmentInfo>& segments) {
   Json segs = Json::array();
   for (const SegmentInfo& seg : segments) {
     Json blocks = Json::array();
@@ -222,7 +253,8 @@ Json Snapshot::to_json() const {
                                      {"allocated", b.allocated},
                                      {"pending", b.pending},
                                      {"stream", b.stream},
-                                     {"context", b.context}}));
+                                     {"context", b.context},
+                                     {"op", b.op}}));
     }
     Json sj = Json::object({{"address", seg.address},
                             {"size", seg.size},
@@ -239,6 +271,12 @@ Json Snapshot::to_json() const {
     }
     segs.push_back(std::move(sj));
   }
+  return segs;
+}
+}  // namespace
+
+Json Snapshot::to_json() const {
+  Json segs = segments_to_json(segments);
   Json events = Json::array();
   for (const TraceEvent& e : history) {
     events.push_back(Json::object({{"kind", trace_event_kind_name(e.kind)},
@@ -246,7 +284,8 @@ Json Snapshot::to_json() const {
                                    {"size", e.size},
                                    {"stream", e.stream},
                                    {"time_ns", e.time_ns},
-                                   {"context", e.context}}));
+                                   {"context", e.context},
+                                   {"op", e.op}}));
   }
   Json j = Json::object({{"format", kFormat},
                          {"version", kVersion},
@@ -255,7 +294,35 @@ Json Snapshot::to_json() const {
                          {"stats", stats.to_json()}});
   j.set("segments", std::move(segs));
   j.set("history", std::move(events));
+  if (peak) {
+    Json p = Json::object({{"step", peak->step},
+                           {"trace_event", peak->trace_event},
+                           {"allocated", peak->allocated},
+                           {"reserved", peak->reserved}});
+    p.set("segments", segments_to_json(peak->segments));
+    j.set("peak", std::move(p));
+  }
   return j;
+}
+
+std::vector<OpUsage> usage_by_op(const std::vector<SegmentInfo>& segments) {
+  std::map<std::string, OpUsage> by_op;
+  for (const SegmentInfo& seg : segments) {
+    for (const BlockInfo& b : seg.blocks) {
+      if (!b.allocated) continue;
+      OpUsage& u = by_op[b.op];
+      u.op = b.op;
+      u.bytes += static_cast<int64_t>(b.size);
+      u.requested += static_cast<int64_t>(b.requested);
+      ++u.blocks;
+    }
+  }
+  std::vector<OpUsage> out;
+  out.reserve(by_op.size());
+  for (auto& [op, u] : by_op) out.push_back(std::move(u));
+  std::stable_sort(out.begin(), out.end(),
+                   [](const OpUsage& a, const OpUsage& b) { return a.bytes > b.bytes; });
+  return out;
 }
 
 Snapshot Snapshot::from_json(const Json& j, const std::string& source) {

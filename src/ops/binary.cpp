@@ -169,8 +169,7 @@ void check_alpha(const char* op, DType dt, const Scalar& alpha) {
 template <class Op>
 Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, const Scalar& alpha,
                    bool inplace) {
-  check_defined(self, Op::name, "self");
-  check_defined(other, Op::name, "other");
+  // self and other are defined: the dispatcher rejects undefined arguments (Note [undefined tensors]).
   // Large float32 operands of one shape: streaming stores (Note [Streaming stores for large
   // outputs]), into a fresh output, self (in place) or a matching contiguous out=.
   if (!Op::bool_output && self.dtype() == kFloat32 && other.dtype() == kFloat32 && self.is_cpu() &&

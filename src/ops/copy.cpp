@@ -152,6 +152,8 @@ Tensor contiguous(const Tensor& self) {
 }
 
 Tensor to(const Tensor& self, TensorOptions options, bool copy) {
+  // Reads self before the dispatcher (which would otherwise name the argument of _to_copy).
+  if (LOOM_UNLIKELY(!self.defined())) detail::throw_undefined_tensor("loom::to");
   DType dt = options.dtype.value_or(self.dtype());
   Device dev = options.device.value_or(self.device());
   if (!copy && dt == self.dtype() && dev == self.device()) return self;

@@ -10,53 +10,57 @@ namespace {
 DType dtype_or_default(std::optional<DType> d) { return d.value_or(default_dtype()); }
 Device device_or_cpu(std::optional<Device> d) { return d.value_or(kCPU); }
 
-void check_sizes(const char* op, IntArrayRef size) {
-  for (int64_t s : size) {
-    LOOM_CHECK(s >= 0, "[", op, "] sizes must be non-negative but got ", size);
-  }
+// Negative sizes, and element or byte counts that overflow (Note [checked sizes]), named by op.
+void check_sizes(const char* op, IntArrayRef size, DType dtype) {
+  (void)checked_nbytes(size, dtype, op);
 }
 
 Tensor empty_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
-  check_sizes("empty", size);
+  check_sizes("empty", size, dtype_or_default(dtype));
   return empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
 }
 
 Tensor empty_strided_kernel(IntArrayRef size, IntArrayRef stride, std::optional<DType> dtype,
                             std::optional<Device> device) {
-  check_sizes("empty_strided", size);
+  DType dt = dtype_or_default(dtype);
+  check_sizes("empty_strided", size, dt);
   LOOM_CHECK(size.size() == stride.size(), "[empty_strided] got ", size.size(), " sizes but ",
              stride.size(), " strides");
   int64_t extent = 1;  // 1 + the largest offset reachable
-  bool any_zero = false;
+  bool any_zero = false, overflow = false;
   for (size_t i = 0; i < size.size(); ++i) {
     LOOM_CHECK(stride[i] >= 0, "[empty_strided] strides must be non-negative but got ", stride);
     if (size[i] == 0) any_zero = true;
-    extent += (size[i] - 1) * stride[i];
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(size[i] - 1, stride[i], &reach);
+    overflow |= __builtin_add_overflow(extent, reach, &extent);
   }
-  DType dt = dtype_or_default(dtype);
-  Storage st = make_storage(any_zero ? 0 : static_cast<size_t>(extent) * element_size(dt),
-                            device_or_cpu(device));
+  int64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(extent, static_cast<int64_t>(element_size(dt)), &bytes);
+  LOOM_CHECK(any_zero || !overflow, "[empty_strided] sizes ", size, " and strides ", stride,
+             " of ", dt, " reach beyond the largest allocation (2^63 - 1 bytes)");
+  Storage st = make_storage(any_zero ? 0 : static_cast<size_t>(bytes), device_or_cpu(device));
   return make_tensor(std::move(st), dt, size, stride, 0);
 }
 
 Tensor full_kernel(IntArrayRef size, const Scalar& value, std::optional<DType> dtype,
                    std::optional<Device> device) {
-  check_sizes("full", size);
   // torch.full infers the dtype from the fill value (bool, int64 or the default float).
+  check_sizes("full", size, dtype.value_or(value.dtype()));
   Tensor t = empty_tensor(size, dtype.value_or(value.dtype()), device_or_cpu(device));
   fill_(t, value);
   return t;
 }
 
 Tensor zeros_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
-  check_sizes("zeros", size);
+  check_sizes("zeros", size, dtype_or_default(dtype));
   Tensor t = empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
   fill_(t, 0);
   return t;
 }
 
 Tensor ones_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<Device> device) {
-  check_sizes("ones", size);
+  check_sizes("ones", size, dtype_or_default(dtype));
   Tensor t = empty_tensor(size, dtype_or_default(dtype), device_or_cpu(device));
   fill_(t, 1);
   return t;
@@ -72,10 +76,14 @@ Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
              "inconsistent: start=", start, " end=", end, " step=", step);
   bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
   DType dt = dtype.value_or(all_int ? kInt64 : default_dtype());
+  // The count in double first: the integer formula below would overflow for such ranges.
+  LOOM_CHECK(std::fabs((e - s) / st) < 0x1p62, "[arange] start=", start, " end=", end, " step=",
+             step, " give more elements than int64 can count");
   int64_t n = all_int ? (end.to_int() - start.to_int() + step.to_int() + (st > 0 ? -1 : 1)) /
                             step.to_int()
                       : static_cast<int64_t>(std::ceil((e - s) / st));
   if (n < 0) n = 0;
+  check_sizes("arange", {n}, dt);
   Tensor t = empty_tensor({n}, dt, device_or_cpu(device));
   if (t.is_meta()) return t;
   LOOM_DISPATCH_ALL_TYPES(dt, "arange", [&] {
@@ -94,6 +102,7 @@ Tensor linspace_kernel(const Scalar& start, const Scalar& end, int64_t steps,
                        std::optional<DType> dtype, std::optional<Device> device) {
   LOOM_CHECK(steps >= 0, "[linspace] number of steps must be non-negative but got ", steps);
   DType dt = dtype_or_default(dtype);
+  check_sizes("linspace", {steps}, dt);
   Tensor t = empty_tensor({steps}, dt, device_or_cpu(device));
   if (t.is_meta() || steps == 0) return t;
   double a = start.to_double(), b = end.to_double();
@@ -116,6 +125,7 @@ Tensor eye_kernel(int64_t n, std::optional<int64_t> m, std::optional<DType> dtyp
                   std::optional<Device> device) {
   int64_t cols = m.value_or(n);
   LOOM_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative but got n=", n, " m=", cols);
+  check_sizes("eye", {n, cols}, dtype_or_default(dtype));
   Tensor t = zeros_kernel({n, cols}, dtype, device);
   if (t.is_meta()) return t;
   LOOM_DISPATCH_ALL_TYPES(t.dtype(), "eye", [&] {
@@ -131,8 +141,8 @@ Generator gen_or_default(const std::optional<Generator>& g) {
 
 Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::optional<DType> dtype,
                    std::optional<Device> device) {
-  check_sizes("rand", size);
   DType dt = dtype_or_default(dtype);
+  check_sizes("rand", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[rand] expected a floating dtype but got ", dt);
   Tensor t = empty_tensor(size, dt, device_or_cpu(device));
   if (t.is_meta()) return t;
@@ -156,8 +166,8 @@ Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::o
 
 Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
                     std::optional<DType> dtype, std::optional<Device> device) {
-  check_sizes("randn", size);
   DType dt = dtype_or_default(dtype);
+  check_sizes("randn", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[randn] expected a floating dtype but got ", dt);
   Tensor t = empty_tensor(size, dt, device_or_cpu(device));
   if (t.is_meta()) return t;
@@ -183,9 +193,9 @@ Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
 Tensor randint_kernel(int64_t low, int64_t high, IntArrayRef size,
                       const std::optional<Generator>& gen, std::optional<DType> dtype,
                       std::optional<Device> device) {
-  check_sizes("randint", size);
   LOOM_CHECK(high > low, "[randint] expected low < high but got low=", low, " high=", high);
   DType dt = dtype.value_or(kInt64);
+  check_sizes("randint", size, dt);
   Tensor t = empty_tensor(size, dt, device_or_cpu(device));
   if (t.is_meta()) return t;
   const int64_t n = t.numel();
@@ -307,16 +317,28 @@ TensorOptions like(const Tensor& t, TensorOptions o) {
 }
 }  // namespace
 
-Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.sizes(), like(t, o)); }
-Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.sizes(), like(t, o)); }
-Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.sizes(), like(t, o)); }
+Tensor empty_like(const Tensor& t, TensorOptions o) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::empty_like");
+  return empty(t.sizes(), like(t, o));
+}
+Tensor zeros_like(const Tensor& t, TensorOptions o) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::zeros_like");
+  return zeros(t.sizes(), like(t, o));
+}
+Tensor ones_like(const Tensor& t, TensorOptions o) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::ones_like");
+  return ones(t.sizes(), like(t, o));
+}
 Tensor full_like(const Tensor& t, const Scalar& v, TensorOptions o) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::full_like");
   return full(t.sizes(), v, like(t, o));
 }
 Tensor rand_like(const Tensor& t, const std::optional<Generator>& gen) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::rand_like");
   return rand(t.sizes(), t.options(), gen);
 }
 Tensor randn_like(const Tensor& t, const std::optional<Generator>& gen) {
+  if (!t.defined()) detail::throw_undefined_tensor("loom::randn_like");
   return randn(t.sizes(), t.options(), gen);
 }
 

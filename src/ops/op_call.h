@@ -78,7 +78,9 @@ using opmath_t = typename OpMath<T>::type;
 template <class T>
 constexpr bool is_reduced_float_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-// Checks that an op's tensor argument is defined, naming the op and the argument.
+// Checks that an op's tensor argument is defined, naming the op and the argument. The dispatcher
+// already rejects undefined Tensor arguments at every operator's entry (Note [undefined tensors]);
+// this is a second line for kernels also reached with tensors they made themselves.
 inline void check_defined(const Tensor& t, const char* op, const char* arg) {
   LOOM_CHECK(t.defined(), "[", op, "] argument '", arg, "' is an undefined tensor");
 }

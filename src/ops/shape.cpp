@@ -23,15 +23,20 @@ DimVector infer_size(const char* op, IntArrayRef shape, int64_t numel) {
   DimVector out(shape);
   int64_t known = 1;
   int infer = -1;
+  bool overflow = false, zero = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       LOOM_CHECK(infer < 0, "[", op, "] only one dimension can be inferred (-1) in shape ", shape);
       infer = static_cast<int>(i);
     } else {
       LOOM_CHECK(shape[i] >= 0, "[", op, "] invalid size ", shape[i], " in shape ", shape);
-      known *= shape[i];
+      overflow |= __builtin_mul_overflow(known, shape[i], &known);
+      zero |= shape[i] == 0;
     }
   }
+  // Note [checked sizes]: a wrapped product could match numel (2^62 x 4 wraps to 0).
+  LOOM_CHECK(!overflow || zero, "[", op, "] shape ", shape,
+             " has more elements than int64 can count (input of size ", numel, ")");
   if (infer >= 0) {
     LOOM_CHECK(known != 0 && numel % known == 0, "[", op, "] shape ", shape,
                " is invalid for input of size ", numel);
@@ -198,6 +203,9 @@ Tensor select_kernel(const Tensor& self, int64_t dim, int64_t index) {
 Tensor expand_kernel(const Tensor& self, IntArrayRef size) {
   check_defined(self, "expand", "self");
   const int64_t nd = static_cast<int64_t>(size.size());
+  for (int64_t want : size) {
+    LOOM_CHECK(want >= -1, "[expand] the expanded size ", want, " is not allowed in sizes ", size);
+  }
   LOOM_CHECK(nd >= self.dim(), "[expand] the number of sizes provided (", nd,
              ") must be greater or equal to the number of dimensions in the tensor (", self.dim(),
              ")");
@@ -220,6 +228,7 @@ Tensor expand_kernel(const Tensor& self, IntArrayRef size) {
     sizes[static_cast<size_t>(i)] = want;
     strides[static_cast<size_t>(i)] = have == want ? self.strides()[static_cast<size_t>(off)] : 0;
   }
+  (void)checked_numel(sizes, "expand");  // Note [checked sizes]: stride-0 sizes can still overflow
   return make_view(self, sizes, strides, self.storage_offset());
 }
 
@@ -259,7 +268,12 @@ Tensor flatten_kernel(const Tensor& self, int64_t start_dim, int64_t end_dim) {
   DimVector shape;
   for (int64_t i = 0; i < s; ++i) shape.push_back(self.sizes()[static_cast<size_t>(i)]);
   int64_t mid = 1;
-  for (int64_t i = s; i <= e; ++i) mid *= self.sizes()[static_cast<size_t>(i)];
+  for (int64_t i = s; i <= e; ++i) {
+    // Wraps only beside a zero size elsewhere (an empty tensor): Note [checked sizes].
+    if (__builtin_mul_overflow(mid, self.sizes()[static_cast<size_t>(i)], &mid)) {
+      (void)checked_numel(self.sizes().slice(static_cast<size_t>(s), static_cast<size_t>(e - s + 1)), "flatten");
+    }
+  }
   shape.push_back(mid);
   for (int64_t i = e + 1; i < self.dim(); ++i) shape.push_back(self.sizes()[static_cast<size_t>(i)]);
   return reshape(self, shape);
@@ -273,13 +287,18 @@ Tensor as_strided_kernel(const Tensor& self, IntArrayRef size, IntArrayRef strid
   int64_t offset = storage_offset.value_or(self.storage_offset());
   LOOM_CHECK(offset >= 0, "[as_strided] negative storage offset ", offset);
   int64_t max_index = offset;
-  bool empty = false;
+  bool empty = false, overflow = false;
   for (size_t i = 0; i < size.size(); ++i) {
     LOOM_CHECK(size[i] >= 0, "[as_strided] negative size in ", size);
     LOOM_CHECK(stride[i] >= 0, "[as_strided] negative stride in ", stride);
     if (size[i] == 0) empty = true;
-    max_index += (size[i] - 1) * stride[i];
+    int64_t reach = 0;
+    overflow |= __builtin_mul_overflow(size[i] - 1, stride[i], &reach);
+    overflow |= __builtin_add_overflow(max_index, reach, &max_index);
   }
+  (void)checked_numel(size, "as_strided");
+  LOOM_CHECK(empty || !overflow, "[as_strided] size ", size, " stride ", stride, " offset ", offset,
+             " reach beyond the largest index int64 can hold");
   if (!empty && !self.is_meta()) {
     int64_t storage_elems =
         static_cast<int64_t>(self.storage()->nbytes() / self.element_size());

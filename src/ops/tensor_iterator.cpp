@@ -102,7 +102,7 @@ void TensorIterator::compute_shape() {
       LOOM_THROW(ValueError, os.str());
     }
   }
-  numel_ = multiply_sizes(shape_);
+  numel_ = checked_numel(shape_, cfg_.op);  // Note [checked sizes]: a broadcast can overflow
 }
 
 void TensorIterator::compute_dtypes() {
@@ -151,7 +151,7 @@ void TensorIterator::allocate_outputs() {
       LOOM_CHECK(cfg_.resize_outputs, "[", cfg_.op, "] out has shape ", out.sizes(),
                  " but the result has shape ", shape_.ref());
       // Resize out in place (a new buffer when the old one is too small).
-      size_t need = static_cast<size_t>(numel_) * out.element_size();
+      size_t need = checked_nbytes(shape_, out.dtype(), cfg_.op);
       if (need > out.storage()->nbytes() - static_cast<size_t>(out.storage_offset()) * out.element_size()) {
         out.impl()->set_storage(make_storage(need, out.device()));
         out.impl()->set_sizes_and_strides(shape_, contiguous_strides(shape_), 0);

@@ -17,7 +17,10 @@ Tensor Tensor::slice(int64_t dim, std::optional<int64_t> start, std::optional<in
   return loom::slice(*this, dim, start, end, step);
 }
 Tensor Tensor::expand(IntArrayRef size) const { return loom::expand(*this, size); }
-Tensor Tensor::expand_as(const Tensor& other) const { return loom::expand(*this, other.sizes()); }
+Tensor Tensor::expand_as(const Tensor& other) const {
+  if (!defined() || !other.defined()) detail::throw_undefined_tensor("Tensor::expand_as");
+  return loom::expand(*this, other.sizes());
+}
 Tensor Tensor::squeeze(std::optional<int64_t> dim) const { return loom::squeeze(*this, dim); }
 Tensor Tensor::unsqueeze(int64_t dim) const { return loom::unsqueeze(*this, dim); }
 Tensor Tensor::flatten(int64_t s, int64_t e) const { return loom::flatten(*this, s, e); }

@@ -266,7 +266,7 @@ DType check_unary_dtype(DType in) {
 // out: undefined (functional), self (in-place) or the caller's out= tensor.
 template <class Op>
 Tensor unary_impl(const Tensor& out, const Tensor& self, bool inplace, const Op& op = Op{}) {
-  check_defined(self, Op::name, "self");
+  // self is defined: the dispatcher rejects undefined arguments (Note [undefined tensors]).
   const DType compute = check_unary_dtype<Op>(self.dtype());
   const DType result = Op::dtypes == Dtypes::BoolOut ? kBool : compute;
   // Fast path: a contiguous CPU input that needs no cast, into a fresh tensor or itself. It skips

@@ -3,6 +3,7 @@
 
 #include "loom/autograd.h"
 #include "loom/error.h"
+#include "loom/memory/alloc_context.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "optim/fused_step.h"
@@ -120,6 +121,7 @@ void Adam::step() {
       adam_step_ops(p, grad, m, v, vmax, a);
     }
   }
+  memory::mark_step();  // a step marker for allocation recordings (loom/memory/alloc_context.h)
 }
 
 }  // namespace loom::optim

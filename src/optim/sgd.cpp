@@ -3,6 +3,7 @@
 
 #include "loom/autograd.h"
 #include "loom/error.h"
+#include "loom/memory/alloc_context.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "optim/fused_step.h"
@@ -105,6 +106,7 @@ void SGD::step() {
       sgd_step_ops(p, grad, st, a);
     }
   }
+  memory::mark_step();  // a step marker for allocation recordings (loom/memory/alloc_context.h)
 }
 
 }  // namespace loom::optim

@@ -162,6 +162,7 @@ void read_memory(const EventReader& r, Trace& t) {
   m.delta_bytes = field("Bytes");
   m.allocated = field("Total Allocated");
   m.reserved = field("Total Reserved");
+  if (const Json* stream = args->find("Stream"); stream && stream->is_int()) m.stream = stream->as_int();
   t.memory.push_back(m);
 }
 

@@ -148,11 +148,11 @@ std::string chrome_trace_json(const Trace& trace) {
     w.out += "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"memory\", \"name\": \"[memory]\", \"pid\": " + pid +
              ", \"tid\": " + std::to_string(m.tid) + ", \"ts\": ";
     append_us(w.out, m.ts_ns);
-    char buf[160];
+    char buf[200];
     std::snprintf(buf, sizeof(buf),
                   ", \"args\": {\"Addr\": %" PRIu64 ", \"Bytes\": %" PRId64 ", \"Total Allocated\": %" PRId64
-                  ", \"Total Reserved\": %" PRId64 "}}",
-                  m.ptr, m.delta_bytes, m.allocated, m.reserved);
+                  ", \"Total Reserved\": %" PRId64 ", \"Stream\": %" PRId64 "}}",
+                  m.ptr, m.delta_bytes, m.allocated, m.reserved, m.stream);
     w.out += buf;
     for (int k = 0; k < 2; ++k) {
       w.begin_event();

@@ -30,6 +30,7 @@
 
 #include "loom/dtype.h"
 #include "loom/error.h"
+#include "loom/memory/caching_allocator.h"
 #include "loom/parallel.h"
 #include "loom/record_function.h"
 
@@ -267,6 +268,11 @@ std::string thread_name(const ThreadBuffer& b, uint64_t main_tid, const std::vec
   return "thread " + std::to_string(b.tid);
 }
 
+// The caching allocator's observer (memory::set_allocator_observer), set while memory is recorded.
+void observe_allocator(const memory::AllocatorEvent& e) {
+  record_memory_slow(e.ptr, e.delta_bytes, e.total_allocated, e.total_reserved, e.stream);
+}
+
 }  // namespace
 
 int64_t now_ns() {
@@ -319,9 +325,12 @@ void set_collecting(bool on) {
     }
     std::lock_guard<std::mutex> lock(g_mu);
     g_memory_active.store(g_session.options.profile_memory, std::memory_order_relaxed);
+    // The caching allocator reports through the memory layer's observer seam.
+    memory::set_allocator_observer(g_session.options.profile_memory ? &observe_allocator : nullptr);
     g_collecting.store(true, std::memory_order_seq_cst);
     return;
   }
+  memory::set_allocator_observer(nullptr);
   g_memory_active.store(false, std::memory_order_relaxed);
   g_collecting.store(false, std::memory_order_seq_cst);
   std::lock_guard<std::mutex> lock(g_mu);
@@ -347,7 +356,8 @@ void record_step(std::string_view name, int64_t start_ns, int64_t end_ns) {
   b->writing.store(false, std::memory_order_release);
 }
 
-void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated, int64_t total_reserved) {
+void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated, int64_t total_reserved,
+                        int64_t stream) {
   ThreadBuffer* b = this_thread_buffer();
   if (b == nullptr) return;
   b->writing.store(true, std::memory_order_seq_cst);
@@ -359,6 +369,7 @@ void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allo
     m.delta_bytes = delta_bytes;
     m.allocated = total_allocated;
     m.reserved = total_reserved;
+    m.stream = stream;
     b->memory.push_back(m);
   }
   b->writing.store(false, std::memory_order_release);

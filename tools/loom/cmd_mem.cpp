@@ -1,8 +1,12 @@
 // `loom mem`: memory tools over the caching allocator.
-//   loom mem record OUT.json     records an allocation trace of a loom training workload
-//   loom mem replay TRACE        replays a trace under allocator policies and compares them
-//   loom mem snapshot OUT.json   replays a trace and writes the allocator's final snapshot
+//   loom mem record OUT.json     records an allocation trace of a loom training workload (its own
+//                                loop, or `loom train` itself with --train)
+//   loom mem replay TRACE        replays a trace (or a profiler trace's allocator events) under
+//                                allocator policies and compares them
+//   loom mem snapshot OUT.json   replays a trace and writes the allocator's snapshots (at the end
+//                                and at the peak), and which operators hold the memory
 //   loom mem viz SNAPSHOT        draws a snapshot as a self-contained HTML page
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -15,6 +19,8 @@
 #include "loom/io.h"
 #include "loom/json.h"
 #include "loom/memory/alloc_trace.h"
+#include "loom/profiler.h"
+#include "mem_train_child.h"
 #include "mem_viz.h"
 
 namespace loom::cli {
@@ -66,6 +72,9 @@ memory::TrainingTraceOptions training_options(const std::string& cmd, const Args
 
 void print_summary(const std::string& name, const AllocTrace& t) {
   const auto s = memory::summarize_trace(t);
+  const int64_t named = std::count_if(t.events.begin(), t.events.end(), [](const auto& e) {
+    return e.op == memory::AllocEvent::Op::Alloc && e.context >= 0;
+  });
   std::printf("trace %s: %zu events (%lld allocs, %lld frees), %lld distinct sizes from %s to %s\n",
               name.c_str(), t.events.size(), static_cast<long long>(s.allocs),
               static_cast<long long>(s.frees), static_cast<long long>(s.distinct_sizes),
@@ -76,25 +85,81 @@ void print_summary(const std::string& name, const AllocTrace& t) {
               format_bytes(static_cast<double>(s.peak_live_rounded_bytes)).c_str(),
               static_cast<long long>(s.peak_live_blocks),
               format_bytes(static_cast<double>(s.live_bytes_at_end)).c_str());
+  if (s.steps > 0) {
+    std::printf("  %lld step markers; live bytes peaked after %lld step%s (trace event %lld)\n",
+                static_cast<long long>(s.steps), static_cast<long long>(s.peak_live_step),
+                s.peak_live_step == 1 ? "" : "s", static_cast<long long>(s.peak_live_event));
+  }
+  if (!t.contexts.empty()) {
+    std::printf("  %lld of %lld allocations name their operator (%zu operators)\n",
+                static_cast<long long>(named), static_cast<long long>(s.allocs), t.contexts.size());
+  }
   if (!t.source.empty()) std::printf("  source: %s\n", t.source.c_str());
 }
 
-int run_record(const std::vector<std::string>& argv) {
-  Args args(argv, {"help"}, {"steps", "seed", "min-batch", "max-batch", "hidden"});
+// Note [trace files]
+//   The memory tools read two kinds of trace: loom's allocation trace (Note [alloc trace format])
+//   and a profiler's Chrome trace, plain or gzip (`loom train --profile t.json.gz`), whose
+//   allocator events become an allocation trace (Note [profile as alloc trace]). The kind is told
+//   from the first bytes: gzip's magic, or a JSON text whose start holds "traceEvents" or that is
+//   an array, is a Chrome trace; anything else is read as an allocation trace (whose reader names
+//   the byte offset of what is wrong).
+AllocTrace load_trace(const std::string& path) {
+  std::string head;
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[4096];
+    head.assign(buf, std::fread(buf, 1, sizeof(buf), f));
+    std::fclose(f);
+  }
+  const bool gzip = head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x1f &&
+                    static_cast<unsigned char>(head[1]) == 0x8b;
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  const bool chrome = gzip || (first != std::string::npos && head[first] == '[') ||
+                      head.find("\"traceEvents\"") != std::string::npos;
+  if (!chrome) return memory::read_trace(path);
+  return profiler::alloc_trace_of(profiler::read_chrome_trace(path), path);
+}
+
+int run_record(const std::vector<std::string>& argv_in) {
+  // Everything after "--" goes to `loom train` (with --train).
+  std::vector<std::string> argv = argv_in, train_args;
+  if (auto dash = std::find(argv.begin(), argv.end(), "--"); dash != argv.end()) {
+    train_args.assign(dash + 1, argv.end());
+    argv.erase(dash, argv.end());
+  }
+  Args args(argv, {"help", "train"}, {"steps", "seed", "min-batch", "max-batch", "hidden"});
   if (args.flag("help") || args.positionals().size() != 1) {
     std::printf(
         "usage: loom mem record OUT.json [--steps N] [--seed S] [--min-batch B] [--max-batch B]\n"
         "                                [--hidden H]\n"
+        "       loom mem record OUT.json --train [--steps N] [-- TRAIN ARGS...]\n"
         "  Records every CPU allocation and free of N training steps (default 20) of an MLP\n"
         "  (784-H LayerNorm GELU-H GELU-10, H = 1024 by default, Adam) whose batch size is drawn\n"
-        "  from min..max (default 32..512) each step, as a loom-alloc-trace JSON file.\n");
+        "  from min..max (default 32..512) each step, as a loom-alloc-trace JSON file, with the\n"
+        "  operator of each allocation and a marker per optimizer step.\n"
+        "  --train records a real `loom train --max-steps N TRAIN ARGS` instead: it runs as a child\n"
+        "  process with LOOM_MEM_RECORD=OUT.json, which any loom program honours.\n");
     return args.flag("help") ? 0 : 2;
   }
   const std::string out = args.positionals()[0];
   const auto t0 = std::chrono::steady_clock::now();
-  AllocTrace trace = memory::record_training_trace(training_options("mem record", args));
+  AllocTrace trace;
+  if (args.flag("train")) {
+    for (const char* o : {"seed", "min-batch", "max-batch", "hidden"}) {
+      LOOM_CHECK(!args.get(o), "[loom mem record] --", o,
+                 " is for the built-in workload; with --train pass `loom train` options after --");
+    }
+    const int64_t steps = args.get_int("steps", 20);
+    LOOM_CHECK(steps > 0 && steps <= 100000,
+               "[loom mem record] --steps must be in 1..100000 but got ", steps);
+    trace = record_train_child(out, steps, train_args);
+  } else {
+    LOOM_CHECK(train_args.empty(),
+               "[loom mem record] arguments after -- go to `loom train`: add --train");
+    trace = memory::record_training_trace(training_options("mem record", args));
+    memory::write_trace(out, trace);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  memory::write_trace(out, trace);
   std::printf("recorded %s in %.2f s\n", out.c_str(), secs);
   print_summary(out, trace);
   return 0;
@@ -104,7 +169,7 @@ int run_record(const std::vector<std::string>& argv) {
 AllocTrace load_or_record(const std::string& cmd, const Args& args, std::string* name) {
   if (auto path = args.get("trace")) {
     *name = *path;
-    return memory::read_trace(*path);
+    return load_trace(*path);
   }
   *name = "(recorded now)";
   return memory::record_training_trace(training_options(cmd, args));
@@ -128,7 +193,9 @@ int run_replay(const std::vector<std::string>& argv) {
   if (args.flag("help") || args.positionals().size() != 1) {
     std::printf(
         "usage: loom mem replay TRACE [--policy P|all] [--capacity BYTES]\n"
-        "  Replays an allocation trace against the caching allocator over a simulated device\n"
+        "  Replays an allocation trace (from `loom mem record`, LOOM_MEM_RECORD, or the allocator\n"
+        "  events of a profiler trace such as `loom train --profile t.json.gz` writes) against the\n"
+        "  caching allocator over a simulated device\n"
         "  (default capacity 80G) under each policy and prints peak allocated and reserved bytes,\n"
         "  their ratio, the fragmentation of free cached memory at the allocated peak, device\n"
         "  mallocs, OOMs and the allocator's time per event. Policies:");
@@ -137,7 +204,7 @@ int run_replay(const std::vector<std::string>& argv) {
     return args.flag("help") ? 0 : 2;
   }
   const std::string path = args.positionals()[0];
-  AllocTrace trace = memory::read_trace(path);
+  AllocTrace trace = load_trace(path);
   ReplayOptions o;
   if (auto c = args.get("capacity")) o.capacity = parse_bytes("mem replay", *c);
   const std::vector<std::string> policies =
@@ -175,6 +242,18 @@ int run_replay(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// The operators holding the most live memory in `segments`.
+void print_top_ops(const std::string& when, const std::vector<memory::SegmentInfo>& segments) {
+  const std::vector<memory::OpUsage> ops = memory::usage_by_op(segments);
+  std::printf("top operators by live bytes %s:\n", when.c_str());
+  if (ops.empty()) std::printf("  (nothing live)\n");
+  for (size_t i = 0; i < ops.size() && i < 8; ++i) {
+    std::printf("  %12s  %6lld blocks  %s\n", format_bytes(static_cast<double>(ops[i].bytes)).c_str(),
+                static_cast<long long>(ops[i].blocks),
+                ops[i].op.empty() ? "(unknown: allocated outside any operator)" : ops[i].op.c_str());
+  }
+}
+
 int run_snapshot(const std::vector<std::string>& argv) {
   Args args(argv, {"help"},
             {"trace", "policy", "capacity", "steps", "seed", "min-batch", "max-batch", "hidden"});
@@ -182,9 +261,12 @@ int run_snapshot(const std::vector<std::string>& argv) {
     std::printf(
         "usage: loom mem snapshot OUT.json [--trace TRACE] [--policy P] [--capacity BYTES]\n"
         "                                  [--steps N] [--seed S]\n"
-        "  Replays TRACE (or a training trace recorded now, as `loom mem record` makes it) under\n"
-        "  policy P (default: default) and writes the allocator's final snapshot, with its event\n"
-        "  history, for `loom mem viz`. Each block's context names its trace event.\n");
+        "  Replays TRACE (an allocation trace or a profiler trace, as `loom mem replay` reads; or\n"
+        "  a training trace recorded now, as `loom mem record` makes it) under policy P (default:\n"
+        "  default) and writes the allocator's snapshot at the end and at the peak of allocated\n"
+        "  bytes, with its event history and step markers, for `loom mem viz`. Each block names\n"
+        "  the operator that allocated it and its trace event; the operators holding the most\n"
+        "  memory are listed.\n");
     return args.flag("help") ? 0 : 2;
   }
   const std::string out = args.positionals()[0];
@@ -198,6 +280,7 @@ int run_snapshot(const std::vector<std::string>& argv) {
   o.track_peak = false;
   o.contexts = true;
   o.keep_snapshot = true;
+  o.peak_snapshot = true;
   ReplayResult r = memory::replay_trace(trace, o);
   io::atomic_write_file(out, r.snapshot.to_json().dump() + "\n");
   size_t blocks = 0;
@@ -205,6 +288,17 @@ int run_snapshot(const std::vector<std::string>& argv) {
   std::printf("wrote %s: %zu segments, %zu blocks, %zu history events (trace %s, policy %s)\n",
               out.c_str(), r.snapshot.segments.size(), blocks, r.snapshot.history.size(),
               name.c_str(), o.policy.c_str());
+  print_top_ops("at the end", r.snapshot.segments);
+  if (const auto& peak = r.snapshot.peak) {
+    std::string when = "at the peak (";
+    if (peak->step >= 0) {
+      when += "after " + std::to_string(peak->step) + (peak->step == 1 ? " step, " : " steps, ");
+    }
+    when += "trace event " + std::to_string(peak->trace_event) + "; " +
+            format_bytes(static_cast<double>(peak->allocated)) + " allocated, " +
+            format_bytes(static_cast<double>(peak->reserved)) + " reserved)";
+    print_top_ops(when, peak->segments);
+  }
   return 0;
 }
 

@@ -13,10 +13,18 @@
 //   its oldest events). Alloc / Free change allocated bytes by the block size, SegmentAlloc /
 //   SegmentFree reserved bytes by the segment size. Long histories are reduced to at most
 //   kMaxPoints points, each the maximum over its bucket, so peaks survive.
+//
+//   When the history holds Step events (training steps ended), the x axis is in steps: the events
+//   between two step markers spread evenly over that step, those before the first marker over the
+//   step it ends, those after the last over at most one more step at the average events per step.
+//   Otherwise it is the history's event index. The segment map is drawn twice when the snapshot
+//   has the segments at the peak (Snapshot::peak): at the end and at the peak, with buttons to
+//   switch; both list the operators holding the most live bytes.
 #include "mem_viz.h"
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <string_view>
 
@@ -93,6 +101,40 @@ std::string hex(uint64_t a) {
   return buf;
 }
 
+// Position on the step axis of history position p (0: before the first event, i: after event i),
+// from the Step events' positions and counts (Note [memory page]).
+class StepAxis {
+ public:
+  explicit StepAxis(const Snapshot& s) {
+    for (size_t i = 0; i < s.history.size(); ++i) {
+      if (s.history[i].kind == TraceEvent::Kind::Step) {
+        pos_.push_back(static_cast<double>(i + 1));
+        steps_.push_back(static_cast<double>(s.history[i].size));
+      }
+    }
+    if (pos_.size() >= 2 && steps_.back() > steps_.front()) {
+      per_step_ = (pos_.back() - pos_.front()) / (steps_.back() - steps_.front());
+    } else {
+      per_step_ = std::max(1.0, static_cast<double>(s.history.size()));
+    }
+  }
+  bool empty() const { return pos_.empty(); }
+  double at(double p) const {
+    if (p <= pos_.front()) {
+      const double lo = std::max(0.0, steps_.front() - 1);
+      return pos_.front() <= 0 ? steps_.front() : lo + (steps_.front() - lo) * p / pos_.front();
+    }
+    if (p >= pos_.back()) return steps_.back() + std::min(1.0, (p - pos_.back()) / per_step_);
+    const size_t j = static_cast<size_t>(std::upper_bound(pos_.begin(), pos_.end(), p) - pos_.begin()) - 1;
+    const double span = pos_[j + 1] - pos_[j];
+    return steps_[j] + (span > 0 ? (p - pos_[j]) / span : 0) * (steps_[j + 1] - steps_[j]);
+  }
+
+ private:
+  std::vector<double> pos_, steps_;
+  double per_step_ = 1;
+};
+
 Json timeline(const Snapshot& s) {
   int64_t alloc_delta = 0, reserved_delta = 0;
   auto delta = [](const TraceEvent& e, int64_t* a, int64_t* r) {
@@ -111,6 +153,7 @@ Json timeline(const Snapshot& s) {
         *r -= n;
         break;
       case TraceEvent::Kind::Oom:
+      case TraceEvent::Kind::Step:
         break;
     }
   };
@@ -119,11 +162,17 @@ Json timeline(const Snapshot& s) {
   int64_t r = s.stats.reserved_bytes.current - reserved_delta;
   const size_t n = s.history.size() + 1;  // the state before the first event, then after each
   const size_t per_point = (n + kMaxPoints - 1) / kMaxPoints;
-  Json::Array xs, as, rs, ooms;
+  const StepAxis axis(s);
+  auto x_of = [&](size_t p) -> Json {
+    if (axis.empty()) return Json(static_cast<int64_t>(p));
+    return Json(std::round(axis.at(static_cast<double>(p)) * 1e4) / 1e4);
+  };
+  Json::Array xs, as, rs, ooms, events;
   int64_t bucket_a = a, bucket_r = r;
   size_t in_bucket = 1;
   auto flush = [&](size_t x) {
-    xs.emplace_back(static_cast<int64_t>(x));
+    xs.push_back(x_of(x));
+    events.emplace_back(static_cast<int64_t>(x));
     as.emplace_back(bucket_a);
     rs.emplace_back(bucket_r);
     in_bucket = 0;
@@ -131,25 +180,27 @@ Json timeline(const Snapshot& s) {
   if (per_point == 1) flush(0);
   for (size_t i = 0; i < s.history.size(); ++i) {
     delta(s.history[i], &a, &r);
-    if (s.history[i].kind == TraceEvent::Kind::Oom) ooms.emplace_back(static_cast<int64_t>(i + 1));
+    if (s.history[i].kind == TraceEvent::Kind::Oom) ooms.push_back(x_of(i + 1));
     bucket_a = in_bucket == 0 ? a : std::max(bucket_a, a);
     bucket_r = in_bucket == 0 ? r : std::max(bucket_r, r);
     if (++in_bucket == per_point || i + 1 == s.history.size()) flush(i + 1);
   }
   return Json::object({{"x", Json(std::move(xs))},
+                       {"event", Json(std::move(events))},
+                       {"unit", axis.empty() ? "history event" : "training step"},
                        {"allocated", Json(std::move(as))},
                        {"reserved", Json(std::move(rs))},
                        {"ooms", Json(std::move(ooms))}});
 }
 
-Json segments_json(const Snapshot& s) {
+Json segments_json(const std::vector<SegmentInfo>& segments) {
   Json::Array segs;
-  for (const SegmentInfo& seg : s.segments) {
+  for (const SegmentInfo& seg : segments) {
     Json::Array blocks;
     for (const BlockInfo& b : seg.blocks) {
       const char* state = b.allocated ? "allocated" : b.pending ? "pending" : "free";
       blocks.push_back(Json::array({static_cast<int64_t>(b.address - seg.address), b.size, state,
-                                    b.requested, b.stream, b.context, hex(b.address)}));
+                                    b.requested, b.stream, b.context, hex(b.address), b.op}));
     }
     Json::Array unmapped;  // expandable segments: runs of pages not mapped (under free blocks)
     for (const auto& [address, size] : seg.unmapped) {
@@ -180,6 +231,21 @@ void stat_row(std::string& o, const char* name, const Stat& st, bool bytes) {
   cell(st.allocated);
   cell(st.freed);
   o += "</tr>\n";
+}
+
+// The operators holding the most live bytes, as a table (Note [memory page]).
+std::string ops_table(const std::string& id, const std::vector<SegmentInfo>& segments) {
+  const std::vector<memory::OpUsage> ops = memory::usage_by_op(segments);
+  std::string o = "<table class=\"stats ops\" id=\"" + id +
+                  "\">\n<tr><th>operator</th><th>live bytes</th><th>requested</th><th>blocks</th></tr>\n";
+  for (size_t i = 0; i < ops.size() && i < 12; ++i) {
+    o += "<tr><th>" + html_escape(ops[i].op.empty() ? "(outside any operator)" : ops[i].op) +
+         "</th><td>" + html_escape(format_bytes(static_cast<double>(ops[i].bytes))) + "</td><td>" +
+         html_escape(format_bytes(static_cast<double>(ops[i].requested))) + "</td><td>" +
+         std::to_string(ops[i].blocks) + "</td></tr>\n";
+  }
+  if (ops.empty()) o += "<tr><td colspan=\"4\">nothing live</td></tr>\n";
+  return o + "</table>\n";
 }
 
 std::string stats_table(const MemoryStats& st) {
@@ -232,6 +298,10 @@ svg text { font: 11px system-ui, sans-serif; fill: #333; }
 table.stats { border-collapse: collapse; margin: 8px 0 16px; }
 table.stats th, table.stats td { border: 1px solid #ddd; padding: 3px 10px; text-align: right; }
 table.stats th:first-child { text-align: left; }
+.step-line { stroke: #e4e4f4; }
+#map-choice button { font: inherit; margin-right: 6px; padding: 2px 10px; border: 1px solid #999;
+                     background: #fff; border-radius: 3px; cursor: pointer; }
+#map-choice button.on { background: #2b62a3; color: #fff; border-color: #2b62a3; }
 #tip { position: fixed; pointer-events: none; background: #222; color: #fff; padding: 4px 8px;
        border-radius: 3px; font-size: 12px; white-space: pre; display: none; }
 )CSS";
@@ -269,28 +339,29 @@ constexpr const char* kScript = R"JS(
 
   function drawTimeline(svg) {
     var W = 960, H = 320, L = 80, R = 20, T = 20, B = 44;
-    var s = data.series, n = s.x.length;
+    var s = data.series, n = s.x.length, steps = s.unit === 'training step';
     if (n < 2) { el(svg, 'text', {x: 20, y: 40, 'class': 'empty'}, 'the snapshot has no history'); return; }
-    var xmax = Math.max(1, s.x[n - 1]);
+    var xmin = Math.min(0, s.x[0]), xmax = Math.max(xmin + 1, s.x[n - 1]);
     var ymax = Math.max(1, data.peaks.reserved, data.peaks.allocated, Math.max.apply(null, s.reserved));
     var step = niceStep(ymax, 5);
     ymax = Math.ceil(ymax * 1.05 / step) * step;
-    function X(v) { return L + (W - L - R) * v / xmax; }
+    function X(v) { return L + (W - L - R) * (v - xmin) / (xmax - xmin); }
     function Y(v) { return H - B - (H - T - B) * v / ymax; }
     var grid = el(svg, 'g', {'class': 'grid'}), axis = el(svg, 'g', {'class': 'axis'});
     for (var v = 0; v <= ymax + 1e-9; v += step) {
       el(grid, 'line', {x1: L, x2: W - R, y1: Y(v), y2: Y(v)});
       el(axis, 'text', {x: L - 6, y: Y(v) + 4, 'text-anchor': 'end'}, fmt(v));
     }
-    var xstep = Math.max(1, Math.pow(10, Math.floor(Math.log10(xmax / 2))));
-    if (xmax / xstep > 10) xstep *= 2;
-    for (var x = 0; x <= xmax; x += xstep) {
+    var span = xmax - xmin, xstep = Math.max(1, Math.pow(10, Math.floor(Math.log10(span / 2))));
+    if (span / xstep > 10) xstep *= 2;
+    for (var x = Math.ceil(xmin / xstep) * xstep; x <= xmax; x += xstep) {
       el(axis, 'line', {x1: X(x), x2: X(x), y1: H - B, y2: H - B + 4});
-      el(axis, 'text', {x: X(x), y: H - B + 16, 'text-anchor': 'middle'}, String(x));
+      el(axis, 'text', {x: X(x), y: H - B + 16, 'text-anchor': 'middle', 'class': 'xtick'}, String(x));
+      if (steps) el(grid, 'line', {x1: X(x), x2: X(x), y1: T, y2: H - B, 'class': 'step-line'});
     }
     el(axis, 'line', {x1: L, x2: W - R, y1: H - B, y2: H - B});
     el(axis, 'line', {x1: L, x2: L, y1: T, y2: H - B});
-    el(axis, 'text', {x: (L + W - R) / 2, y: H - 6, 'text-anchor': 'middle'}, 'history event');
+    el(axis, 'text', {x: (L + W - R) / 2, y: H - 6, 'text-anchor': 'middle', 'class': 'xlabel'}, s.unit);
     el(axis, 'text', {x: 14, y: (T + H - B) / 2, 'text-anchor': 'middle',
                       transform: 'rotate(-90 14 ' + (T + H - B) / 2 + ')'}, 'bytes');
     function path(key, area) {
@@ -316,19 +387,20 @@ constexpr const char* kScript = R"JS(
     var cursor = el(svg, 'line', {'class': 'cursor', x1: 0, x2: 0, y1: T, y2: H - B, visibility: 'hidden'});
     svg.addEventListener('mousemove', function (ev) {
       var box = svg.getBoundingClientRect();
-      var px = (ev.clientX - box.left) * W / box.width, target = (px - L) / (W - L - R) * xmax;
-      if (target < 0 || target > xmax) { cursor.setAttribute('visibility', 'hidden'); hideTip(); return; }
+      var px = (ev.clientX - box.left) * W / box.width, target = xmin + (px - L) / (W - L - R) * (xmax - xmin);
+      if (target < xmin || target > xmax) { cursor.setAttribute('visibility', 'hidden'); hideTip(); return; }
       var i = 0;
       while (i + 1 < n && s.x[i + 1] <= target) i++;
       cursor.setAttribute('x1', X(s.x[i])); cursor.setAttribute('x2', X(s.x[i]));
       cursor.setAttribute('visibility', 'visible');
-      showTip(ev, 'event ' + s.x[i] + '\nallocated ' + fmt(s.allocated[i]) + '\nreserved ' + fmt(s.reserved[i]));
+      var where = steps ? 'step ' + s.x[i].toFixed(2) + ' (history event ' + s.event[i] + ')' : 'event ' + s.x[i];
+      showTip(ev, where + '\nallocated ' + fmt(s.allocated[i]) + '\nreserved ' + fmt(s.reserved[i]));
     });
     svg.addEventListener('mouseleave', function () { cursor.setAttribute('visibility', 'hidden'); hideTip(); });
   }
 
-  function drawSegments(svg) {
-    var segs = data.segments, W = 960, L = 330, R = 20, row = 18, bar = 12;
+  function drawSegments(svg, segs) {
+    var W = 960, L = 330, R = 20, row = 18, bar = 12;
     var H = Math.max(40, segs.length * row + 16);
     svg.setAttribute('height', H);
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
@@ -343,7 +415,7 @@ constexpr const char* kScript = R"JS(
         var r = el(svg, 'rect', {'class': 'block block-' + b[2], x: L + w * b[0] / g.size, y: y,
                                  width: Math.max(0.5, w * b[1] / g.size), height: bar});
         var t = b[6] + '  ' + b[2] + '\nsize ' + fmt(b[1]) + (b[2] === 'allocated' ? ' (requested ' + fmt(b[3]) + ')' : '') +
-                '\nstream ' + b[4] + (b[5] ? '\ncontext ' + b[5] : '');
+                (b[7] ? '\nop ' + b[7] : '') + '\nstream ' + b[4] + (b[5] ? '\ncontext ' + b[5] : '');
         el(r, 'title', {}, t);
       });
       g.unmapped.forEach(function (u) {
@@ -356,7 +428,19 @@ constexpr const char* kScript = R"JS(
   }
 
   drawTimeline(document.getElementById('timeline'));
-  drawSegments(document.getElementById('segments'));
+  drawSegments(document.getElementById('segments'), data.segments);
+  if (data.peak) {
+    drawSegments(document.getElementById('segments-peak'), data.peak.segments);
+    var views = {end: ['segments', 'ops-end'], peak: ['segments-peak', 'ops-peak']};
+    function show(which) {
+      for (var k in views) {
+        views[k].forEach(function (id) { document.getElementById(id).style.display = k === which ? '' : 'none'; });
+        document.getElementById('show-' + k).className = k === which ? 'on' : '';
+      }
+    }
+    document.getElementById('show-end').addEventListener('click', function () { show('end'); });
+    document.getElementById('show-peak').addEventListener('click', function () { show('peak'); });
+  }
   document.body.setAttribute('data-rendered', 'yes');
 })();
 )JS";
@@ -387,7 +471,19 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
                             {"peaks", Json::object({{"allocated", s.stats.allocated_bytes.peak},
                                                     {"reserved", s.stats.reserved_bytes.peak}})},
                             {"series", timeline(s)},
-                            {"segments", segments_json(s)}});
+                            {"segments", segments_json(s.segments)}});
+  std::string peak_label;
+  if (s.peak) {
+    peak_label = "at peak (";
+    if (s.peak->step >= 0) {
+      peak_label += "after " + std::to_string(s.peak->step) + (s.peak->step == 1 ? " step, " : " steps, ");
+    }
+    peak_label += format_bytes(static_cast<double>(s.peak->allocated)) + " allocated)";
+    data.set("peak", Json::object({{"step", s.peak->step},
+                                   {"allocated", s.peak->allocated},
+                                   {"reserved", s.peak->reserved},
+                                   {"segments", segments_json(s.peak->segments)}}));
+  }
   std::string o;
   o +=
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>loom memory: ";
@@ -410,17 +506,33 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
       "<span class=\"sw\" style=\"background:#c00\"></span>out of memory</p>\n"
       "<svg id=\"timeline\" class=\"chart\" width=\"960\" height=\"320\" viewBox=\"0 0 960 320\" "
       "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"allocated and reserved bytes "
-      "over the history's events\"></svg>\n";
-  o += "<h2>Segments</h2>\n"
-       "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
+      "over the history's events or training steps\"></svg>\n";
+  o += "<h2>Segments</h2>\n";
+  if (s.peak) {
+    o += "<p id=\"map-choice\">Show the segments <button id=\"show-end\" class=\"on\">at the end"
+         "</button><button id=\"show-peak\">" + html_escape(peak_label) + "</button></p>\n";
+  }
+  o += "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
        "<span class=\"sw\" style=\"background:#e8e8e8\"></span>free (cached)"
        "<span class=\"sw\" style=\"background:#f58518\"></span>pending (freed, waiting for other "
        "streams)<span class=\"sw\" style=\"background:#fff;border:1px dashed #bbb\"></span>unmapped "
-       "pages of an expandable segment. Bars are to scale with the largest segment; hover a block for its address, size "
-       "and context.</p>\n"
+       "pages of an expandable segment. Bars are to scale with the largest segment; hover a block for its address, size, "
+       "operator and context.</p>\n"
        "<svg id=\"segments\" class=\"chart\" width=\"960\" height=\"40\" viewBox=\"0 0 960 40\" "
        "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"segments and their "
-       "blocks\"></svg>\n";
+       "blocks at the end\"></svg>\n";
+  if (s.peak) {
+    o += "<svg id=\"segments-peak\" class=\"chart\" width=\"960\" height=\"40\" "
+         "viewBox=\"0 0 960 40\" style=\"display:none\" xmlns=\"http://www.w3.org/2000/svg\" "
+         "role=\"img\" aria-label=\"segments and their blocks " + html_escape(peak_label) +
+         "\"></svg>\n";
+  }
+  o += "<h3>Live memory by operator</h3>\n" + ops_table("ops-end", s.segments);
+  if (s.peak) {
+    std::string peak_ops = ops_table("ops-peak", s.peak->segments);
+    peak_ops.insert(peak_ops.find('>'), " style=\"display:none\"");
+    o += peak_ops;
+  }
   o += "<h2>Statistics</h2>\n" + stats_table(s.stats);
   o += "<div id=\"tip\"></div>\n<script type=\"application/json\" id=\"loom-data\">";
   o += script_safe_json(data);

@@ -1,6 +1,8 @@
 // `loom mem viz`: a caching-allocator Snapshot as one self-contained HTML page (inline CSS, JS and
 // SVG; nothing fetched from the network): a timeline of allocated and reserved bytes over the
-// history's events, a map of the segments and their blocks, and the statistics table.
+// history's events (or training steps, when the history has step markers), a map of the segments
+// and their blocks at the end and, when the snapshot has it, at the peak, the operators holding the
+// most live memory, and the statistics table.
 #pragma once
 
 #include <string>

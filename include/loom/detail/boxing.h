@@ -164,11 +164,17 @@ CppSignature cpp_signature() {
 }
 
 // ---- dispatch keys of arguments ----
+// An undefined tensor in a Tensor or Tensor[] argument sets this bit (that of DispatchKey::Undefined,
+// which no tensor's key set holds); the dispatcher's entry tests it once and names the argument
+// (Note [undefined tensors] in loom/tensor.h). A Tensor? holding an undefined tensor is "none".
+constexpr uint64_t kUndefinedTensorBit = uint64_t{1} << static_cast<int>(DispatchKey::Undefined);
+
 inline void collect_keys(DispatchKeySet& ks, const Tensor& t) {
-  if (t.defined()) ks = ks | t.key_set();
+  ks = ks | (LOOM_LIKELY(t.defined()) ? t.impl()->key_set()
+                                      : DispatchKeySet::from_raw(kUndefinedTensorBit));
 }
 inline void collect_keys(DispatchKeySet& ks, const std::optional<Tensor>& t) {
-  if (t && t->defined()) ks = ks | t->key_set();
+  if (t && t->defined()) ks = ks | t->impl()->key_set();
 }
 inline void collect_keys(DispatchKeySet& ks, TensorList l) {
   for (const Tensor& t : l) collect_keys(ks, t);
@@ -184,6 +190,34 @@ inline DispatchKeySet keys_of(const Args&... args) {
   DispatchKeySet ks;
   (collect_keys(ks, args), ...);
   return ks;
+}
+
+// Where the first undefined tensor argument is, for the error message: its position among the
+// arguments and, in a Tensor[], its element (-1 otherwise).
+struct UndefinedArgument {
+  int position = -1;
+  int64_t element = -1;
+};
+inline void find_undefined(UndefinedArgument& r, int position, const Tensor& t) {
+  if (r.position < 0 && !t.defined()) r.position = position;
+}
+inline void find_undefined(UndefinedArgument& r, int position, TensorList l) {
+  for (size_t i = 0; r.position < 0 && i < l.size(); ++i) {
+    if (!l[i].defined()) {
+      r.position = position;
+      r.element = static_cast<int64_t>(i);
+    }
+  }
+}
+template <class T>
+inline void find_undefined(UndefinedArgument&, int, const T&) {}
+
+template <class... Args>
+UndefinedArgument first_undefined(const Args&... args) {
+  UndefinedArgument r;
+  int position = 0;
+  (find_undefined(r, position++, args), ...);
+  return r;
 }
 
 }  // namespace loom::detail

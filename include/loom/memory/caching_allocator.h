@@ -56,10 +56,12 @@
 // implementations are called under that mutex.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -203,7 +205,10 @@ struct BlockInfo {
   bool allocated = false;
   bool pending = false;  // freed, waiting for events on other streams
   StreamId stream = 0;
-  std::string context;   // the operator (or scope) that allocated it; "" when unknown
+  std::string context;   // from the context provider (e.g. the trace event of a replay); "" if none
+  // The operator (or scope) that allocated it, from current_alloc_context() at allocation
+  // (Note [allocation context] in loom/memory/alloc_context.h); "" when unknown.
+  std::string op;
 };
 
 struct SegmentInfo {
@@ -224,20 +229,33 @@ struct SegmentInfo {
 };
 
 struct TraceEvent {
-  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom };
+  // Step: a training step ended here (record_step), so that tools can draw memory over steps.
+  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, Oom, Step };
   Kind kind = Kind::Alloc;
   uint64_t address = 0;
-  size_t size = 0;  // block or segment size (Oom: the request)
+  size_t size = 0;  // block or segment size (Oom: the request; Step: the number of steps ended)
   StreamId stream = 0;
   int64_t time_ns = 0;  // steady clock
   std::string context;
+  std::string op;  // Alloc, Free, Oom: the block's operator (BlockInfo::op)
 };
 LOOM_API const char* trace_event_kind_name(TraceEvent::Kind k);
 
+// The segments at the moment allocated bytes peaked (a replay takes it with
+// ReplayOptions::peak_snapshot): what was live when memory was scarcest.
+struct SnapshotPeak {
+  int64_t step = -1;         // steps ended before the peak (-1: the trace has no step markers)
+  int64_t trace_event = -1;  // the replayed trace event that reached the peak
+  int64_t allocated = 0;     // allocated and reserved bytes then
+  int64_t reserved = 0;
+  std::vector<SegmentInfo> segments;
+};
+
 // Segments, blocks and the history, with the stats and the configuration: what `loom mem viz`
 // draws. JSON format {"format": "loom-memory-snapshot", "version": 1, "device": {...}, "config":
-// "...", "stats": {...}, "segments": [...], "history": [...]}; from_json throws DataError naming the
-// file and what is wrong for a corrupt or truncated snapshot.
+// "...", "stats": {...}, "segments": [...], "history": [...], "peak": {...} (optional)}; blocks and
+// history events carry "op" (optional when read). from_json throws DataError naming the file and
+// what is wrong for a corrupt or truncated snapshot.
 struct LOOM_API Snapshot {
   std::string device;
   size_t capacity = 0;
@@ -245,9 +263,20 @@ struct LOOM_API Snapshot {
   MemoryStats stats;
   std::vector<SegmentInfo> segments;
   std::vector<TraceEvent> history;
+  std::optional<SnapshotPeak> peak;
   Json to_json() const;
   static Snapshot from_json(const Json& j, const std::string& source);
 };
+
+// Live (allocated) bytes of segments grouped by BlockInfo::op, largest first ("" for unknown):
+// which operators hold the memory, for `loom mem snapshot` and `loom mem viz`.
+struct OpUsage {
+  std::string op;
+  int64_t bytes = 0;      // block sizes
+  int64_t requested = 0;  // bytes asked for
+  int64_t blocks = 0;
+};
+LOOM_API std::vector<OpUsage> usage_by_op(const std::vector<SegmentInfo>& segments);
 
 class LOOM_API CachingAllocator {
  public:
@@ -276,14 +305,38 @@ class LOOM_API CachingAllocator {
   const AllocatorConfig& config() const;
   DeviceMemory& device() const;
 
-  // The context string stored with each allocation (e.g. the current operator). Called under the
-  // allocator's lock on every allocate; may be empty (the default).
+  // The context string stored with each allocation (e.g. the trace event of a replay). Called under
+  // the allocator's lock on every allocate; may be empty (the default). Independently, each block
+  // keeps current_alloc_context() as its op (Note [allocation context]).
   void set_context_provider(std::function<std::string()> fn);
+  // Adds a Step event (`steps` steps have ended) to the history; nothing else changes.
+  void record_step(int64_t steps);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Observer seam: a CachingAllocator reports each allocation (delta_bytes > 0), free (< 0) and change
+// of its reserved bytes alone (0) to the observer set here, with its totals afterwards, under its
+// lock. The profiler sets one while a Profile records memory, so this layer needs no profiler. One
+// relaxed load and branch per event while none is set.
+struct AllocatorEvent {
+  const void* ptr = nullptr;
+  int64_t delta_bytes = 0;
+  StreamId stream = 0;
+  int64_t total_allocated = 0;
+  int64_t total_reserved = 0;
+};
+using AllocatorObserver = void (*)(const AllocatorEvent& event);
+// nullptr removes it. Thread-safe.
+LOOM_API void set_allocator_observer(AllocatorObserver observer);
+namespace detail {
+extern LOOM_API std::atomic<AllocatorObserver> g_allocator_observer;
+}  // namespace detail
+inline void notify_allocator_observer(const AllocatorEvent& event) {
+  if (AllocatorObserver o = detail::g_allocator_observer.load(std::memory_order_relaxed)) o(event);
+}
 
 // An Allocator (memory.h) for loom tensors backed by a CachingAllocator over a backed
 // SimulatedDevice or a real device: set_allocator(DeviceType::CPU, &adapter) makes CPU tensors come
