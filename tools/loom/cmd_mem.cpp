@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "loom/error.h"
+#include "loom/parse.h"
 #include "loom/io.h"
 #include "loom/json.h"
 #include "loom/memory/alloc_trace.h"
@@ -32,9 +33,11 @@ using memory::ReplayResult;
 
 // "1073741824", "512M", "80G", "80GiB", "1.5T": binary units.
 size_t parse_bytes(const std::string& cmd, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  std::string unit(end ? end : "");
+  size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  const std::string what = "[loom " + cmd + "] --capacity (a size in bytes such as 1073741824, 512M or 80G)";
+  const double v = parse_double(text.substr(0, digits), what, 1e-300);
+  std::string unit = text.substr(digits);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double scale = 0;
   if (unit.empty() || unit == "B")
@@ -47,7 +50,7 @@ size_t parse_bytes(const std::string& cmd, const std::string& text) {
     scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB")
     scale = 1024.0 * 1024 * 1024 * 1024;
-  LOOM_CHECK(end != text.c_str() && scale > 0 && v > 0 && std::isfinite(v) && v * scale < 1e18,
+  LOOM_CHECK(scale > 0 && v * scale >= 1 && v * scale < 1e18,
              "[loom ", cmd,
              "] --capacity expects a positive size in bytes (e.g. 1073741824, 512M, "
              "80G) but got '",
@@ -57,16 +60,11 @@ size_t parse_bytes(const std::string& cmd, const std::string& text) {
 
 memory::TrainingTraceOptions training_options(const std::string& cmd, const Args& args) {
   memory::TrainingTraceOptions o;
-  const int64_t steps = args.get_int("steps", o.steps);
-  LOOM_CHECK(steps > 0 && steps <= 100000, "[loom ", cmd, "] --steps must be in 1..100000 but got ",
-             steps);
-  o.steps = static_cast<int>(steps);
-  const int64_t seed = args.get_int("seed", 0);
-  LOOM_CHECK(seed >= 0, "[loom ", cmd, "] --seed must be non-negative but got ", seed);
-  o.seed = static_cast<uint64_t>(seed);
-  o.min_batch = args.get_int("min-batch", o.min_batch);
-  o.max_batch = args.get_int("max-batch", o.max_batch);
-  o.hidden = args.get_int("hidden", o.hidden);
+  o.steps = static_cast<int>(args.get_int("steps", o.steps, 1, 100000));
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 0, 0));
+  o.min_batch = args.get_int("min-batch", o.min_batch, 1, 1 << 20);
+  o.max_batch = args.get_int("max-batch", o.max_batch, o.min_batch, 1 << 20);
+  o.hidden = args.get_int("hidden", o.hidden, 1, 1 << 16);
   return o;
 }
 
@@ -149,9 +147,7 @@ int run_record(const std::vector<std::string>& argv_in) {
       LOOM_CHECK(!args.get(o), "[loom mem record] --", o,
                  " is for the built-in workload; with --train pass `loom train` options after --");
     }
-    const int64_t steps = args.get_int("steps", 20);
-    LOOM_CHECK(steps > 0 && steps <= 100000,
-               "[loom mem record] --steps must be in 1..100000 but got ", steps);
+    const int64_t steps = args.get_int("steps", 20, 1, 100000);
     trace = record_train_child(out, steps, train_args);
   } else {
     LOOM_CHECK(train_args.empty(),
