@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "loom/autograd.h"
@@ -169,6 +170,89 @@ uint64_t file_bytes(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
+// --profile: CPU tensors come from a caching allocator (over host memory) so that the trace has
+// allocated / reserved memory tracks and the report can state peak memory. It lives until exit:
+// tensors freed during static destruction must still find it.
+memory::CachingAllocator* profiled_cpu_allocator() {
+  static memory::CachingAllocator* cache = [] {
+    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* dev = new memory::SimulatedDevice(ram, /*backed=*/true);
+    memory::AllocatorConfig ac;
+    ac.history_capacity = 0;
+    auto* c = new memory::CachingAllocator(*dev, ac);
+    set_allocator(DeviceType::CPU, new memory::CachingAllocatorAdapter(*c, kCPU));
+    return c;
+  }();
+  return cache;
+}
+
+// --profile: the window of steps --profile-steps selects (profiler.h), written and summarised when
+// the loop ends. With several ranks each writes its own trace: out.json.gz -> out.rank1.json.gz.
+class ProfileWindow {
+ public:
+  ProfileWindow(const TrainOptions& o, const Parallel& par) : schedule_(profiler::Schedule::parse(o.profile_steps)) {
+    if (o.profile_path.empty()) return;
+    cpu_cache_ = profiled_cpu_allocator();
+    path_ = o.profile_path;
+    if (par.world > 1) {
+      const size_t dot = path_.find(".json");
+      path_.insert(dot == std::string::npos ? path_.size() : dot, ".rank" + std::to_string(par.rank));
+    }
+    profiler::ProfileOptions po;
+    po.schedule = schedule_;
+    prof_ = std::make_unique<profiler::Profile>(po);
+    prof_->start();
+  }
+  // At the start of every step but this process's first: a profiled step spans one whole iteration.
+  void step() {
+    if (prof_ && started_) prof_->step();
+    started_ = true;
+  }
+  // Writes the trace; the summary goes to `say` (the leader's reporter; a no-op on other ranks).
+  void finish(const std::function<void(const std::string&)>& say) {
+    if (!prof_) return;
+    prof_->stop();
+    profiler::write_chrome_trace(prof_->trace(), path_);
+    say("profile (" + schedule_.describe() + "): trace written to " + path_ + "\n" + profiler::summarize(prof_->trace(), 5));
+    if (prof_->trace().empty()) say("profile: the run ended before the recorded steps; try --profile-steps 0,0,5");
+    const memory::MemoryStats ms = cpu_cache_->stats();
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "memory (CPU tensors through the caching allocator): peak allocated %.1f MB, "
+                  "peak reserved %.1f MB, %lld segments, fragmentation now %.2f",
+                  static_cast<double>(ms.allocated_bytes.peak) / 1e6, static_cast<double>(ms.reserved_bytes.peak) / 1e6,
+                  static_cast<long long>(ms.segments.current), ms.fragmentation());
+    say(buf);
+    prof_.reset();
+  }
+
+ private:
+  profiler::Schedule schedule_;
+  std::string path_;
+  memory::CachingAllocator* cpu_cache_ = nullptr;
+  std::unique_ptr<profiler::Profile> prof_;
+  bool started_ = false;
+};
+
+// The lines after the final test accuracy: where the loader's time went, data parallelism.
+std::string final_report(const data::Loader& loader, double seconds, const dist::DistributedDataParallel* ddp,
+                         const Parallel& par) {
+  const data::LoaderMetrics lm = loader.metrics();
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), "data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches "
+                "ready on average; workers spent %.2f s reading, %.2f s decoding",
+                lm.wait_seconds, seconds > 0 ? 100.0 * lm.wait_seconds / seconds : 0.0, lm.max_wait_seconds * 1e3,
+                lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
+  std::string report = buf;
+  if (ddp) {
+    auto st = ddp->stats();
+    std::snprintf(buf, sizeof(buf), "\ndata parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for "
+                  "gradients\nprocess group: ", static_cast<long long>(st.reductions),
+                  static_cast<double>(st.bytes_reduced) / 1e6, st.wait_seconds);
+    report += buf + par.group->describe();
+  }
+  return report;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -202,18 +286,7 @@ TrainResult Trainer::run() {
   const std::string train_dir = data::fashion_mnist_shards(o.data_dir, true, o.train_samples);
   const std::string test_dir = data::fashion_mnist_shards(o.data_dir, false);
   if (o.threads > 0) set_num_threads(o.threads);
-  // --profile: CPU tensors come from a caching allocator (over host memory) so that the trace has
-  // allocated / reserved memory tracks and the report can state peak memory. It lives until exit:
-  // tensors freed during static destruction must still find it.
-  static memory::CachingAllocator* cpu_cache = nullptr;
-  if (!o.profile_path.empty() && cpu_cache == nullptr) {
-    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    auto* dev = new memory::SimulatedDevice(ram, /*backed=*/true);
-    memory::AllocatorConfig ac;
-    ac.history_capacity = 0;
-    cpu_cache = new memory::CachingAllocator(*dev, ac);
-    set_allocator(DeviceType::CPU, new memory::CachingAllocatorAdapter(*cpu_cache, kCPU));
-  }
+  if (!o.profile_path.empty()) profiled_cpu_allocator();  // before the first tensor of the run
   set_thread_name("training");
   Parallel par = init_parallel();
   LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch, " must be a multiple of the number of ranks ",
@@ -317,40 +390,8 @@ TrainResult Trainer::run() {
   }
 
   StopSignals stop_signals;
-  // --profile: a window of steps recorded (profiler.h), written and summarised when the loop ends.
-  std::unique_ptr<profiler::Profile> prof;
-  std::string prof_path = o.profile_path;
-  const profiler::Schedule prof_schedule = profiler::Schedule::parse(o.profile_steps);
-  if (!prof_path.empty()) {
-    profiler::ProfileOptions po;
-    po.schedule = prof_schedule;
-    if (par.world > 1) {  // one trace per rank: out.json.gz -> out.rank1.json.gz
-      const size_t dot = prof_path.find(".json");
-      prof_path.insert(dot == std::string::npos ? prof_path.size() : dot, ".rank" + std::to_string(par.rank));
-    }
-    prof = std::make_unique<profiler::Profile>(po);
-    prof->start();
-  }
-  auto finish_profile = [&] {
-    if (!prof) return;
-    prof->stop();
-    profiler::write_chrome_trace(prof->trace(), prof_path);
-    if (par.leader()) {
-      say("profile (" + prof_schedule.describe() + "): trace written to " + prof_path + "\n" +
-          profiler::summarize(prof->trace(), 5));
-      if (prof->trace().empty()) say("profile: the run ended before the recorded steps; try --profile-steps 0,0,5");
-      if (cpu_cache) {
-        const memory::MemoryStats ms = cpu_cache->stats();
-        char buf[256];
-        std::snprintf(buf, sizeof(buf), "memory (CPU tensors through the caching allocator): peak allocated %.1f MB, "
-                      "peak reserved %.1f MB, %lld segments, fragmentation now %.2f",
-                      static_cast<double>(ms.allocated_bytes.peak) / 1e6, static_cast<double>(ms.reserved_bytes.peak) / 1e6,
-                      static_cast<long long>(ms.segments.current), ms.fragmentation());
-        say(buf);
-      }
-    }
-    prof.reset();
-  };
+  ProfileWindow profile(o, par);
+  auto finish_profile = [&] { profile.finish(say); };
   auto checkpoint = [&](const std::string& why) {
     if (o.checkpoint_dir.empty() || !par.leader()) return;
     const auto c0 = Clock::now();
@@ -384,7 +425,7 @@ TrainResult Trainer::run() {
     bool stop = false;
     while (loop.batch_in_epoch < steps_per_epoch) {
       g_progress.fetch_add(1);
-      if (prof && result.steps_run > 0) prof->step();  // a profiled step spans one whole iteration
+      profile.step();
       inject_fault(o.fault, par, loop.global_step, rep);
       std::optional<data::Batch> batch = loader.next();
       LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ", loop.batch_in_epoch,
@@ -487,20 +528,7 @@ TrainResult Trainer::run() {
   const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "testing");
   result.test_loss = ev.loss;
   result.test_accuracy = ev.accuracy;
-  const data::LoaderMetrics lm = loader.metrics();
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), "data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches "
-                "ready on average; workers spent %.2f s reading, %.2f s decoding",
-                lm.wait_seconds, result.seconds > 0 ? 100.0 * lm.wait_seconds / result.seconds : 0.0,
-                lm.max_wait_seconds * 1e3, lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
-  std::string report = buf;
-  if (ddp) {
-    auto st = ddp->stats();
-    std::snprintf(buf, sizeof(buf), "\ndata parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for "
-                  "gradients\nprocess group: ", static_cast<long long>(st.reductions),
-                  static_cast<double>(st.bytes_reduced) / 1e6, st.wait_seconds);
-    report += buf + par.group->describe();
-  }
+  std::string report = final_report(loader, result.seconds, ddp.get(), par);
   if (!o.save_final.empty()) {
     SavedModelInfo info;
     info.architecture = o.model;
