@@ -332,7 +332,12 @@ TrainResult Trainer::run() {
     const detail::RunShape shape{steps_per_epoch, loader.order().epoch_size(par.world), loader.config_hash()};
     detail::Restored restored = detail::restore_state(o, shape, state);
     for (const auto& note : restored.notes) say(note);
-    if (restored.found) {
+    if (restored.found && restored.loop.epoch >= o.epochs) {
+      loop = restored.loop;
+      say("the run in " + o.checkpoint_dir + " already finished: " + restored.path + " is at the end of epoch " +
+          std::to_string(loop.epoch) + " (step " + std::to_string(loop.global_step) + ") and --epochs is " +
+          std::to_string(o.epochs) + "; nothing left to train (pass a larger --epochs to train on)");
+    } else if (restored.found) {
       loop = restored.loop;
       char buf[512];
       std::snprintf(buf, sizeof(buf), "resumed from %s (epoch %lld, batch %lld, step %lld)", restored.path.c_str(),
@@ -349,9 +354,6 @@ TrainResult Trainer::run() {
   if (loop.epoch >= o.epochs) {
     // A finished run: say so and evaluate what it trained, instead of training nothing.
     result.status = TrainResult::Status::AlreadyFinished;
-    say("the run in " + o.checkpoint_dir + " already finished: it trained " + std::to_string(loop.epoch) +
-        " epoch(s) (step " + std::to_string(loop.global_step) + ") and --epochs is " + std::to_string(o.epochs) +
-        "; nothing left to train (pass a larger --epochs to train on)");
     if (par.leader()) {
       EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "evaluating");
       result.test_loss = ev.loss;

@@ -124,7 +124,7 @@ TEST_F(ResumeValidation, AFinishedRunSaysSoAndEvaluates) {
   EXPECT_EQ(r.status, train::TrainResult::Status::AlreadyFinished);
   EXPECT_EQ(r.exit_code(), 0);
   EXPECT_EQ(r.steps_run, 0);
-  EXPECT_CONTAINS(rep.all_messages(), "already finished: it trained 2 epoch(s) (step 16) and --epochs is 2");
+  EXPECT_CONTAINS(rep.all_messages(), "already finished: " + o.checkpoint_dir + "/step-000000016 is at the end of epoch 2 (step 16) and --epochs is 2");
   EXPECT_TRUE(std::isfinite(r.test_accuracy));
   // More epochs continue the same run.
   o.epochs = 3;
