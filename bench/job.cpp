@@ -118,7 +118,7 @@ JobResult run_job(const std::vector<JobProcess>& processes, const JobOptions& op
     if (::pipe2(p, O_CLOEXEC) != 0) {
       const int e = errno;
       for (int fd : fds) ::close(fd);
-      throw DistError(detail::str_cat("[bench] pipe: ", std::strerror(e)));
+      LOOM_THROW(DistError, "[bench] pipe: ", std::strerror(e));
     }
     fds.push_back(p[0]);
     fds.push_back(p[1]);
@@ -166,7 +166,7 @@ JobResult run_job(const std::vector<JobProcess>& processes, const JobOptions& op
       for (int fd : fds) ::close(fd);  // the children read EOF instead of the go, and exit
       if (pgid > 0) end_group(pgid, 5, options.grace_s);
       for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      throw DistError(detail::str_cat("[bench] fork: ", std::strerror(e)));
+      LOOM_THROW(DistError, "[bench] fork: ", std::strerror(e));
     }
     if (pgid == 0) pgid = pid;
     ::setpgid(pid, pgid);  // here too, so the group exists whichever side runs first

@@ -1,4 +1,4 @@
-// Symbol visibility for libloom. Everything is hidden by default (-fvisibility=hidden); the public API
+// Symbol visibility for libloom (base layer). Everything is hidden by default (-fvisibility=hidden); the public API
 // is exported with LOOM_API. Keep this header tiny: every other header includes it.
 #pragma once
 

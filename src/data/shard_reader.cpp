@@ -19,7 +19,7 @@
 #include <new>
 
 #include "data/shard_internal.h"
-#include "io/json_parse.h"
+#include "base/json_parse.h"
 #include "loom/data/shard.h"
 #include "loom/error.h"
 

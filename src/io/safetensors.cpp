@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "io/file_util.h"
-#include "io/json_parse.h"
+#include "base/json_parse.h"
 #include "loom/error.h"
 #include "loom/io.h"
 #include "loom/json.h"

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli.h"
+#include "loom/build_info.h"
 #include "loom/config.h"
 #include "loom/cuda.h"
 #include "loom/dispatch.h"
@@ -50,14 +51,32 @@ void print_settings() {
   }
 }
 
+std::string build_line() {
+  std::string s;
+  for (const BuildPart& p : build_parts()) {
+    s += "\n  " + p.name + ": " + (p.built ? "yes (" + p.detail + ")" : "no (" + p.detail + ")");
+  }
+  return s;
+}
+
 int run_info(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "settings-markdown"}, {});
+  Args args(argv, {"help", "settings-markdown", "cuda-check"}, {});
   if (args.flag("help")) {
     std::printf(
         "usage: loom info [--settings-markdown]\n"
         "  CPU, threads (loom's pool and OpenBLAS's, as they are), the matrix-product kernel and every\n"
         "  LOOM_* setting with its value and where it came from.\n"
-        "  --settings-markdown  only the settings, as the markdown table of README.md\n");
+        "  --settings-markdown  only the settings, as the markdown table of README.md\n"
+        "  --cuda-check         run a small kernel on the current CUDA device and check its output\n");
+    return 0;
+  }
+  if (args.flag("cuda-check")) {
+    const std::string problem = cuda::self_check();
+    if (!problem.empty()) {
+      std::fprintf(stderr, "%s\n", problem.c_str());
+      return 1;
+    }
+    std::printf("cuda self-check: the kernel ran on device and wrote the expected values\n");
     return 0;
   }
   if (args.flag("settings-markdown")) {
@@ -67,6 +86,7 @@ int run_info(const std::vector<std::string>& argv) {
   std::printf("loom 0.1.0\n");
   std::printf("CPU: %s\n", cpu_line().c_str());
   std::printf("CUDA backend: %s\n", cuda_line().c_str());
+  std::printf("build parts:%s\n", build_line().c_str());
   // The pool first: creating it is what sets OpenBLAS to one thread, so what follows is what
   // every matrix product of this process sees.
   const int threads = get_num_threads();

@@ -6,7 +6,7 @@
 #include <limits>
 #include <unordered_set>
 
-#include "io/json_parse.h"
+#include "base/json_parse.h"
 #include "loom/error.h"
 
 namespace loom::io::detail {

@@ -1,4 +1,4 @@
-// Internal to the io layer: the JSON parser without the throwing wrapper, so that callers such as
+// Internal to the base layer: the JSON parser without the throwing wrapper, so that callers such as
 // the safetensors reader can report errors with their own prefix and file offsets.
 #pragma once
 
