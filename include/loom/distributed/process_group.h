@@ -2,8 +2,10 @@
 //
 // A ProcessGroup connects `size` ranks through a store (each group keys its records under its own
 // prefix), with shared-memory links to peers on the same host and TCP links to the others. Collective
-// algorithms (src/distributed/algorithms/) only see the links, never the transport. GPU tensors will go
-// through NCCL behind this same API.
+// algorithms (src/distributed/algorithms/) only see the links, never the transport. The group is a
+// façade: it checks, numbers and records every call, then hands it to the backend that the tensors'
+// device picks (src/distributed/group/backend.h): CPU tensors the CPU backend; CUDA tensors the NCCL
+// backend, which this build does not have (NotImplementedError, before the call is numbered).
 //
 // Execution: a collective called with async_op = false runs on the caller's thread (after any async
 // work queued before it), so small collectives pay no thread handoff; async_op = true queues it on the

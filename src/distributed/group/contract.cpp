@@ -186,6 +186,7 @@ struct FlightRecorder::Slot {
   std::atomic<int64_t> t_started{0};
   std::atomic<int64_t> t_completed{0};
   std::atomic<const char*> algo{""};
+  std::atomic<const char*> backend{""};
 };
 
 namespace {
@@ -250,15 +251,17 @@ uint64_t FlightRecorder::scheduled(const Fingerprint& fp, int64_t t_us) {
     s.t_started.store(0, std::memory_order_relaxed);
     s.t_completed.store(0, std::memory_order_relaxed);
     s.algo.store("", std::memory_order_relaxed);
+    s.backend.store("", std::memory_order_relaxed);
   });
   return t;
 }
 
-void FlightRecorder::started(uint64_t ticket, int64_t t_us, const char* algo) {
+void FlightRecorder::started(uint64_t ticket, int64_t t_us, const char* algo, const char* backend) {
   write_slot(ticket, false, [&](Slot& s) {
     s.state.store(Started, std::memory_order_relaxed);
     s.t_started.store(t_us, std::memory_order_relaxed);
     s.algo.store(algo ? algo : "", std::memory_order_relaxed);
+    s.backend.store(backend ? backend : "", std::memory_order_relaxed);
   });
 }
 
@@ -309,9 +312,11 @@ std::vector<FlightRecorder::Entry> FlightRecorder::entries() const {
       e.t_started_us = s.t_started.load(std::memory_order_relaxed);
       e.t_completed_us = s.t_completed.load(std::memory_order_relaxed);
       const char* algo = s.algo.load(std::memory_order_relaxed);
+      const char* backend = s.backend.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.seq.load(std::memory_order_relaxed) == v) {
         e.algo = algo;
+        e.backend = backend;
         break;
       }
     }
@@ -348,6 +353,7 @@ std::string FlightRecorder::json(const std::string& group, int rank, int size) c
                            {"reduce_op", e.fp.reduce_op < 0 ? "" : reduce_op_name(static_cast<ReduceOp>(e.fp.reduce_op))},
                            {"state", flight_state_name(e.state)},
                            {"algo", e.algo},
+                           {"backend", e.backend},
                            {"t_scheduled_us", e.t_scheduled_us},
                            {"t_started_us", e.t_started_us},
                            {"t_completed_us", e.t_completed_us}});

@@ -80,6 +80,7 @@ class LOOM_API FlightRecorder {
     int64_t t_started_us = 0;
     int64_t t_completed_us = 0;
     std::string algo;
+    std::string backend;  // the process-group backend that ran it ("cpu"); "" until started
     std::string error;
   };
 
@@ -97,12 +98,12 @@ class LOOM_API FlightRecorder {
   }
   int64_t now_us() const { return wall_us(SteadyClock::now()); }
 
-  // Returns a ticket for the later calls. `algo` must be a string with static storage (a literal):
-  // it is kept as a pointer.
+  // Returns a ticket for the later calls. `algo` and `backend` must be strings with static storage
+  // (literals): they are kept as pointers.
   uint64_t scheduled(const Fingerprint& fp) { return scheduled(fp, now_us()); }
   uint64_t scheduled(const Fingerprint& fp, int64_t t_us);
   void started(uint64_t ticket, const char* algo = "") { started(ticket, now_us(), algo); }
-  void started(uint64_t ticket, int64_t t_us, const char* algo = "");
+  void started(uint64_t ticket, int64_t t_us, const char* algo = "", const char* backend = "");
   void completed(uint64_t ticket) { completed(ticket, now_us()); }
   void completed(uint64_t ticket, int64_t t_us);
   void failed(uint64_t ticket, const std::string& error);

@@ -2,7 +2,6 @@
 // and failure handling. The collectives themselves are in collectives.cpp.
 #include "distributed/group/process_group_impl.h"
 
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -93,7 +92,7 @@ ProcessGroup::Impl::~Impl() {
   }
   q_cv.notify_all();
   if (worker.joinable()) worker.join();
-  if (comm) comm->close_all();
+  each_backend([](Backend& b) { b.close(); });
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store, int rank, int size,
@@ -108,27 +107,23 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
   impl->store->set_timeout(options.timeout);
   impl->detail = options.debug_detail >= 0 ? options.debug_detail == 1 : env_flag_detail() == 1;
-  std::string algo = options.algo;
-  if (algo.empty()) {
-    algo = settings::kAlgo.get();
-  }
-  impl->algo = parse_algo(algo);
-  TransportOptions to = transport_options_from_env();
-  if (!options.transport.empty()) to.transport = options.transport;
-  if (options.tcp_channels > 0) to.tcp_channels = options.tcp_channels;
-  to.deadline = Clock::now() + options.timeout;
-  int local_ranks = 1;
-  auto links = connect_links(*impl->store, rank, size, to, &impl->transport_desc, &local_ranks);
-  impl->comm = std::make_unique<Comm>(rank, size, std::move(links));
-  // Oversubscribed when the host's ranks outnumber the cores this process may run on.
-  cpu_set_t cpus;
-  int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  impl->comm->set_oversubscribed(local_ranks > cores);
-  if (local_ranks > cores) {
-    impl->transport_desc += " (" + std::to_string(local_ranks) + " ranks on " + std::to_string(cores) +
-                            " cores: waits yield)";
-  }
-  impl->comm->set_failure_probe(&probe_root_cause, impl.get());
+  BackendContext& ctx = impl->backend_context;
+  ctx.store = impl->store;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.group = impl->name;
+  ctx.options = options;
+  ctx.failure_probe = &probe_root_cause;
+  ctx.failure_probe_arg = impl.get();
+  // The CPU backend connects the ranks now (a collective over all of them): it carries CPU tensors
+  // and the group's own control messages (contract fingerprints) whatever the tensors' device.
+  const BackendFactory make_cpu = backend_factory(DeviceType::CPU);
+  LOOM_INTERNAL_ASSERT(make_cpu != nullptr, "no CPU backend registered");
+  auto cpu = make_cpu(ctx);
+  impl->cpu = cpu.get();
+  impl->cpu_summary = cpu->describe();
+  impl->owned[static_cast<int>(DeviceType::CPU)] = std::move(cpu);
+  impl->backends[static_cast<int>(DeviceType::CPU)].store(impl->cpu, std::memory_order_release);
   if (impl->detail && rank == 0) {
     std::fprintf(stderr,
                  "[dist] group '%s': contract checks are on (%s): every collective first exchanges "
@@ -140,6 +135,39 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   }
   stop_signals::add_group(impl.get());
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+// Note [Backend per device type]
+// The façade (this file and collectives.cpp) owns what every backend shares: argument checks,
+// sequence numbers, call order, the contract check, the flight recorder, the profiler's event and
+// failure handling. A backend (backend.h) only moves data. Each call picks one by its tensors'
+// device type: backends[type] is one atomic load on the way in, so the CPU path pays a load and a
+// virtual call, nothing more. Backends other than the CPU one are made at the first call that
+// needs them, from the factory registered for the type (a stub that throws NotImplementedError for
+// CUDA in this build): the call then fails before it takes a sequence number, so the ranks' counts
+// stay in step. A made backend lives as long as the group; abort() and failures reach all of them.
+Backend& ProcessGroup::Impl::make_backend(const char* op, const Tensor& t, const char* what) {
+  const DeviceType type = t.device().type();
+  std::lock_guard<std::mutex> g(backends_mu);
+  const int i = static_cast<int>(type);
+  if (Backend* b = backends[i].load(std::memory_order_acquire)) return *b;
+  const BackendFactory factory = backend_factory(type);
+  LOOM_CHECK_AS(NotImplementedError, factory != nullptr, "[dist] ", op, ": ", what, " is on ",
+                t.device().str(), "; no process-group backend takes ", device_type_name(type), " tensors");
+  std::unique_ptr<Backend> made;
+  try {
+    made = factory(backend_context);
+  } catch (const NotImplementedError& e) {
+    // Name the call and the tensor that asked for it ("[dist] allreduce: tensor is on cuda:0; ...").
+    std::string why = e.what();
+    if (why.rfind("[dist] ", 0) == 0) why.erase(0, 7);
+    LOOM_THROW(NotImplementedError, "[dist] ", op, ": ", what, " is on ", t.device().str(), "; ", why);
+  }
+  LOOM_INTERNAL_ASSERT(made != nullptr && made->supports(type), "the backend made for ",
+                       device_type_name(type), " tensors does not take them");
+  owned[i] = std::move(made);
+  backends[i].store(owned[i].get(), std::memory_order_release);
+  return *owned[i];
 }
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -154,24 +182,16 @@ uint64_t ProcessGroup::sequence_number() const {
   return impl_->next_seq;
 }
 
+// "group 'world' rank 0/2 (backend cpu): shm x1; last allreduce: ..." and, for every other backend
+// made so far, "; backend nccl: ...".
 std::string ProcessGroup::describe() const {
   std::lock_guard<std::mutex> g(impl_->exec_mu);
   std::string s = "group '" + impl_->name + "' rank " + std::to_string(impl_->rank) + "/" +
-                  std::to_string(impl_->size) + ": " + impl_->transport_desc;
-  const Comm* c = impl_->comm.get();
-  if (c->doorbell_sleeps() > 0) {
-    s += detail::str_cat("; waits slept ", c->doorbell_sleeps(), " times on the doorbell (",
-                         c->doorbell_timeouts(), " unwoken)");
-  }
-  if (c->bytes_helped() > 0) {
-    s += detail::str_cat("; copied ", c->bytes_helped(), " bytes into peers' receives while waiting");
-  }
-  if (impl_->last_algo != Algo::Auto) {
-    std::string why;
-    choose_allreduce(impl_->last_algo_bytes, impl_->size, impl_->algo, &why);
-    s += "; last allreduce: " + std::string(algo_name(impl_->last_algo)) + " for " +
-         std::to_string(impl_->last_algo_bytes) + " bytes (" + why + ")";
-  }
+                  std::to_string(impl_->size) + " (backend " + impl_->cpu->name() +
+                  "): " + impl_->cpu->describe();
+  impl_->each_backend([&](Backend& b) {
+    if (&b != impl_->cpu) s += std::string("; backend ") + b.name() + ": " + b.describe();
+  });
   return s;
 }
 
@@ -182,14 +202,14 @@ void ProcessGroup::abort(const std::string& reason) {
 }
 
 bool ProcessGroup::Impl::abort_with(const std::string& reason) {
-  comm->request_abort(reason);
+  each_backend([&](Backend& b) { b.request_abort(reason); });
   // Close the links now unless a collective is running: that one sees the flag, fails and closes.
   bool idle = false;
   if (exec_mu.try_lock()) {
     idle = true;
     broken = true;
     if (broken_reason.empty()) broken_reason = reason.empty() ? "abort() was called" : reason;
-    comm->close_all();
+    each_backend([](Backend& b) { b.close(); });
     exec_mu.unlock();
   }
   std::lock_guard<std::mutex> g(q_mu);
@@ -220,7 +240,7 @@ void ProcessGroup::Impl::worker_loop() {
     }
     try {
       std::lock_guard<std::mutex> g(exec_mu);
-      execute(w->fp, w->p2p, w->ticket, Clock::now(), BodyRef(w->body));
+      execute(w->fp, *w->backend, w->p2p, w->ticket, Clock::now(), BodyRef(w->body));
       w->finish(nullptr);
     } catch (...) {
       w->finish(std::current_exception());
@@ -230,15 +250,16 @@ void ProcessGroup::Impl::worker_loop() {
   }
 }
 
-ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, bool p2p, bool async) {
-  if (comm->closed()) {
+ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, Backend& backend, bool p2p,
+                                                        bool async) {
+  if (backend.closed()) {
     std::lock_guard<std::mutex> g(exec_mu);
-    throw DistError(detail::str_cat("[dist] ", dist::describe(fp), " in group '", name, "': ",
-                                    broken ? "the group failed earlier: " + broken_reason
-                                           : comm->abort_reason()));
+    LOOM_THROW(DistError, "[dist] ", dist::describe(fp), " in group '", name, "': ",
+               broken ? "the group failed earlier: " + broken_reason : backend.abort_reason());
   }
   Submission s;
   s.fp = fp;
+  s.backend = &backend;
   s.p2p = p2p;
   std::unique_lock<std::mutex> sl(submit_mu);
   s.fp.seq = p2p ? p2p_seq++ : next_seq++;
@@ -256,7 +277,7 @@ ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, 
 }
 
 std::shared_ptr<Work> ProcessGroup::Impl::enqueue(Submission& s, CollectiveBody body, bool async) {
-  auto w = std::make_shared<WorkImpl>(s.fp, s.p2p, s.ticket, std::move(body));
+  auto w = std::make_shared<WorkImpl>(s.fp, s.p2p, s.ticket, s.backend, std::move(body));
   {
     std::lock_guard<std::mutex> g(q_mu);
     queue.push_back(w);
@@ -269,7 +290,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::enqueue(Submission& s, CollectiveBody 
   return w;
 }
 
-void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticket,
+void ProcessGroup::Impl::execute(const Fingerprint& fp, Backend& backend, bool p2p, uint64_t ticket,
                                  Clock::time_point start, BodyRef body) {
   struct Ctx {
     const Fingerprint* fp;
@@ -281,11 +302,11 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
   };
   if (broken) {
     flight.failed(ticket, "group already failed");
-    throw DistError(detail::str_cat("[dist] ", what_of(&ctx), ": the group failed earlier: ", broken_reason));
+    LOOM_THROW(DistError, "[dist] ", what_of(&ctx), ": the group failed earlier: ", broken_reason);
   }
-  comm->reset();
-  comm->set_context(+what_of, &ctx, start + opts.timeout);
-  flight.started(ticket, flight.wall_us(start));
+  const Clock::time_point deadline = start + opts.timeout;
+  backend.begin_call(+what_of, &ctx, deadline);
+  flight.started(ticket, flight.wall_us(start), "", backend.name());
   // The profiler's collective event: times the transfer on the thread that runs it (async ones too).
   std::optional<RecordFunctionGuard> profiler_scope;
   if (LOOM_UNLIKELY(record_function_active())) {
@@ -297,19 +318,17 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
   bool contract_error = false;
   try {
     if (detail && !p2p && size > 1) {
+      // Fingerprints travel over the CPU backend whatever the call's backend (host memory).
+      if (&backend != cpu) cpu->begin_call(+what_of, &ctx, deadline);
       std::vector<Fingerprint> all(static_cast<size_t>(size));
       auto exchange = [&] {
         all[static_cast<size_t>(rank)] = fp;
-        allgather_ring(*comm, all.data(), std::vector<size_t>(static_cast<size_t>(size), sizeof(Fingerprint)));
-        comm->wait_all();
-        comm->reset();
+        cpu->allgather_records(all.data(), sizeof(Fingerprint));
       };
       exchange();
       std::string msg = contract_mismatch(name, all);
-      if (!msg.empty()) {
-        contract_error = true;
-        throw DistError(msg);
-      }
+      contract_error = !msg.empty();
+      LOOM_CHECK_AS(DistError, msg.empty(), msg);
       // Every rank repeats the exchange of collectives 1..kDetailSample once, to time what the
       // check costs (Note on note_detail_cost).
       if (fp.seq >= 1 && fp.seq <= static_cast<uint64_t>(kDetailSample)) {
@@ -318,8 +337,8 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
         note_detail_cost(Clock::now() - t0);
       }
     }
-    body(*comm);
-    comm->wait_all();
+    body(backend);
+    backend.end_call();
     flight.completed(ticket, flight.now_us());
   } catch (const Error& e) {
     flight.failed(ticket, e.what());
@@ -333,7 +352,7 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, bool p2p, uint64_t ticke
     }
     if (path.empty()) throw;
     std::string msg = std::string(e.what()) + " [flight record: " + path + "]";
-    if (dynamic_cast<const DistError*>(&e) || dynamic_cast<const TimeoutError*>(&e)) throw DistError(msg);
+    LOOM_CHECK_AS(DistError, !dynamic_cast<const DistError*>(&e) && !dynamic_cast<const TimeoutError*>(&e), msg);
     throw;
   }
 }
@@ -350,7 +369,7 @@ void ProcessGroup::Impl::note_detail_cost(Clock::duration d) {
                "[dist] group '%s': the contract check costs about %.1f us per collective (%d ranks, "
                "%s; the fastest of %d timed repeats)\n",
                name.c_str(), std::chrono::duration<double, std::micro>(detail_fastest).count(), size,
-               transport_desc.c_str(), kDetailSample);
+               cpu_summary.c_str(), kDetailSample);
 }
 
 void ProcessGroup::Impl::fail(const std::string& why) {
@@ -369,7 +388,7 @@ void ProcessGroup::Impl::fail(const std::string& why) {
     done->set_value();
   }).detach();
   fut.wait_for(std::chrono::milliseconds(300));
-  comm->close_all();
+  each_backend([](Backend& b) { b.close(); });
 }
 
 std::string ProcessGroup::Impl::dump_flight(const std::string& dir) const {

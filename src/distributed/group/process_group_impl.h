@@ -11,16 +11,14 @@
 #include <thread>
 #include <type_traits>
 
-#include "distributed/algorithms/algorithms.h"
-#include "distributed/transport/comm.h"
+#include "distributed/group/backend.h"
 #include "distributed/group/contract.h"
-#include "distributed/transport/transport.h"
 #include "loom/distributed/process_group.h"
 
 namespace loom::dist {
 
-// A collective's body: what it does on the Comm once its turn has come.
-using CollectiveBody = std::function<void(Comm&)>;
+// A collective's body: what it asks of its backend once its turn has come.
+using CollectiveBody = std::function<void(Backend&)>;
 
 // A non-owning reference to a body, so that a collective run on the caller's thread is called where
 // it stands instead of being moved into a std::function (a heap allocation per call).
@@ -28,19 +26,19 @@ class BodyRef {
  public:
   template <class F>
     requires(!std::is_same_v<std::remove_cvref_t<F>, BodyRef>)
-  BodyRef(F& f) : obj_(&f), call_([](void* o, Comm& c) { (*static_cast<F*>(o))(c); }) {}  // NOLINT
-  void operator()(Comm& c) const { call_(obj_, c); }
+  BodyRef(F& f) : obj_(&f), call_([](void* o, Backend& b) { (*static_cast<F*>(o))(b); }) {}  // NOLINT
+  void operator()(Backend& b) const { call_(obj_, b); }
 
  private:
   void* obj_;
-  void (*call_)(void*, Comm&);
+  void (*call_)(void*, Backend&);
 };
 
 // Work run by the group's worker (async, or queued behind async work): owns its body until then.
 class WorkImpl final : public Work {
  public:
-  WorkImpl(const Fingerprint& fp, bool p2p, uint64_t ticket, CollectiveBody body)
-      : fp(fp), p2p(p2p), ticket(ticket), body(std::move(body)) {}
+  WorkImpl(const Fingerprint& fp, bool p2p, uint64_t ticket, Backend* backend, CollectiveBody body)
+      : fp(fp), p2p(p2p), ticket(ticket), backend(backend), body(std::move(body)) {}
   bool wait(Duration timeout = Duration::max()) override;
   bool is_completed() const override;
   std::exception_ptr exception() const override;
@@ -50,6 +48,7 @@ class WorkImpl final : public Work {
   const Fingerprint fp;
   const bool p2p;
   const uint64_t ticket;  // flight recorder
+  Backend* const backend;
   CollectiveBody body;
 
  private:
@@ -83,6 +82,7 @@ struct ProcessGroup::Impl {
   // A collective on its way in: sequence number and flight ticket assigned, and where it runs.
   struct Submission {
     Fingerprint fp;
+    Backend* backend = nullptr;
     bool p2p = false;
     uint64_t ticket = 0;
     Clock::time_point when;             // scheduled; also the start of a run on the caller's thread
@@ -93,21 +93,36 @@ struct ProcessGroup::Impl {
   // Assigns the sequence number, records the collective, and runs it inline or on the worker. The
   // body is copied into an owning std::function only when it is queued.
   template <class F>
-  std::shared_ptr<Work> submit(const Fingerprint& fp, bool p2p, F&& body, bool async) {
-    Submission s = begin(fp, p2p, async);
+  std::shared_ptr<Work> submit(const Fingerprint& fp, Backend& backend, bool p2p, F&& body, bool async) {
+    Submission s = begin(fp, backend, p2p, async);
     if (s.here) {
-      execute(s.fp, s.p2p, s.ticket, s.when, BodyRef(body));
+      execute(s.fp, backend, s.p2p, s.ticket, s.when, BodyRef(body));
       return std::make_shared<DoneWork>(s.fp.seq);
     }
     return enqueue(s, CollectiveBody(std::forward<F>(body)), async);
   }
-  Submission begin(const Fingerprint& fp, bool p2p, bool async);
+  Submission begin(const Fingerprint& fp, Backend& backend, bool p2p, bool async);
   std::shared_ptr<Work> enqueue(Submission& s, CollectiveBody body, bool async);
-  void execute(const Fingerprint& fp, bool p2p, uint64_t ticket, Clock::time_point start,
-               BodyRef body);
+  void execute(const Fingerprint& fp, Backend& backend, bool p2p, uint64_t ticket,
+               Clock::time_point start, BodyRef body);
+  // The backend for tensors on t's device type (Note [Backend per device type]): made at the first
+  // call that needs it. `op` and `what` name the call and the tensor in errors.
+  Backend& backend_for(const char* op, const Tensor& t, const char* what) {
+    const int type = static_cast<int>(t.device().type());
+    if (Backend* b = backends[type].load(std::memory_order_acquire)) return *b;
+    return make_backend(op, t, what);
+  }
+  Backend& make_backend(const char* op, const Tensor& t, const char* what);
+  // Calls f(backend) for every backend made so far.
+  template <class F>
+  void each_backend(F&& f) const {
+    for (const auto& b : backends) {
+      if (Backend* p = b.load(std::memory_order_acquire)) f(*p);
+    }
+  }
   void worker_loop();
   void fail(const std::string& why);
-  // Aborts the group with `reason` (Comm::request_abort); closes the links at once and returns true
+  // Aborts the group with `reason` (Backend::request_abort); closes the links at once and returns true
   // when no collective is running (one that is fails by itself). Thread-safe.
   bool abort_with(const std::string& reason);
   void note_detail_cost(Clock::duration d);
@@ -124,9 +139,12 @@ struct ProcessGroup::Impl {
   std::string name;
   uint64_t name_hash;  // hash_string(name), for fingerprints
   ProcessGroupOptions opts;
-  std::unique_ptr<Comm> comm;
-  std::string transport_desc;
-  Algo algo = Algo::Auto;
+  BackendContext backend_context;      // what later backends are made from
+  Backend* cpu = nullptr;              // the CPU backend, made with the group; also the control plane
+  std::string cpu_summary;             // its description when made ("shm x1"), for notices
+  std::atomic<Backend*> backends[kNumDeviceTypes] = {};  // by DeviceType; null until made
+  std::mutex backends_mu;                                // making a backend
+  std::unique_ptr<Backend> owned[kNumDeviceTypes];       // written under backends_mu, once each
   bool detail = false;
   FlightRecorder flight;
 
@@ -135,19 +153,12 @@ struct ProcessGroup::Impl {
   uint64_t p2p_seq = 0;
   std::map<std::string, int> subgroup_counts;
 
-  mutable std::mutex exec_mu;  // the one thread using comm; guards the fields below
+  mutable std::mutex exec_mu;  // the one thread using the backends; guards the fields below
   bool broken = false;
   std::string broken_reason;
   static constexpr int kDetailSample = 10;  // collectives timed for the detail-mode cost notice
   int detail_sampled = 0;
   Clock::duration detail_fastest{};
-  // The last allreduce's algorithm and size; described in words only by describe().
-  Algo last_algo = Algo::Auto;
-  size_t last_algo_bytes = 0;
-  void note_allreduce(Algo a, size_t bytes) {
-    last_algo = a;
-    last_algo_bytes = bytes;
-  }
 
   std::mutex q_mu;
   std::condition_variable q_cv;
