@@ -29,11 +29,17 @@
 #include "cli.h"
 #include "collectives.h"
 #include "job.h"
+#include "loom/config.h"
 #include "loom/error.h"
 #include "report.h"
 
 namespace loom::bench {
 namespace {
+
+const config::StringSetting kTestFault("LOOM_BENCH_TEST_FAULT", "",
+                                       "test hook of `loom bench collectives`: ranks that misbehave on "
+                                       "purpose, CONFIG:RANK:BYTES:hang|stuck|exit|abort (Note [sweep "
+                                       "test hook] in bench/collective_sweep.h)");
 
 using coll::Op;
 
@@ -527,6 +533,7 @@ int run_collectives(const std::vector<std::string>& argv) {
   LOOM_CHECK(args.positionals().empty(), "[bench collectives] unexpected argument '",
              args.positionals()[0], "' (see --help)");
   coll::SweepOptions o;
+  o.test_fault = kTestFault.get();
   o.np = static_cast<int>(args.get_int("np", 2, 2, 64));
   std::string op = args.get_or("op", "allreduce");
   LOOM_CHECK(coll::parse_op(op, &o.op), "[bench collectives] --op must be allreduce, allgather, ",

@@ -37,7 +37,7 @@ std::string entry_text(const Json& e) {
 
 std::string analyze_flight_records(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
-  if (!d) throw DataError("[dist-debug] cannot open directory '" + dir + "'");
+  LOOM_CHECK_AS(DataError, d, "[dist-debug] cannot open directory '" + dir + "'");
   std::vector<std::string> files;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
@@ -45,7 +45,7 @@ std::string analyze_flight_records(const std::string& dir) {
   }
   ::closedir(d);
   std::sort(files.begin(), files.end());
-  if (files.empty()) throw DataError("[dist-debug] no flight-*.json files in '" + dir + "'");
+  LOOM_CHECK_AS(DataError, !files.empty(), "[dist-debug] no flight-*.json files in '" + dir + "'");
 
   std::map<std::string, std::vector<RankRecord>> groups;
   for (const std::string& path : files) {
@@ -69,7 +69,7 @@ std::string analyze_flight_records(const std::string& dir) {
       if (op == "send" || op == "recv") continue;
       rec.by_seq[j.at("seq").as_int()] = j;
     }
-    if (rec.rank < 0) throw DataError("[dist-debug] " + path + " has no header line");
+    LOOM_CHECK_AS(DataError, rec.rank >= 0, "[dist-debug] " + path + " has no header line");
     groups[group].push_back(std::move(rec));
   }
 

@@ -282,14 +282,16 @@ Environment worker_environment(const LaunchOptions& o, const Worker& w, int port
   // pools at full width in every worker would oversubscribe the machine).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::string per_worker = std::to_string(std::max(1u, cores / static_cast<unsigned>(o.nproc)));
-  for (const char* k : {"LOOM_NUM_THREADS", "OMP_NUM_THREADS"}) {
-    if (!std::getenv(k)) env.strings.push_back(std::string(k) + "=" + per_worker);
-  }
+  // LOOM_NUM_THREADS through the config registry: a bad value stops the launch naming it, and one
+  // set through the API reaches the workers too. OMP_NUM_THREADS is OpenMP's.
+  const std::string threads = config::get("LOOM_NUM_THREADS");
+  env.strings.push_back("LOOM_NUM_THREADS=" + (threads.empty() ? per_worker : threads));
+  if (!std::getenv("OMP_NUM_THREADS")) env.strings.push_back("OMP_NUM_THREADS=" + per_worker);
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     std::string_view key = kv.substr(0, kv.find('='));
-    bool overridden =
-        std::any_of(ours.begin(), ours.end(), [&](auto& p) { return p.first == key; });
+    bool overridden = key == "LOOM_NUM_THREADS" ||
+                      std::any_of(ours.begin(), ours.end(), [&](auto& p) { return p.first == key; });
     if (!overridden) env.strings.emplace_back(kv);
   }
   for (const auto& [k, v] : ours) env.strings.push_back(k + "=" + v);

@@ -77,7 +77,7 @@ void throw_wait_timeout(const char* op, const std::vector<std::string>& keys,
   std::string msg = std::string("[store] ") + op + "(" + quote_keys(keys) + ") timed out after " +
                     format_seconds(timeout) + " (" + where + ")";
   if (keys.size() > 1 && !missing.empty()) msg += "; missing keys: " + quote_keys(missing);
-  throw TimeoutError(msg);
+  LOOM_THROW(TimeoutError, msg);
 }
 
 }  // namespace detail

@@ -189,7 +189,7 @@ struct TCPStore::Impl {
         sent = true;
         proto::Frame reply = recv_frame(deadline);
         if (reply.op == Op::Error) {
-          throw ValueError(reply.fields.empty() ? "[store] " + what + " failed on the server"
+          LOOM_THROW(ValueError, reply.fields.empty() ? "[store] " + what + " failed on the server"
                                                 : reply.fields[0]);
         }
         if (reply.op == Op::Timeout) {

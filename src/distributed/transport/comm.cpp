@@ -91,12 +91,12 @@ void Comm::fail(int peer, const std::string& why) {
     std::string cause = probe_(probe_arg_);
     if (!cause.empty()) msg += " (" + cause + ")";
   }
-  throw DistError(msg);
+  LOOM_THROW(DistError, msg);
 }
 
 void Comm::fail_aborted(int peer) {
-  throw DistError(detail::str_cat("[dist] ", context(), ": rank ", rank_, ": ", abort_reason(),
-                                  " (while waiting for rank ", peer, ")"));
+  LOOM_THROW(DistError, "[dist] ", context(), ": rank ", rank_, ": ", abort_reason(),
+                                  " (while waiting for rank ", peer, ")");
 }
 
 std::string Comm::abort_reason() const {

@@ -51,9 +51,7 @@ Record decode(const std::string& s, int rank) {
   Record r;
   std::string line;
   auto next = [&]() -> std::string {
-    if (!std::getline(is, line)) {
-      throw DistError(detail::str_cat("[dist] transport record of rank ", rank, " is malformed"));
-    }
+    LOOM_CHECK_AS(DistError, static_cast<bool>(std::getline(is, line)), "[dist] transport record of rank ", rank, " is malformed");
     return line;
   };
   r.host = next();
@@ -121,13 +119,13 @@ void io_exact(int fd, void* buf, size_t n, bool writing, Clock::time_point deadl
   while (done < n) {
     pollfd p{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
     int pr = ::poll(&p, 1, ms_left(deadline));
-    if (pr == 0) throw TimeoutError(detail::str_cat("[dist] ", what, ": timed out"));
+    LOOM_CHECK_AS(TimeoutError, pr != 0, "[dist] ", what, ": timed out");
     if (pr < 0 && errno == EINTR) continue;
     ssize_t r = writing ? ::send(fd, static_cast<char*>(buf) + done, n - done, MSG_NOSIGNAL)
                         : ::recv(fd, static_cast<char*>(buf) + done, n - done, 0);
     if (r <= 0) {
       if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      throw DistError(detail::str_cat("[dist] ", what, ": ", r == 0 ? "connection closed" : std::strerror(errno)));
+      LOOM_THROW(DistError, "[dist] ", what, ": ", r == 0 ? "connection closed" : std::strerror(errno));
     }
     done += static_cast<size_t>(r);
   }
@@ -151,7 +149,7 @@ int connect_to(const std::string& addr, int port, int peer, Clock::time_point de
     sa.sin_port = htons(static_cast<uint16_t>(port));
     if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) {
       ::close(fd);
-      throw DistError(detail::str_cat("[dist] rank ", peer, " advertised a bad address '", addr, "'"));
+      LOOM_THROW(DistError, "[dist] rank ", peer, " advertised a bad address '", addr, "'");
     }
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
       tune_socket(fd);
@@ -159,10 +157,8 @@ int connect_to(const std::string& addr, int port, int peer, Clock::time_point de
     }
     int e = errno;
     ::close(fd);
-    if (Clock::now() > deadline) {
-      throw TimeoutError(detail::str_cat("[dist] connecting to rank ", peer, " at ", addr, ":", port,
-                                         " timed out: ", std::strerror(e)));
-    }
+    LOOM_CHECK_AS(TimeoutError, Clock::now() <= deadline, "[dist] connecting to rank ", peer, " at ", addr, ":", port,
+                                         " timed out: ", std::strerror(e));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 100);
   }
@@ -260,10 +256,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     bool same_host = recs[static_cast<size_t>(p)].host == me.host;
-    if (opts.transport == "shm" && !same_host) {
-      throw DistError(detail::str_cat("[dist] LOOM_TRANSPORT=shm but rank ", p, " is on another host (",
-                                      recs[static_cast<size_t>(p)].host, ")"));
-    }
+    LOOM_CHECK_AS(DistError, !(opts.transport == "shm" && !same_host), "[dist] LOOM_TRANSPORT=shm but rank ", p, " is on another host (",
+                                      recs[static_cast<size_t>(p)].host, ")");
     local[static_cast<size_t>(p)] = want_shm && same_host;
     if (same_host && local_ranks) ++*local_ranks;
   }
@@ -314,8 +308,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
           missing += (missing.empty() ? "" : ", ") + std::to_string(p);
         }
       }
-      throw TimeoutError(detail::str_cat("[dist] rank ", rank, " timed out waiting for TCP connections from rank(s) ",
-                                         missing));
+      LOOM_THROW(TimeoutError, "[dist] rank ", rank, " timed out waiting for TCP connections from rank(s) ",
+                                         missing);
     }
     if (pr < 0) continue;
     int fd = ::accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);

@@ -166,7 +166,7 @@ class ShmLink final : public Link {
   }
 
   void post(Request* r) override {
-    if (closed_) throw DistError(detail::str_cat("shared-memory link to rank ", peer_, " is closed"));
+    LOOM_CHECK_AS(DistError, !closed_, "shared-memory link to rank ", peer_, " is closed");
     if (r->kind == Request::Send) {
       sends_.push_back(r);
     } else {
@@ -197,12 +197,8 @@ class ShmLink final : public Link {
 
  private:
   void check_peer() {
-    if (in_->producer_closed.load() || out_->consumer_closed.load()) {
-      throw DistError(detail::str_cat("rank ", peer_, " closed its shared-memory link (it aborted)"));
-    }
-    if (::kill(peer_pid_, 0) != 0 && errno == ESRCH) {
-      throw DistError(detail::str_cat("rank ", peer_, " (pid ", peer_pid_, ") has exited"));
-    }
+    LOOM_CHECK_AS(DistError, !(in_->producer_closed.load() || out_->consumer_closed.load()), "rank ", peer_, " closed its shared-memory link (it aborted)");
+    LOOM_CHECK_AS(DistError, !(::kill(peer_pid_, 0) != 0 && errno == ESRCH), "rank ", peer_, " (pid ", peer_pid_, ") has exited");
   }
 
   // ---- producer side ----
@@ -314,11 +310,9 @@ class ShmLink final : public Link {
   };
 
   void check_size(Request* r, uint64_t total) const {
-    if (total != r->bytes) {
-      throw DistError(detail::str_cat("rank ", peer_, " sent a message of ", total, " bytes but rank ",
+    LOOM_CHECK_AS(DistError, total == r->bytes, "rank ", peer_, " sent a message of ", total, " bytes but rank ",
                                       rank_, " expected ", r->bytes,
-                                      " (the ranks called different collectives or sizes)"));
-    }
+                                      " (the ranks called different collectives or sizes)");
   }
 
   void match_unexpected() {
@@ -412,8 +406,8 @@ class ShmLink final : public Link {
       ssize_t r = ::process_vm_readv(peer_pid_, &local, 1, &remote, 1, 0);
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
-        throw DistError(detail::str_cat("reading ", end - begin, " bytes from rank ", peer_, " (pid ",
-                                        peer_pid_, ") failed: ", r == 0 ? "no data" : std::strerror(errno)));
+        LOOM_THROW(DistError, "reading ", end - begin, " bytes from rank ", peer_, " (pid ",
+                                        peer_pid_, ") failed: ", r == 0 ? "no data" : std::strerror(errno));
       }
       off += static_cast<size_t>(r);
     }
@@ -428,8 +422,8 @@ class ShmLink final : public Link {
       ssize_t r = ::process_vm_writev(peer_pid_, &local, 1, &remote, 1, 0);
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
-        throw DistError(detail::str_cat("writing ", n, " bytes into rank ", peer_, " (pid ", peer_pid_,
-                                        ") failed: ", r == 0 ? "no data" : std::strerror(errno)));
+        LOOM_THROW(DistError, "writing ", n, " bytes into rank ", peer_, " (pid ", peer_pid_,
+                                        ") failed: ", r == 0 ? "no data" : std::strerror(errno));
       }
       off += static_cast<size_t>(r);
     }
@@ -496,23 +490,21 @@ volatile uint64_t g_cma_probe = 0x5eed1e55c0ffee11ull;
 std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, size_t ring_bytes) {
   LOOM_INTERNAL_ASSERT((ring_bytes & (ring_bytes - 1)) == 0 && ring_bytes >= 4096, "ring size");
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) {
-    throw DistError(detail::str_cat("[dist] cannot create shared-memory segment ", name, ": ",
-                                    std::strerror(errno)));
-  }
+  LOOM_CHECK_AS(DistError, fd >= 0, "[dist] cannot create shared-memory segment ", name, ": ",
+                                    std::strerror(errno));
   size_t bytes = segment_bytes(size, ring_bytes);
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     ::close(fd);
     ::shm_unlink(name.c_str());
-    throw DistError(detail::str_cat("[dist] cannot size shared-memory segment ", name, " to ", bytes,
-                                    " bytes: ", std::strerror(e), " (is /dev/shm full?)"));
+    LOOM_THROW(DistError, "[dist] cannot size shared-memory segment ", name, " to ", bytes,
+                                    " bytes: ", std::strerror(e), " (is /dev/shm full?)");
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     ::shm_unlink(name.c_str());
-    throw DistError(detail::str_cat("[dist] cannot map ", name, ": ", std::strerror(errno)));
+    LOOM_THROW(DistError, "[dist] cannot map ", name, ": ", std::strerror(errno));
   }
   auto seg = std::make_shared<ShmSegment>(p, bytes);
   SegHeader* h = seg->header();
@@ -534,28 +526,22 @@ std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, 
 
 std::shared_ptr<ShmSegment> shm_open_inbox(const std::string& name) {
   int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) {
-    throw DistError(detail::str_cat("[dist] cannot open shared-memory segment ", name, ": ",
-                                    std::strerror(errno)));
-  }
+  LOOM_CHECK_AS(DistError, fd >= 0, "[dist] cannot open shared-memory segment ", name, ": ",
+                                    std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(SegHeader)) {
     ::close(fd);
-    throw DistError(detail::str_cat("[dist] shared-memory segment ", name, " is truncated"));
+    LOOM_THROW(DistError, "[dist] shared-memory segment ", name, " is truncated");
   }
   size_t bytes = static_cast<size_t>(st.st_size);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (p == MAP_FAILED) {
-    throw DistError(detail::str_cat("[dist] cannot map ", name, ": ", std::strerror(errno)));
-  }
+  LOOM_CHECK_AS(DistError, p != MAP_FAILED, "[dist] cannot map ", name, ": ", std::strerror(errno));
   auto seg = std::make_shared<ShmSegment>(p, bytes);
   SegHeader* h = seg->header();
-  if (reinterpret_cast<std::atomic<uint32_t>*>(&h->magic)->load(std::memory_order_acquire) != kMagic ||
-      h->version != kVersion || segment_bytes(h->slots, h->ring_bytes) != bytes) {
-    throw DistError(detail::str_cat("[dist] shared-memory segment ", name,
-                                    " has an unexpected layout (another loom version?)"));
-  }
+  LOOM_CHECK_AS(DistError, !(reinterpret_cast<std::atomic<uint32_t>*>(&h->magic)->load(std::memory_order_acquire) != kMagic ||
+      h->version != kVersion || segment_bytes(h->slots, h->ring_bytes) != bytes), "[dist] shared-memory segment ", name,
+                                    " has an unexpected layout (another loom version?)");
   return seg;
 }
 

@@ -72,7 +72,7 @@ class TcpLink final : public Link {
   bool has_pending() const override { return pending_ > 0; }
 
   void post(Request* r) override {
-    if (closed_) throw DistError(detail::str_cat("connection to rank ", peer_, " is closed"));
+    LOOM_CHECK_AS(DistError, !closed_, "connection to rank ", peer_, " is closed");
     size_t n = r->bytes;
     size_t nch = n < kSplitMin ? 1 : channels_.size();
     r->parts = static_cast<uint32_t>(nch);
@@ -131,7 +131,7 @@ class TcpLink final : public Link {
   [[noreturn]] void broken(const Channel& c, const char* what, int err) {
     std::string why = err == 0 ? std::string("the peer closed the connection (it exited or aborted)")
                                : std::string(std::strerror(err));
-    throw DistError(detail::str_cat("tcp channel ", c.index, " to rank ", peer_, ": ", what, ": ", why));
+    LOOM_THROW(DistError, "tcp channel ", c.index, " to rank ", peer_, ": ", what, ": ", why);
   }
 
   bool progress_sends(Channel& c) {
@@ -180,11 +180,9 @@ class TcpLink final : public Link {
   }
 
   void check_size(const Channel&, const Part& p, uint64_t total) const {
-    if (total != p.r->bytes) {
-      throw DistError(detail::str_cat("rank ", peer_, " sent a message of ", total, " bytes but rank ",
+    LOOM_CHECK_AS(DistError, total == p.r->bytes, "rank ", peer_, " sent a message of ", total, " bytes but rank ",
                                       rank_, " expected ", p.r->bytes,
-                                      " (the ranks called different collectives or sizes)"));
-    }
+                                      " (the ranks called different collectives or sizes)");
   }
 
   void match_unexpected(Channel& c) {
