@@ -41,7 +41,7 @@ std::string calls() {
 // Takes Meta tensors and records each call (with its arguments) instead of moving data.
 class RecordingBackend final : public Backend {
  public:
-  const char* name() const override { return "recording"; }
+  RecordingBackend() : Backend("recording") {}
   bool supports(DeviceType t) const override { return t == DeviceType::Meta; }
   std::string describe() const override { return "records calls"; }
   void begin_call(std::string (*)(const void*), const void*, Clock::time_point) override { note("begin"); }

@@ -43,10 +43,12 @@ struct BackendContext {
 
 class LOOM_API Backend {
  public:
+  // `name`: a literal naming the backend ("cpu", "nccl"); flight records and describe() show it.
+  // (A field, not a virtual call: the façade reads it on every call.)
+  explicit Backend(const char* name) : name_(name) {}
   virtual ~Backend();
 
-  // A literal naming the backend ("cpu", "nccl"): flight records and describe() show it.
-  virtual const char* name() const = 0;
+  const char* name() const { return name_; }
   virtual bool supports(DeviceType type) const = 0;
   // What the group's description says about it ("shm x1; last allreduce: ring for ... (why)").
   virtual std::string describe() const = 0;
@@ -88,6 +90,9 @@ class LOOM_API Backend {
   virtual void close() = 0;
   virtual bool closed() const = 0;
   virtual std::string abort_reason() const = 0;
+
+ private:
+  const char* name_;
 };
 
 // Makes a group's backend for one device type. Throws (e.g. NotImplementedError) when the backend

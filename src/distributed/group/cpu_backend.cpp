@@ -153,7 +153,7 @@ bool output_direct(const Tensor& output, DType wdt, ArrayRef<const void*> in_blo
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendContext& ctx)
-      : algo_(parse_algo(ctx.options.algo.empty() ? settings::kAlgo.get() : ctx.options.algo)) {
+      : Backend("cpu"), algo_(parse_algo(ctx.options.algo.empty() ? settings::kAlgo.get() : ctx.options.algo)) {
     TransportOptions to = transport_options_from_env();
     if (!ctx.options.transport.empty()) to.transport = ctx.options.transport;
     if (ctx.options.tcp_channels > 0) to.tcp_channels = ctx.options.tcp_channels;
@@ -173,7 +173,6 @@ class CpuBackend final : public Backend {
   }
   ~CpuBackend() override { comm_->close_all(); }
 
-  const char* name() const override { return "cpu"; }
   bool supports(DeviceType type) const override { return type == DeviceType::CPU; }
 
   std::string describe() const override {
