@@ -16,7 +16,7 @@ const config::IntSetting kChunkBytes("LOOM_DIST_CHUNK_BYTES", 512 << 10, 1, 1 <<
                                      "collectives (the same on every rank; at least 64 are used)");
 const config::IntSetting kSpinUs("LOOM_DIST_SPIN_US", 1000, 0, 10'000'000,
                                  "microseconds a waiting rank spins before it sleeps (Note [Waiting] "
-                                 "in src/distributed/transport/comm.cpp)");
+                                 "in src/distributed/transport/communicator.cpp)");
 const config::IntSetting kYieldUs("LOOM_DIST_YIELD_US", 1000, 0, 10'000'000,
                                   "microseconds a waiting rank yields before it sleeps when the "
                                   "host's ranks outnumber its cores (Note [Waiting])");

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 #include "distributed/transport/local_link.h"
 
 namespace loom::testing {

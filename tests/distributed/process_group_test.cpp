@@ -398,7 +398,7 @@ TEST(ProcessGroup, ContractMismatchesAreNamedOnEveryRank) {
 
 // With no spinning and no yielding, every wait that finds nothing sleeps on the shared-memory
 // doorbell at once, so peers' notifications carry the whole exchange (Note [Doorbells] in
-// src/distributed/transport/comm.h). A lost wake-up would leave a sleep to run to its 10 ms bound: many such, and the
+// src/distributed/transport/communicator.h). A lost wake-up would leave a sleep to run to its 10 ms bound: many such, and the
 // 300 small collectives below would take seconds. Results are checked as well, for every size from
 // inline messages to ones read by address.
 TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 #include "loom/array_ref.h"
 #include "loom/distributed/reduce_op.h"
 #include "loom/dtype.h"

@@ -11,7 +11,7 @@
 #include "distributed/algorithms/algorithms.h"
 #include "distributed/group/backend.h"
 #include "distributed/settings.h"
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 #include "distributed/transport/transport.h"
 #include "loom/autograd.h"
 #include "loom/detail/small_vector.h"

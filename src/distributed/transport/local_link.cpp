@@ -152,7 +152,7 @@ std::vector<std::unique_ptr<Comm>> make_local_comms(int size) {
     }
     comms.push_back(std::make_unique<Comm>(r, size, std::move(links)));
     // As ProcessGroup::create does: more ranks than cores yield instead of spinning (Note [Waiting]
-    // in comm.cpp); spinning rank threads would otherwise take the cores their peers need.
+    // in communicator.cpp); spinning rank threads would otherwise take the cores their peers need.
     comms.back()->set_oversubscribed(size > cores);
   }
   return comms;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 #include "loom/export.h"
 
 namespace loom::dist {

@@ -85,7 +85,7 @@ struct SegHeader {
   int32_t slots;
   int32_t owner_pid;
   uint64_t ring_bytes;
-  Doorbell bell;  // rung by the peers that write into this inbox (Note [Doorbells] in comm.h)
+  Doorbell bell;  // rung by the peers that write into this inbox (Note [Doorbells] in communicator.h)
   char pad[32];
 };
 static_assert(sizeof(SegHeader) == 64);

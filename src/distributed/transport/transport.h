@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 
 namespace loom::dist {
 

@@ -1,5 +1,5 @@
 // Comm: request bookkeeping and the progress loop shared by every transport.
-#include "distributed/transport/comm.h"
+#include "distributed/transport/communicator.h"
 #include "distributed/settings.h"
 
 #include <errno.h>
@@ -130,7 +130,7 @@ bool Comm::help_once() { return each_pending(&Link::help); }
 // would cost several microseconds. It spins for up to LOOM_DIST_SPIN_US (1 ms by default: longer
 // than the waits inside a collective once every rank has joined it, such as a peer's copy of a
 // 16 MiB message), then blocks, so that a long wait (a peer still computing) gives the core back:
-// on the doorbell when every pending link is shared memory (Note [Doorbells] in comm.h), in poll()
+// on the doorbell when every pending link is shared memory (Note [Doorbells] in communicator.h), in poll()
 // on TCP descriptors, else in short sleeps.
 // Blocking sooner costs bandwidth on a virtual machine, even with a prompt wake-up: an idle vCPU is
 // halted and waking it goes through the hypervisor. On the 2-core development VM a 2-rank 8 MiB
