@@ -557,8 +557,10 @@ int run_collectives(const std::vector<std::string>& argv) {
   LoomRankOptions lo;
   lo.algo = args.get_or("algo", "");
   lo.transport = args.get_or("transport", "");
-  // The libraries' own waits end no sooner than the deadline: the driver names the hang first.
-  lo.timeout_s = deadline_s;
+  // The libraries' own waits end no sooner than the deadline: the driver names the hang first. Two
+  // seconds after it, since the driver looks at the clock every 50 ms and may run late on a loaded
+  // machine, while a rank's wait may have begun only milliseconds after the job did.
+  lo.timeout_s = deadline_s + 2;
   if (lo.algo == "auto") lo.algo.clear();
   if (lo.transport == "auto") lo.transport.clear();
   // Algorithm names are loom's to check (a rank reports an unknown one); transports are few.
