@@ -1,4 +1,4 @@
-// Splitting buffers into blocks and pipeline pieces (dist algorithms, internal). Every rank
+// Splitting buffers into blocks and pipeline pieces (distributed algorithms, internal). Every rank
 // computes the same split from the same numbers, so a sender's pieces match its receiver's exactly.
 #pragma once
 

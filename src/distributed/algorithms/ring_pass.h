@@ -1,4 +1,4 @@
-// The ring pass shared by allgather_ring and allreduce_ring (dist algorithms,
+// The ring pass shared by allgather_ring and allreduce_ring (distributed algorithms,
 // internal). See Note [Ring pass] in ring_pass.cpp.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Binary trees for allreduce_tree and allreduce_double_binary_tree (dist algorithms, internal): the tree shapes
+// Binary trees for allreduce_tree and allreduce_double_binary_tree (distributed algorithms, internal): the tree shapes
 // and a pipelined reduce-then-broadcast over one tree. See Note [Tree pipeline] in
 // tree_pipeline.cpp.
 #pragma once
