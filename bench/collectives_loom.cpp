@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "collectives.h"
-#include "loom/dist/process_group.h"
+#include "loom/distributed/process_group.h"
 #include "loom/ops.h"
 
 namespace loom::bench {
@@ -47,12 +47,12 @@ class LoomBackend final : public coll::Backend {
 
   double max_over_ranks(double value) override {
     Tensor t = full({1}, value, TensorOptions(kFloat64));
-    pg_->allreduce(t, dist::ReduceOp::MAX)->wait();
+    pg_->allreduce(t, dist::ReduceOp::Max)->wait();
     return t.data_ptr<double>()[0];
   }
 
   // describe() names the allreduce algorithm it last chose ("...; last allreduce: ring (why)"); the
-  // other collectives have one algorithm each (src/dist/collectives.cpp).
+  // other collectives have one algorithm each (src/distributed/group/collectives.cpp).
   std::string algorithm() override {
     switch (op_) {
       case Op::kAllreduce: {

@@ -29,11 +29,17 @@
 #include "cli.h"
 #include "collectives.h"
 #include "job.h"
+#include "loom/config.h"
 #include "loom/error.h"
 #include "report.h"
 
 namespace loom::bench {
 namespace {
+
+const config::StringSetting kTestFault("LOOM_BENCH_TEST_FAULT", "",
+                                       "test hook of `loom bench collectives`: ranks that misbehave on "
+                                       "purpose, CONFIG:RANK:BYTES:hang|stuck|exit|abort (Note [sweep "
+                                       "test hook] in bench/collective_sweep.h)");
 
 using coll::Op;
 
@@ -527,6 +533,7 @@ int run_collectives(const std::vector<std::string>& argv) {
   LOOM_CHECK(args.positionals().empty(), "[bench collectives] unexpected argument '",
              args.positionals()[0], "' (see --help)");
   coll::SweepOptions o;
+  o.test_fault = kTestFault.get();
   o.np = static_cast<int>(args.get_int("np", 2, 2, 64));
   std::string op = args.get_or("op", "allreduce");
   LOOM_CHECK(coll::parse_op(op, &o.op), "[bench collectives] --op must be allreduce, allgather, ",
@@ -550,8 +557,10 @@ int run_collectives(const std::vector<std::string>& argv) {
   LoomRankOptions lo;
   lo.algo = args.get_or("algo", "");
   lo.transport = args.get_or("transport", "");
-  // The libraries' own waits end no sooner than the deadline: the driver names the hang first.
-  lo.timeout_s = deadline_s;
+  // The libraries' own waits end no sooner than the deadline: the driver names the hang first. Two
+  // seconds after it, since the driver looks at the clock every 50 ms and may run late on a loaded
+  // machine, while a rank's wait may have begun only milliseconds after the job did.
+  lo.timeout_s = deadline_s + 2;
   if (lo.algo == "auto") lo.algo.clear();
   if (lo.transport == "auto") lo.transport.clear();
   // Algorithm names are loom's to check (a rank reports an unknown one); transports are few.

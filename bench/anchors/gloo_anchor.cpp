@@ -275,6 +275,7 @@ void usage() {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc), rest;
   coll::SweepOptions o;
+  if (const char* fault = std::getenv("LOOM_BENCH_TEST_FAULT")) o.test_fault = fault;
   std::string err = coll::parse_sweep_args(args, &o, &rest);
   std::string only, store_dir;
   int rank = -1;

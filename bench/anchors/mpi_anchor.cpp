@@ -117,6 +117,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc), rest;
   coll::SweepOptions o;
   o.np = size;
+  if (const char* fault = std::getenv("LOOM_BENCH_TEST_FAULT")) o.test_fault = fault;
   std::string err = coll::parse_sweep_args(args, &o, &rest);
   if (err.empty() && !rest.empty()) err = "unknown argument '" + rest[0] + "'";
   if (err.empty() && o.np != size) {

@@ -23,8 +23,8 @@
 #include "loom/config.h"
 #include "loom/data/pack.h"
 #include "loom/datasets.h"
-#include "loom/dist/ddp.h"
-#include "loom/dist/process_group.h"
+#include "loom/distributed/ddp.h"
+#include "loom/distributed/process_group.h"
 #include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
 #include "loom/ops.h"
@@ -123,7 +123,7 @@ struct Parallel {
   bool any(bool flag) const {
     if (!group) return flag;
     Tensor t = full({1}, Scalar(int64_t{flag ? 1 : 0}), TensorOptions(kInt64));
-    group->allreduce(t, dist::ReduceOp::MAX);
+    group->allreduce(t, dist::ReduceOp::Max);
     return t.data_ptr<int64_t>()[0] != 0;
   }
 };

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli.h"
-#include "dist/contract.h"
+#include "distributed/group/contract.h"
 
 namespace loom::cli {
 namespace {

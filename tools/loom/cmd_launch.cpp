@@ -1,6 +1,6 @@
 // `loom launch`: starts the workers of one node with torchrun's environment (RANK, WORLD_SIZE,
 // LOCAL_RANK, ...), prefixes their output with the rank, forwards signals, stops the group when a
-// worker fails and optionally restarts it. The logic lives in src/dist/launch.cpp.
+// worker fails and optionally restarts it. The logic lives in src/distributed/launch/launch.cpp.
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "cli.h"
 #include "loom/error.h"
 // Internal header of the dist layer (loom_cli has no src/ include path; launch() is exported).
-#include "dist/launch.h"
+#include "distributed/launch/launch.h"
 
 namespace loom::cli {
 namespace {

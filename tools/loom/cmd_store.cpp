@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "cli.h"
-#include "loom/dist/store.h"
+#include "loom/distributed/store.h"
 #include "loom/error.h"
 #include "loom/parse.h"
 

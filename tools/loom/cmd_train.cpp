@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "cli.h"
-#include "dist/launch.h"
+#include "distributed/launch/launch.h"
 #include "loom/config.h"
 #include "loom/error.h"
 #include "loom/parse.h"
