@@ -161,12 +161,10 @@ Tensor activation_backward(const Tensor& grad_output, const Tensor& x, const cha
   cfg.outputs = {Tensor()};
   cfg.inputs = {grad_output, x};
   TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_FLOAT_TYPES(dt, Op::name, [&] {
-      it.for_each(
-          [&op](char** d, const int64_t* s, int64_t n) { map2_strided<scalar_t>(op, d, s, n); });
-    });
-  }
+  LOOM_DISPATCH_FLOAT_TYPES(dt, Op::name, [&] {
+    it.for_each(
+        [&op](char** d, const int64_t* s, int64_t n) { map2_strided<scalar_t>(op, d, s, n); });
+  });
   it.finish();
   return it.output(0);
 }
@@ -197,6 +195,38 @@ Tensor gelu_backward_kernel(const Tensor& grad_output, const Tensor& self,
   return activation_backward<GeluErfBackwardOp>(grad_output, self, "self");
 }
 
+
+// Shape function of every activation backward: grad_output and the saved tensor share a shape and
+// one floating dtype, which the result has.
+TensorMeta activation_backward_shape(const char* op, TensorMetaRef grad_output, TensorMetaRef x,
+                                     const char* x_name) {
+  LOOM_CHECK(grad_output.sizes == x.sizes, "[", op, "] expected grad_output of shape ", x.sizes,
+             " (the shape of ", x_name, ") but got ", grad_output.sizes);
+  LOOM_CHECK_TYPE(is_floating(x.dtype) && grad_output.dtype == x.dtype, "[", op,
+                  "] expected grad_output and ", x_name, " of one floating dtype but got ",
+                  grad_output.dtype, " and ", x.dtype);
+  return TensorMeta(x.sizes, x.dtype);
+}
+Tensor threshold_backward_meta(const Tensor& grad_output, const Tensor& self, const Scalar&) {
+  return meta_output(activation_backward_shape("threshold_backward", grad_output, self, "self"));
+}
+Tensor sigmoid_backward_meta(const Tensor& grad_output, const Tensor& output) {
+  return meta_output(activation_backward_shape("sigmoid_backward", grad_output, output, "output"));
+}
+Tensor tanh_backward_meta(const Tensor& grad_output, const Tensor& output) {
+  return meta_output(activation_backward_shape("tanh_backward", grad_output, output, "output"));
+}
+Tensor silu_backward_meta(const Tensor& grad_output, const Tensor& self) {
+  return meta_output(activation_backward_shape("silu_backward", grad_output, self, "self"));
+}
+Tensor gelu_backward_meta(const Tensor& grad_output, const Tensor& self,
+                          std::string_view approximate) {
+  LOOM_CHECK(approximate == "none" || approximate == "tanh",
+             "[gelu_backward] approximate argument must be either 'none' or 'tanh' but got '",
+             approximate, "'");
+  return meta_output(activation_backward_shape("gelu_backward", grad_output, self, "self"));
+}
+
 }  // namespace
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
@@ -205,13 +235,16 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("tanh_backward(Tensor grad_output, Tensor output) -> Tensor");
   m.def("silu_backward(Tensor grad_output, Tensor self) -> Tensor");
   m.def("gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("threshold_backward", k, threshold_backward_kernel);
-    m.impl("sigmoid_backward", k, sigmoid_backward_kernel);
-    m.impl("tanh_backward", k, tanh_backward_kernel);
-    m.impl("silu_backward", k, silu_backward_kernel);
-    m.impl("gelu_backward", k, gelu_backward_kernel);
-  }
+  m.impl("threshold_backward", DispatchKey::CPU, threshold_backward_kernel);
+  m.impl("threshold_backward", DispatchKey::Meta, threshold_backward_meta);
+  m.impl("sigmoid_backward", DispatchKey::CPU, sigmoid_backward_kernel);
+  m.impl("sigmoid_backward", DispatchKey::Meta, sigmoid_backward_meta);
+  m.impl("tanh_backward", DispatchKey::CPU, tanh_backward_kernel);
+  m.impl("tanh_backward", DispatchKey::Meta, tanh_backward_meta);
+  m.impl("silu_backward", DispatchKey::CPU, silu_backward_kernel);
+  m.impl("silu_backward", DispatchKey::Meta, silu_backward_meta);
+  m.impl("gelu_backward", DispatchKey::CPU, gelu_backward_kernel);
+  m.impl("gelu_backward", DispatchKey::Meta, gelu_backward_meta);
 }
 
 using ActivationBackwardSig = Tensor(const Tensor&, const Tensor&);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "op_call.h"
+#include "shapes.h"
 
 namespace loom {
 namespace {
@@ -66,8 +67,10 @@ Tensor ones_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<D
   return t;
 }
 
-Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
-                     std::optional<DType> dtype, std::optional<Device> device) {
+}  // namespace
+
+TensorMeta arange_shape(const Scalar& start, const Scalar& end, const Scalar& step,
+                        std::optional<DType> dtype, std::optional<Device> device) {
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   LOOM_CHECK(st != 0, "[arange] step must be nonzero");
   LOOM_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start and end must be finite but got ",
@@ -84,8 +87,17 @@ Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
                       : static_cast<int64_t>(std::ceil((e - s) / st));
   if (n < 0) n = 0;
   check_sizes("arange", {n}, dt);
-  Tensor t = empty_tensor({n}, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
+  return TensorMeta({n}, dt);
+}
+
+namespace {
+
+void arange_loop(const Tensor& t, const Scalar& start, const Scalar& end, const Scalar& step,
+                 std::optional<DType> dtype, std::optional<Device> device) {
+  const double s = start.to_double(), st = step.to_double();
+  const bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  const DType dt = t.dtype();
+  const int64_t n = t.numel();
   LOOM_DISPATCH_ALL_TYPES(dt, "arange", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
     if (all_int) {
@@ -95,16 +107,24 @@ Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
       for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + static_cast<double>(i) * st);
     }
   });
-  return t;
 }
 
-Tensor linspace_kernel(const Scalar& start, const Scalar& end, int64_t steps,
-                       std::optional<DType> dtype, std::optional<Device> device) {
+}  // namespace
+
+TensorMeta linspace_shape(const Scalar& start, const Scalar& end, int64_t steps,
+                          std::optional<DType> dtype, std::optional<Device> device) {
   LOOM_CHECK(steps >= 0, "[linspace] number of steps must be non-negative but got ", steps);
   DType dt = dtype_or_default(dtype);
   check_sizes("linspace", {steps}, dt);
-  Tensor t = empty_tensor({steps}, dt, device_or_cpu(device));
-  if (t.is_meta() || steps == 0) return t;
+  return TensorMeta({steps}, dt);
+}
+
+namespace {
+
+void linspace_loop(const Tensor& t, const Scalar& start, const Scalar& end, int64_t steps,
+                   std::optional<DType> dtype, std::optional<Device> device) {
+  if (steps == 0) return;
+  const DType dt = t.dtype();
   double a = start.to_double(), b = end.to_double();
   double step = steps > 1 ? (b - a) / static_cast<double>(steps - 1) : 0.0;
   LOOM_DISPATCH_ALL_TYPES(dt, "linspace", [&] {
@@ -118,34 +138,50 @@ Tensor linspace_kernel(const Scalar& start, const Scalar& end, int64_t steps,
       p[i] = convert<scalar_t>(v);
     }
   });
-  return t;
 }
 
-Tensor eye_kernel(int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
-                  std::optional<Device> device) {
+}  // namespace
+
+TensorMeta eye_shape(int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
+                     std::optional<Device> device) {
   int64_t cols = m.value_or(n);
   LOOM_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative but got n=", n, " m=", cols);
   check_sizes("eye", {n, cols}, dtype_or_default(dtype));
-  Tensor t = zeros_kernel({n, cols}, dtype, device);
-  if (t.is_meta()) return t;
+  return TensorMeta({n, cols}, dtype_or_default(dtype));
+}
+
+namespace {
+
+void eye_loop(const Tensor& t, int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
+              std::optional<Device> device) {
+  const int64_t cols = m.value_or(n);
+  fill_(t, 0);
   LOOM_DISPATCH_ALL_TYPES(t.dtype(), "eye", [&] {
     scalar_t* p = t.data_ptr<scalar_t>();
     for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = convert<scalar_t>(1);
   });
-  return t;
 }
 
 Generator gen_or_default(const std::optional<Generator>& g) {
   return g ? *g : default_generator();
 }
 
-Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::optional<DType> dtype,
-                   std::optional<Device> device) {
+}  // namespace
+
+// The random factories' shape functions neither read nor advance the generator (the loops do).
+TensorMeta rand_shape(IntArrayRef size, const std::optional<Generator>& gen,
+                      std::optional<DType> dtype, std::optional<Device> device) {
   DType dt = dtype_or_default(dtype);
   check_sizes("rand", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[rand] expected a floating dtype but got ", dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
+  return TensorMeta(size, dt);
+}
+
+namespace {
+
+void rand_loop(const Tensor& t, IntArrayRef size, const std::optional<Generator>& gen,
+               std::optional<DType> dtype, std::optional<Device> device) {
+  const DType dt = t.dtype();
   const int64_t n = t.numel();
   const bool wide = dt == kFloat64;
   GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * (wide ? 2 : 1));
@@ -161,16 +197,23 @@ Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::o
       }
     }
   });
-  return t;
 }
 
-Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
-                    std::optional<DType> dtype, std::optional<Device> device) {
+}  // namespace
+
+TensorMeta randn_shape(IntArrayRef size, const std::optional<Generator>& gen,
+                       std::optional<DType> dtype, std::optional<Device> device) {
   DType dt = dtype_or_default(dtype);
   check_sizes("randn", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[randn] expected a floating dtype but got ", dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
+  return TensorMeta(size, dt);
+}
+
+namespace {
+
+void randn_loop(const Tensor& t, IntArrayRef size, const std::optional<Generator>& gen,
+                std::optional<DType> dtype, std::optional<Device> device) {
+  const DType dt = t.dtype();
   const int64_t n = t.numel();
   // Box-Muller: element pair (2k, 2k+1) uses draws 4k..4k+3 (one Philox block, 2x32 bits each).
   const int64_t pairs = (n + 1) / 2;
@@ -187,17 +230,25 @@ Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
       if (2 * k + 1 < n) p[2 * k + 1] = convert<scalar_t>(r * std::sin(theta));
     }
   });
-  return t;
 }
 
-Tensor randint_kernel(int64_t low, int64_t high, IntArrayRef size,
-                      const std::optional<Generator>& gen, std::optional<DType> dtype,
-                      std::optional<Device> device) {
+}  // namespace
+
+TensorMeta randint_shape(int64_t low, int64_t high, IntArrayRef size,
+                         const std::optional<Generator>& gen, std::optional<DType> dtype,
+                         std::optional<Device> device) {
   LOOM_CHECK(high > low, "[randint] expected low < high but got low=", low, " high=", high);
   DType dt = dtype.value_or(kInt64);
   check_sizes("randint", size, dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
+  return TensorMeta(size, dt);
+}
+
+namespace {
+
+void randint_loop(const Tensor& t, int64_t low, int64_t high, IntArrayRef size,
+                  const std::optional<Generator>& gen, std::optional<DType> dtype,
+                  std::optional<Device> device) {
+  const DType dt = t.dtype();
   const int64_t n = t.numel();
   const uint64_t range = static_cast<uint64_t>(high - low);
   GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * 2);
@@ -210,7 +261,6 @@ Tensor randint_kernel(int64_t low, int64_t high, IntArrayRef size,
       p[i] = convert<scalar_t>(low + static_cast<int64_t>(((hi << 32) | lo) % range));
     }
   });
-  return t;
 }
 
 Tensor scalar_tensor_kernel(const Scalar& value, std::optional<DType> dtype,
@@ -241,14 +291,12 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.impl("ones", DispatchKey::CompositeExplicit, ones_kernel);
   m.impl("full", DispatchKey::CompositeExplicit, full_kernel);
   m.impl("scalar_tensor", DispatchKey::CompositeExplicit, scalar_tensor_kernel);
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("arange", k, arange_kernel);
-    m.impl("linspace", k, linspace_kernel);
-    m.impl("eye", k, eye_kernel);
-    m.impl("rand", k, rand_kernel);
-    m.impl("randn", k, randn_kernel);
-    m.impl("randint", k, randint_kernel);
-  }
+  Structured<&arange_shape, &arange_loop>::register_kernels(m, "arange");
+  Structured<&linspace_shape, &linspace_loop>::register_kernels(m, "linspace");
+  Structured<&eye_shape, &eye_loop>::register_kernels(m, "eye");
+  Structured<&rand_shape, &rand_loop>::register_kernels(m, "rand");
+  Structured<&randn_shape, &randn_loop>::register_kernels(m, "randn");
+  Structured<&randint_shape, &randint_loop>::register_kernels(m, "randint");
 }
 
 using FactorySig = Tensor(IntArrayRef, std::optional<DType>, std::optional<Device>);

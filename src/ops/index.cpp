@@ -12,21 +12,22 @@
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
+#include "shapes.h"
 #include "tensor_iterator.h"
 
 namespace loom {
 namespace {
 
 // PyTorch takes int64 indices everywhere, and int32 for index_select and embedding.
-void check_index_dtype(const char* op, const char* arg, const Tensor& index, bool allow_int32) {
-  const DType dt = index.dtype();
+void check_index_dtype(const char* op, const char* arg, TensorMetaRef index, bool allow_int32) {
+  const DType dt = index.dtype;
   LOOM_CHECK_TYPE(dt == kInt64 || (allow_int32 && dt == kInt32), "[", op, "] expected ", arg,
                   " to have dtype int64", allow_int32 ? " or int32" : "", " but got ", dt);
 }
 
-void check_same_device(const char* op, const Tensor& self, const Tensor& other, const char* arg) {
-  LOOM_CHECK(self.device() == other.device(), "[", op, "] expected ", arg, " on ", self.device(),
-             " (like self) but it is on ", other.device());
+void check_same_device(const char* op, TensorMetaRef self, TensorMetaRef other, const char* arg) {
+  LOOM_CHECK(self.device == other.device, "[", op, "] expected ", arg, " on ", self.device,
+             " (like self) but it is on ", other.device);
 }
 
 // The values of a CPU index tensor as int64 in row-major order; no copy for contiguous int64.
@@ -87,8 +88,8 @@ void dispatch_by_size(size_t element_size, const F& f) {
 }
 
 // Sizes and strides with a 0-dim tensor seen as shape [1] (gather and scatter treat it so).
-DimVector nonempty_sizes(const Tensor& t) {
-  return t.dim() == 0 ? DimVector{1} : DimVector(t.sizes());
+DimVector nonempty_sizes(TensorMetaRef t) {
+  return t.dim() == 0 ? DimVector{1} : DimVector(t.sizes);
 }
 DimVector nonempty_strides(const Tensor& t) {
   return t.dim() == 0 ? DimVector{1} : DimVector(t.strides());
@@ -138,7 +139,9 @@ void for_each_row(IntArrayRef shape, int64_t dim, const std::array<IntArrayRef, 
 
 // ---- index_select and embedding ----
 
-Tensor index_select_impl(const char* op, const Tensor& self, int64_t dim, const Tensor& index) {
+// The result's sizes: self's with dim's replaced by the number of indices.
+DimVector index_select_sizes(const char* op, TensorMetaRef self, int64_t dim,
+                             TensorMetaRef index) {
   const int64_t nd = self.dim();
   const int64_t d = wrap_dim(dim, std::max<int64_t>(nd, 1), op);
   const int64_t n = index.numel();
@@ -147,14 +150,22 @@ Tensor index_select_impl(const char* op, const Tensor& self, int64_t dim, const 
                    "] selecting from a 0-dim tensor takes exactly one "
                    "index but got ",
                    n);
-  DimVector out_shape(self.sizes());
+  DimVector out_shape(self.sizes);
   if (nd > 0) out_shape[static_cast<size_t>(d)] = n;
-  Tensor out = empty_tensor(out_shape, self.dtype(), self.device());
-  if (out.is_meta()) return out;
+  return out_shape;
+}
+
+// Fills out (index_select's result for these arguments, contiguous); the indices are data, so
+// their range is checked here.
+void index_select_fill(const char* op, const Tensor& out, const Tensor& self, int64_t dim,
+                       const Tensor& index) {
+  const int64_t nd = self.dim();
+  const int64_t d = wrap_dim(dim, std::max<int64_t>(nd, 1), op);
+  const int64_t n = index.numel();
   const int64_t dim_size = nd > 0 ? self.size(d) : 1;
   IndexValues idx(index);
   idx.check_range(op, d, dim_size);
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0) return;
 
   Tensor src = contiguous(self);
   int64_t outer = 1, inner = 1;
@@ -185,56 +196,73 @@ Tensor index_select_impl(const char* op, const Tensor& self, int64_t dim, const 
       }
     });
   }
-  return out;
 }
 
-Tensor index_select_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
-  check_defined(self, "index_select", "self");
-  check_defined(index, "index_select", "index");
+}  // namespace
+
+TensorMeta index_select_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   check_index_dtype("index_select", "index", index, true);
   LOOM_CHECK_INDEX(index.dim() <= 1,
                    "[index_select] index is supposed to be a vector (0-D or "
                    "1-D) but got shape ",
-                   index.sizes());
-  return index_select_impl("index_select", self, dim, index);
+                   index.sizes);
+  return TensorMeta(index_select_sizes("index_select", self, dim, index), self.dtype);
 }
 
-Tensor embedding_kernel(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
-  check_defined(weight, "embedding", "weight");
-  check_defined(indices, "embedding", "indices");
+TensorMeta embedding_shape(TensorMetaRef weight, TensorMetaRef indices, int64_t padding_idx) {
   LOOM_CHECK(weight.dim() == 2,
              "[embedding] weight must be 2-D (num_embeddings, embedding_dim) "
              "but got shape ",
-             weight.sizes());
+             weight.sizes);
   check_index_dtype("embedding", "indices", indices, true);
+  check_same_device("embedding", weight, indices, "index");
   // padding_idx only changes the backward pass (that row gets no gradient).
-  Tensor rows = index_select_impl("embedding", weight, 0, reshape(indices, {-1}));
-  DimVector shape(indices.sizes());
+  DimVector shape(indices.sizes);
   shape.push_back(weight.size(1));
-  return reshape(rows, shape);
+  return TensorMeta(shape, weight.dtype);
+}
+
+namespace {
+
+void index_select_loop(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index) {
+  index_select_fill("index_select", out, self, dim, index);
+}
+
+void embedding_loop(const Tensor& out, const Tensor& weight, const Tensor& indices, int64_t) {
+  // The rows of weight that the flattened indices name, into out seen as [n, embedding_dim].
+  index_select_fill("embedding", out.view({indices.numel(), weight.size(1)}), weight, 0,
+                    reshape(indices, {-1}));
 }
 
 // Row r of the result is the sum of the grad_output rows whose index is r (none for padding_idx).
 // The indices are bucketed by row first (a counting sort), so each task owns whole result rows and
 // adds its rows' contributions in index order, whatever the thread count.
-Tensor embedding_dense_backward_kernel(const Tensor& grad_output, const Tensor& indices,
-                                       int64_t num_weights, int64_t padding_idx) {
+}  // namespace
+
+TensorMeta embedding_dense_backward_shape(TensorMetaRef grad_output, TensorMetaRef indices,
+                                          int64_t num_weights, int64_t padding_idx) {
   constexpr const char* op = "embedding_dense_backward";
-  check_defined(grad_output, op, "grad_output");
-  check_defined(indices, op, "indices");
   check_index_dtype(op, "indices", indices, true);
   check_same_device(op, grad_output, indices, "indices");
   LOOM_CHECK(num_weights >= 0, "[", op, "] num_weights must be non-negative but got ", num_weights);
   const auto nd = static_cast<size_t>(indices.dim());
   LOOM_CHECK(
-      grad_output.sizes().size() == nd + 1 && grad_output.sizes().slice(0, nd) == indices.sizes(),
-      "[", op, "] expected grad_output of shape ", indices.sizes(),
-      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes());
-  const DType dt = grad_output.dtype();
+      grad_output.sizes.size() == nd + 1 && grad_output.sizes.slice(0, nd) == indices.sizes,
+      "[", op, "] expected grad_output of shape ", indices.sizes,
+      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes);
+  const DType dt = grad_output.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[", op, "] expected a floating grad_output but got ", dt);
+  return TensorMeta({num_weights, grad_output.size(-1)}, dt);
+}
+
+namespace {
+
+void embedding_dense_backward_loop(const Tensor& out, const Tensor& grad_output,
+                                   const Tensor& indices, int64_t num_weights,
+                                   int64_t padding_idx) {
+  constexpr const char* op = "embedding_dense_backward";
+  const DType dt = grad_output.dtype();
   const int64_t dim = grad_output.size(-1);
-  Tensor out = empty_tensor({num_weights, dim}, dt, grad_output.device());
-  if (out.is_meta()) return out;
   IndexValues idx(indices);
   idx.check_range(op, 0, num_weights);
   const int64_t n = idx.size();
@@ -270,20 +298,19 @@ Tensor embedding_dense_backward_kernel(const Tensor& grad_output, const Tensor& 
       }
     });
   });
-  return out;
 }
 
 // ---- gather and scatter ----
 
-void check_same_rank(const char* op, const Tensor& self, const Tensor& other, const char* arg) {
+void check_same_rank(const char* op, TensorMetaRef self, TensorMetaRef other, const char* arg) {
   LOOM_CHECK(std::max<int64_t>(self.dim(), 1) == std::max<int64_t>(other.dim(), 1), "[", op, "] ",
              arg, " must have the same number of dimensions as self, but got ", arg, " shape ",
-             other.sizes(), " and self shape ", self.sizes());
+             other.sizes, " and self shape ", self.sizes);
 }
 
-Tensor gather_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
-  check_defined(self, "gather", "self");
-  check_defined(index, "gather", "index");
+}  // namespace
+
+TensorMeta gather_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   check_index_dtype("gather", "index", index, false);
   check_same_device("gather", self, index, "index");
   check_same_rank("gather", self, index, "index");
@@ -291,10 +318,17 @@ Tensor gather_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), "gather");
   for (size_t k = 0; k < ss.size(); ++k) {
     LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[gather] index shape ",
-               index.sizes(), " is larger than self shape ", self.sizes(), " in dimension ", k);
+               index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
   }
-  Tensor out = empty_tensor(index.sizes(), self.dtype(), self.device());
-  if (out.is_meta() || out.numel() == 0) return out;
+  return TensorMeta(index.sizes, self.dtype);
+}
+
+namespace {
+
+void gather_loop(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index) {
+  if (out.numel() == 0) return;
+  const DimVector ss = nonempty_sizes(self), is = nonempty_sizes(index);
+  const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), "gather");
   IndexValues idx(index);
   idx.check_range("gather", d, ss[static_cast<size_t>(d)]);
   const DimVector self_st = nonempty_strides(self), out_st = contiguous_strides(is);
@@ -311,39 +345,47 @@ Tensor gather_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
         dst[off[1] + k * od] = src[off[0] + ip[off[1] + k * od] * sd];
     });
   });
-  return out;
 }
 
 enum class ScatterKind { Src, Value, Add };
 
 // Writes into self in place; `src` is used by Src and Add, `value` by Value.
-Tensor scatter_impl(const char* op, ScatterKind kind, const Tensor& self, int64_t dim,
-                    const Tensor& index, const Tensor& src, const Scalar& value) {
-  check_defined(self, op, "self");
-  check_defined(index, op, "index");
+// The shape function of every scatter: the result is self's geometry.
+TensorMeta scatter_check(const char* op, ScatterKind kind, TensorMetaRef self, int64_t dim,
+                         TensorMetaRef index, const OptionalTensorMetaRef& src) {
   check_index_dtype(op, "index", index, false);
   check_same_device(op, self, index, "index");
   check_same_rank(op, self, index, "index");
   const bool has_src = kind != ScatterKind::Value;
   if (has_src) {
-    check_defined(src, op, "src");
-    check_same_device(op, self, src, "src");
-    check_same_rank(op, self, src, "src");
-    LOOM_CHECK_TYPE(src.dtype() == self.dtype(), "[", op,
+    LOOM_CHECK(src.has_value(), "[", op, "] argument 'src' is an undefined tensor");
+    check_same_device(op, self, *src, "src");
+    check_same_rank(op, self, *src, "src");
+    LOOM_CHECK_TYPE(src->dtype == self.dtype, "[", op,
                     "] expected src to have the dtype of "
                     "self (",
-                    self.dtype(), ") but got ", src.dtype());
+                    self.dtype, ") but got ", src->dtype);
   }
   const DimVector ss = nonempty_sizes(self), is = nonempty_sizes(index);
   const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), op);
-  const DimVector rs = has_src ? nonempty_sizes(src) : is;
+  const DimVector rs = has_src ? nonempty_sizes(*src) : is;
   for (size_t k = 0; k < ss.size(); ++k) {
     LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[", op, "] index shape ",
-               index.sizes(), " is larger than self shape ", self.sizes(), " in dimension ", k);
-    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes(),
-               " is larger than src shape ", src.sizes(), " in dimension ", k);
+               index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
+    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes,
+               " is larger than src shape ", rs.ref(), " in dimension ", k);
   }
-  if (self.is_meta() || index.numel() == 0) return self;
+  return TensorMeta(self.sizes, self.dtype);
+}
+
+// Scatters into self in place (its geometry checked by scatter_check); `src` is used by Src and
+// Add, `value` by Value.
+void scatter_fill(const char* op, ScatterKind kind, const Tensor& self, int64_t dim,
+                  const Tensor& index, const Tensor& src, const Scalar& value) {
+  const bool has_src = kind != ScatterKind::Value;
+  const DimVector ss = nonempty_sizes(self), is = nonempty_sizes(index);
+  const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), op);
+  if (index.numel() == 0) return;
   IndexValues idx(index);
   idx.check_range(op, d, ss[static_cast<size_t>(d)]);
 
@@ -384,29 +426,58 @@ Tensor scatter_impl(const char* op, ScatterKind kind, const Tensor& self, int64_
     });
   }
   self.storage()->bump_version();
-  return self;
 }
 
-Tensor scatter_src_kernel(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(self, "scatter", "self");
-  return scatter_impl("scatter", ScatterKind::Src, clone(self), dim, index, src, 0);
+}  // namespace
+
+TensorMeta scatter_src_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                             TensorMetaRef src) {
+  return scatter_check("scatter", ScatterKind::Src, self, dim, index, OptionalTensorMetaRef(src));
 }
-Tensor scatter_value_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                            const Scalar& value) {
-  check_defined(self, "scatter", "self");
-  return scatter_impl("scatter", ScatterKind::Value, clone(self), dim, index, Tensor(), value);
+TensorMeta scatter_value_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                               const Scalar& value) {
+  return scatter_check("scatter", ScatterKind::Value, self, dim, index, std::nullopt);
 }
-Tensor scatter_add_kernel(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(self, "scatter_add", "self");
-  return scatter_impl("scatter_add", ScatterKind::Add, clone(self), dim, index, src, 0);
+TensorMeta scatter_add_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                             TensorMetaRef src) {
+  return scatter_check("scatter_add", ScatterKind::Add, self, dim, index,
+                       OptionalTensorMetaRef(src));
 }
-Tensor scatter_inplace_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                              const Tensor& src) {
-  return scatter_impl("scatter_", ScatterKind::Src, self, dim, index, src, 0);
+
+namespace {
+
+// The functional scatters write into a copy of self.
+void scatter_src_loop(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
+                      const Tensor& src) {
+  out.copy_(self);
+  scatter_fill("scatter", ScatterKind::Src, out, dim, index, src, 0);
 }
-Tensor scatter_add_inplace_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                                  const Tensor& src) {
-  return scatter_impl("scatter_add_", ScatterKind::Add, self, dim, index, src, 0);
+void scatter_value_loop(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
+                        const Scalar& value) {
+  out.copy_(self);
+  scatter_fill("scatter", ScatterKind::Value, out, dim, index, Tensor(), value);
+}
+void scatter_add_loop(const Tensor& out, const Tensor& self, int64_t dim, const Tensor& index,
+                      const Tensor& src) {
+  out.copy_(self);
+  scatter_fill("scatter_add", ScatterKind::Add, out, dim, index, src, 0);
+}
+
+// In place: the Meta kernels check and return self; the CPU kernels check, then fill self.
+template <ScatterKind kKind>
+Tensor scatter_inplace_meta(const Tensor& self, int64_t dim, const Tensor& index,
+                            const Tensor& src) {
+  const char* op = kKind == ScatterKind::Add ? "scatter_add_" : "scatter_";
+  scatter_check(op, kKind, self, dim, index, OptionalTensorMetaRef(TensorMetaRef(src)));
+  return self;
+}
+template <ScatterKind kKind>
+Tensor scatter_inplace_cpu(const Tensor& self, int64_t dim, const Tensor& index,
+                           const Tensor& src) {
+  const char* op = kKind == ScatterKind::Add ? "scatter_add_" : "scatter_";
+  scatter_check(op, kKind, self, dim, index, OptionalTensorMetaRef(TensorMetaRef(src)));
+  scatter_fill(op, kKind, self, dim, index, src, 0);
+  return self;
 }
 
 // ---- masked_fill ----
@@ -415,8 +486,6 @@ Tensor scatter_add_inplace_kernel(const Tensor& self, int64_t dim, const Tensor&
 // and the mask must broadcast to self's shape).
 Tensor masked_fill_impl(const char* op, const Tensor& self, const Tensor& mask, const Scalar& value,
                         bool inplace) {
-  check_defined(self, op, "self");
-  check_defined(mask, op, "mask");
   LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected mask to have dtype bool but got ",
                   mask.dtype());
   TensorIteratorConfig cfg;
@@ -428,15 +497,13 @@ Tensor masked_fill_impl(const char* op, const Tensor& self, const Tensor& mask, 
   cfg.output_dtype = self.dtype();
   cfg.is_inplace = inplace;
   TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-      const scalar_t v = value.to<scalar_t>();
-      it.for_each([v](char** data, const int64_t* strides, int64_t n) {
-        binary_loop<scalar_t, scalar_t, bool>(data, strides, n,
-                                              [v](scalar_t x, bool m) { return m ? v : x; });
-      });
+  LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
+    const scalar_t v = value.to<scalar_t>();
+    it.for_each([v](char** data, const int64_t* strides, int64_t n) {
+      binary_loop<scalar_t, scalar_t, bool>(data, strides, n,
+                                            [v](scalar_t x, bool m) { return m ? v : x; });
     });
-  }
+  });
   it.finish();
   return it.output(0);
 }
@@ -448,26 +515,58 @@ Tensor masked_fill_inplace_kernel(const Tensor& self, const Tensor& mask, const 
   return masked_fill_impl("masked_fill_", self, mask, value, true);
 }
 
+}  // namespace
+
+// Pointwise over self and mask broadcast together, in self's dtype.
+TensorMeta masked_fill_shape(TensorMetaRef self, TensorMetaRef mask, const Scalar& value) {
+  LOOM_CHECK_TYPE(mask.dtype == kBool, "[masked_fill] expected mask to have dtype bool but got ",
+                  mask.dtype);
+  const TensorMetaRef in[2] = {self, mask};
+  common_device("masked_fill", in, 2);
+  return TensorMeta(broadcast_shapes("masked_fill", in, 2), self.dtype);
+}
+
+namespace {
+
+Tensor masked_fill_inplace_meta(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  return meta_inplace("masked_fill_", self, masked_fill_shape(self, mask, value));
+}
+
 // ---- one_hot ----
 
-Tensor one_hot_kernel(const Tensor& self, int64_t num_classes) {
-  check_defined(self, "one_hot", "self");
-  LOOM_CHECK_TYPE(self.dtype() == kInt64,
+void check_one_hot(TensorMetaRef self, int64_t num_classes) {
+  LOOM_CHECK_TYPE(self.dtype == kInt64,
                   "[one_hot] is only applicable to index tensors of dtype "
                   "int64 but got ",
-                  self.dtype());
+                  self.dtype);
   LOOM_CHECK(num_classes >= -1,
              "[one_hot] num_classes must be -1 (infer) or non-negative but "
              "got ",
              num_classes);
+}
+
+}  // namespace
+
+// Note [Data-dependent sizes]
+// one_hot with num_classes=-1 takes its class count from the largest value of self: a size that
+// depends on data. Its shape function answers only when num_classes is given (a compiler must
+// treat the other case as unknown, a graph break); the CPU kernel, which sees the values, is not
+// structured: it computes its own output size.
+TensorMeta one_hot_shape(TensorMetaRef self, int64_t num_classes) {
+  check_one_hot(self, num_classes);
+  LOOM_CHECK(num_classes >= 0,
+             "[one_hot] cannot infer num_classes from a Meta tensor (it has "
+             "no values); pass num_classes explicitly");
+  DimVector shape(self.sizes);
+  shape.push_back(num_classes);
+  return TensorMeta(shape, kInt64);
+}
+
+namespace {
+
+Tensor one_hot_kernel(const Tensor& self, int64_t num_classes) {
+  check_one_hot(self, num_classes);
   DimVector shape(self.sizes());
-  if (self.is_meta()) {
-    LOOM_CHECK(num_classes >= 0,
-               "[one_hot] cannot infer num_classes from a Meta tensor (it has "
-               "no values); pass num_classes explicitly");
-    shape.push_back(num_classes);
-    return empty_tensor(shape, kInt64, self.device());
-  }
   IndexValues idx(self);
   if (num_classes == -1) {
     LOOM_CHECK(idx.size() > 0,
@@ -506,20 +605,24 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor");
   m.def("masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)");
   m.def("one_hot(Tensor self, int num_classes=-1) -> Tensor");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("index_select", k, index_select_kernel);
-    m.impl("gather", k, gather_kernel);
-    m.impl("scatter.src", k, scatter_src_kernel);
-    m.impl("scatter.value", k, scatter_value_kernel);
-    m.impl("scatter_add", k, scatter_add_kernel);
-    m.impl("scatter_.src", k, scatter_inplace_kernel);
-    m.impl("scatter_add_", k, scatter_add_inplace_kernel);
-    m.impl("embedding", k, embedding_kernel);
-    m.impl("embedding_dense_backward", k, embedding_dense_backward_kernel);
-    m.impl("masked_fill.Scalar", k, masked_fill_kernel);
-    m.impl("masked_fill_.Scalar", k, masked_fill_inplace_kernel);
-    m.impl("one_hot", k, one_hot_kernel);
-  }
+  Structured<&index_select_shape, &index_select_loop>::register_kernels(m, "index_select");
+  Structured<&gather_shape, &gather_loop>::register_kernels(m, "gather");
+  Structured<&scatter_src_shape, &scatter_src_loop>::register_kernels(m, "scatter.src");
+  Structured<&scatter_value_shape, &scatter_value_loop>::register_kernels(m, "scatter.value");
+  Structured<&scatter_add_shape, &scatter_add_loop>::register_kernels(m, "scatter_add");
+  m.impl("scatter_.src", DispatchKey::CPU, scatter_inplace_cpu<ScatterKind::Src>);
+  m.impl("scatter_.src", DispatchKey::Meta, scatter_inplace_meta<ScatterKind::Src>);
+  m.impl("scatter_add_", DispatchKey::CPU, scatter_inplace_cpu<ScatterKind::Add>);
+  m.impl("scatter_add_", DispatchKey::Meta, scatter_inplace_meta<ScatterKind::Add>);
+  Structured<&embedding_shape, &embedding_loop>::register_kernels(m, "embedding");
+  Structured<&embedding_dense_backward_shape, &embedding_dense_backward_loop>::register_kernels(
+      m, "embedding_dense_backward");
+  m.impl("masked_fill.Scalar", DispatchKey::CPU, masked_fill_kernel);
+  m.impl("masked_fill.Scalar", DispatchKey::Meta, MetaKernel<&masked_fill_shape>::run);
+  m.impl("masked_fill_.Scalar", DispatchKey::CPU, masked_fill_inplace_kernel);
+  m.impl("masked_fill_.Scalar", DispatchKey::Meta, masked_fill_inplace_meta);
+  m.impl("one_hot", DispatchKey::CPU, one_hot_kernel);
+  m.impl("one_hot", DispatchKey::Meta, MetaKernel<&one_hot_shape>::run);
 }
 
 using IndexSig = Tensor(const Tensor&, int64_t, const Tensor&);

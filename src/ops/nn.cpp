@@ -9,6 +9,7 @@
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
+#include "shapes.h"
 #include "tensor_iterator.h"
 
 namespace loom {
@@ -28,23 +29,23 @@ std::string star_shape(IntArrayRef shape) {
   return os.str();
 }
 
-void check_affine(const char* op, const char* arg, const std::optional<Tensor>& t,
-                  const Tensor& input, IntArrayRef normalized_shape) {
-  if (!has(t)) return;
-  LOOM_CHECK(t->sizes() == normalized_shape, "[", op, "] expected ", arg, " of shape ",
-             normalized_shape, " (normalized_shape) but got ", t->sizes());
-  LOOM_CHECK(t->device() == input.device(), "[", op, "] expected ", arg, " on ", input.device(),
-             " (like input) but it is on ", t->device());
+void check_affine(const char* op, const char* arg, const OptionalTensorMetaRef& t,
+                  TensorMetaRef input, IntArrayRef normalized_shape) {
+  if (!t.has_value()) return;
+  LOOM_CHECK(t->sizes == normalized_shape, "[", op, "] expected ", arg, " of shape ",
+             normalized_shape, " (normalized_shape) but got ", t->sizes);
+  LOOM_CHECK(t->device == input.device, "[", op, "] expected ", arg, " on ", input.device,
+             " (like input) but it is on ", t->device);
 }
 
 // The number of normalized elements per row, after checking input against normalized_shape.
-int64_t check_normalized_shape(const char* op, const Tensor& input, IntArrayRef normalized_shape) {
+int64_t check_normalized_shape(const char* op, TensorMetaRef input, IntArrayRef normalized_shape) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   LOOM_CHECK(k >= 1, "[", op, "] normalized_shape must have at least one dimension");
   const int64_t axis = input.dim() - k;
-  LOOM_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)) == normalized_shape, "[",
+  LOOM_CHECK(axis >= 0 && input.sizes.slice(static_cast<size_t>(axis)) == normalized_shape, "[",
              op, "] given normalized_shape=", normalized_shape, ", expected input with shape ",
-             star_shape(normalized_shape), " but got input of shape ", input.sizes());
+             star_shape(normalized_shape), " but got input of shape ", input.sizes);
   return multiply_sizes(normalized_shape);
 }
 
@@ -78,30 +79,34 @@ double lane_sum(const T* x, int64_t n, double center, bool squared) {
 
 // (output, mean, rstd). mean and rstd keep the normalized dims as size 1, as PyTorch's CPU kernel:
 // input [2, 3, 4] with normalized_shape [4] gives mean of shape [2, 3, 1].
-std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
-                                                            IntArrayRef normalized_shape,
-                                                            const std::optional<Tensor>& weight,
-                                                            const std::optional<Tensor>& bias,
-                                                            double eps) {
-  check_defined(input, "native_layer_norm", "input");
-  const int64_t cols = check_normalized_shape("native_layer_norm", input, normalized_shape);
+}  // namespace
+
+std::array<TensorMeta, 3> native_layer_norm_shape(TensorMetaRef input, IntArrayRef normalized_shape,
+                                                  const OptionalTensorMetaRef& weight,
+                                                  const OptionalTensorMetaRef& bias, double eps) {
+  check_normalized_shape("native_layer_norm", input, normalized_shape);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const int64_t axis = input.dim() - k;
   check_affine("native_layer_norm", "weight", weight, input, normalized_shape);
   check_affine("native_layer_norm", "bias", bias, input, normalized_shape);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[native_layer_norm] expected a floating input but got ", dt);
-  int64_t rows = 1;
   DimVector stat_shape;
-  for (int64_t d = 0; d < axis; ++d) {
-    rows *= input.size(d);
-    stat_shape.push_back(input.size(d));
-  }
+  for (int64_t d = 0; d < axis; ++d) stat_shape.push_back(input.size(d));
   for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
-  Tensor out = empty_tensor(input.sizes(), dt, input.device());
-  Tensor mean = empty_tensor(stat_shape, dt, input.device());
-  Tensor rstd = empty_tensor(stat_shape, dt, input.device());
-  if (input.is_meta() || rows == 0) return {out, mean, rstd};
+  return {TensorMeta(input.sizes, dt), TensorMeta(stat_shape, dt), TensorMeta(stat_shape, dt)};
+}
+
+namespace {
+
+void native_layer_norm_loop(const std::array<Tensor, 3>& outs, const Tensor& input,
+                            IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
+                            const std::optional<Tensor>& bias, double eps) {
+  const Tensor &out = outs[0], &mean = outs[1], &rstd = outs[2];
+  const int64_t cols = multiply_sizes(normalized_shape);
+  const int64_t rows = mean.numel();
+  const DType dt = input.dtype();
+  if (rows == 0) return;
 
   Tensor x = contiguous(input);
   LOOM_DISPATCH_FLOAT_TYPES(dt, "native_layer_norm", [&] {
@@ -138,7 +143,6 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
       }
     });
   });
-  return {out, mean, rstd};
 }
 
 // (sum(a), sum(a * b)) over n elements, added in double in eight lanes (as lane_sum).
@@ -174,40 +178,51 @@ std::pair<double, double> lane_dot_sums(const M* a, const M* b, int64_t n) {
 // pass, and the partials are added in block order.
 constexpr int64_t kLnBlocks = 64;
 
-std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward_kernel(
-    const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
-    const Tensor& rstd, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+}  // namespace
+
+std::array<TensorMeta, 3> native_layer_norm_backward_shape(
+    TensorMetaRef grad_out, TensorMetaRef input, IntArrayRef normalized_shape, TensorMetaRef mean,
+    TensorMetaRef rstd, const OptionalTensorMetaRef& weight, const OptionalTensorMetaRef& bias,
     bool input_mask, bool weight_mask, bool bias_mask) {
   constexpr const char* op = "native_layer_norm_backward";
-  check_defined(grad_out, op, "grad_out");
-  check_defined(input, op, "input");
-  check_defined(mean, op, "mean");
-  check_defined(rstd, op, "rstd");
-  const int64_t cols = check_normalized_shape(op, input, normalized_shape);
+  check_normalized_shape(op, input, normalized_shape);
   check_affine(op, "weight", weight, input, normalized_shape);
   check_affine(op, "bias", bias, input, normalized_shape);
-  LOOM_CHECK(grad_out.sizes() == input.sizes(), "[", op, "] expected grad_out of shape ",
-             input.sizes(), " (the shape of input) but got ", grad_out.sizes());
-  const DType dt = input.dtype();
-  LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype() == dt, "[", op,
-                  "] expected grad_out and input of one floating dtype but got ", grad_out.dtype(),
+  LOOM_CHECK(grad_out.sizes == input.sizes, "[", op, "] expected grad_out of shape ",
+             input.sizes, " (the shape of input) but got ", grad_out.sizes);
+  const DType dt = input.dtype;
+  LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype == dt, "[", op,
+                  "] expected grad_out and input of one floating dtype but got ", grad_out.dtype,
                   " and ", dt);
   const int64_t rows =
-      multiply_sizes(input.sizes().slice(0, input.sizes().size() - normalized_shape.size()));
-  for (const Tensor* t : {&mean, &rstd}) {
+      multiply_sizes(input.sizes.slice(0, input.sizes.size() - normalized_shape.size()));
+  for (const TensorMetaRef* t : {&mean, &rstd}) {
     LOOM_CHECK(t->numel() == rows, "[", op, "] expected ", t == &mean ? "mean" : "rstd", " with ",
-               rows, " elements (one per normalized row of input ", input.sizes(), ") but got ",
-               t->sizes());
-    LOOM_CHECK_TYPE(t->dtype() == dt, "[", op, "] expected ", t == &mean ? "mean" : "rstd",
-                    " of dtype ", dt, " (like input) but got ", t->dtype());
+               rows, " elements (one per normalized row of input ", input.sizes, ") but got ",
+               t->sizes);
+    LOOM_CHECK_TYPE(t->dtype == dt, "[", op, "] expected ", t == &mean ? "mean" : "rstd",
+                    " of dtype ", dt, " (like input) but got ", t->dtype);
   }
-  const Device dev = input.device();
-  Tensor gi = input_mask ? empty_tensor(input.sizes(), dt, dev) : Tensor();
-  Tensor gw = weight_mask ? empty_tensor(normalized_shape, has(weight) ? weight->dtype() : dt, dev)
-                          : Tensor();
-  Tensor gb =
-      bias_mask ? empty_tensor(normalized_shape, has(bias) ? bias->dtype() : dt, dev) : Tensor();
-  if (input.is_meta()) return {gi, gw, gb};
+  return {input_mask ? TensorMeta(input.sizes, dt) : undefined_meta(),
+          weight_mask ? TensorMeta(normalized_shape, weight.has_value() ? weight->dtype : dt)
+                      : undefined_meta(),
+          bias_mask ? TensorMeta(normalized_shape, bias.has_value() ? bias->dtype : dt)
+                    : undefined_meta()};
+}
+
+namespace {
+
+void native_layer_norm_backward_loop(const std::array<Tensor, 3>& grads, const Tensor& grad_out,
+                                     const Tensor& input, IntArrayRef normalized_shape,
+                                     const Tensor& mean, const Tensor& rstd,
+                                     const std::optional<Tensor>& weight,
+                                     const std::optional<Tensor>& bias, bool input_mask,
+                                     bool weight_mask, bool bias_mask) {
+  constexpr const char* op = "native_layer_norm_backward";
+  const Tensor &gi = grads[0], &gw = grads[1], &gb = grads[2];
+  const int64_t cols = multiply_sizes(normalized_shape);
+  const int64_t rows = mean.numel();
+  const DType dt = input.dtype();
 
   const Tensor x = contiguous(input), g = contiguous(grad_out);
   const Tensor mu_t = contiguous(mean).to(kFloat64), rs_t = contiguous(rstd).to(kFloat64);
@@ -273,7 +288,6 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward_kernel(
   };
   write_sums(gw, 0);
   write_sums(gb, 1);
-  return {gi, gw, gb};
 }
 
 Tensor layer_norm_kernel(const Tensor& input, IntArrayRef normalized_shape,
@@ -295,27 +309,36 @@ void check_dropout_p(const char* op, double p) {
 // A training call with p > 0 reserves numel 32-bit draws from the generator; element i is kept when
 // draw i, as a uniform float in [0, 1), is below 1 - p. So the mask depends only on (seed, offset,
 // numel), not on the number of threads, and the call advances the generator by ceil(numel / 4).
-std::tuple<Tensor, Tensor> native_dropout_kernel(const Tensor& input, double p, bool train,
-                                                 const std::optional<Generator>& gen) {
-  check_defined(input, "native_dropout", "input");
+}  // namespace
+
+// The generator is the loop's business: the shape function neither reads nor advances it.
+std::array<TensorMeta, 2> native_dropout_shape(TensorMetaRef input, double p, bool train,
+                                               const std::optional<Generator>& gen) {
   check_dropout_p("native_dropout", p);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[native_dropout] expected a floating input but got ", dt);
-  Tensor out = empty_tensor(input.sizes(), dt, input.device());
-  Tensor mask = empty_tensor(input.sizes(), kBool, input.device());
+  return {TensorMeta(input.sizes, dt), TensorMeta(input.sizes, kBool)};
+}
+
+namespace {
+
+void native_dropout_loop(const std::array<Tensor, 2>& outs, const Tensor& input, double p,
+                         bool train, const std::optional<Generator>& gen) {
+  const Tensor &out = outs[0], &mask = outs[1];
+  const DType dt = input.dtype();
   const int64_t n = input.numel();
-  if (input.is_meta() || n == 0) return {out, mask};
+  if (n == 0) return;
   bool* mp = mask.data_ptr<bool>();
   if (!train || p == 0.0) {
     copy_(out, input);
     std::memset(mp, 1, static_cast<size_t>(n));
-    return {out, mask};
+    return;
   }
   const GeneratorState st = (gen ? *gen : default_generator()).reserve(static_cast<uint64_t>(n));
   if (p == 1.0) {
     fill_(out, 0);
     std::memset(mp, 0, static_cast<size_t>(n));
-    return {out, mask};
+    return;
   }
   Tensor x = contiguous(input);
   const float keep = static_cast<float>(1.0 - p);
@@ -337,36 +360,45 @@ std::tuple<Tensor, Tensor> native_dropout_kernel(const Tensor& input, double p, 
       }
     });
   });
-  return {out, mask};
+  return;
 }
+
+}  // namespace
+
+TensorMeta native_dropout_backward_shape(TensorMetaRef grad_output, TensorMetaRef mask,
+                                         double scale) {
+  constexpr const char* op = "native_dropout_backward";
+  LOOM_CHECK(mask.sizes == grad_output.sizes, "[", op, "] expected mask of shape ",
+             grad_output.sizes, " (the shape of grad_output) but got ", mask.sizes);
+  LOOM_CHECK_TYPE(is_floating(grad_output.dtype), "[", op,
+                  "] expected a floating grad_output but got ", grad_output.dtype);
+  LOOM_CHECK_TYPE(mask.dtype == kBool, "[", op, "] expected a bool mask but got ", mask.dtype);
+  const TensorMetaRef in[2] = {grad_output, mask};
+  common_device(op, in, 2);
+  return TensorMeta(grad_output.sizes, grad_output.dtype);
+}
+
+namespace {
 
 Tensor native_dropout_backward_kernel(const Tensor& grad_output, const Tensor& mask, double scale) {
   constexpr const char* op = "native_dropout_backward";
-  check_defined(grad_output, op, "grad_output");
-  check_defined(mask, op, "mask");
-  LOOM_CHECK(mask.sizes() == grad_output.sizes(), "[", op, "] expected mask of shape ",
-             grad_output.sizes(), " (the shape of grad_output) but got ", mask.sizes());
-  LOOM_CHECK_TYPE(is_floating(grad_output.dtype()), "[", op,
-                  "] expected a floating grad_output but got ", grad_output.dtype());
-  LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected a bool mask but got ", mask.dtype());
+  native_dropout_backward_shape(grad_output, mask, scale);
   TensorIteratorConfig cfg;
   cfg.op = op;
   cfg.outputs = {Tensor()};
   cfg.inputs = {grad_output, mask};
   cfg.input_skips_promotion = {false, true};
   TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_FLOAT_TYPES(grad_output.dtype(), op, [&] {
-      using M = opmath_t<scalar_t>;
-      const M s = static_cast<M>(scale);
-      // g * mask * scale, as PyTorch (so a NaN gradient stays NaN where the mask is false).
-      it.for_each([s](char** d, const int64_t* st, int64_t n) {
-        binary_loop<scalar_t, scalar_t, bool>(d, st, n, [s](scalar_t g, bool m) {
-          return convert<scalar_t>(static_cast<M>(g) * (m ? s : M(0)));
-        });
+  LOOM_DISPATCH_FLOAT_TYPES(grad_output.dtype(), op, [&] {
+    using M = opmath_t<scalar_t>;
+    const M s = static_cast<M>(scale);
+    // g * mask * scale, as PyTorch (so a NaN gradient stays NaN where the mask is false).
+    it.for_each([s](char** d, const int64_t* st, int64_t n) {
+      binary_loop<scalar_t, scalar_t, bool>(d, st, n, [s](scalar_t g, bool m) {
+        return convert<scalar_t>(static_cast<M>(g) * (m ? s : M(0)));
       });
     });
-  }
+  });
   it.finish();
   return it.output(0);
 }
@@ -388,15 +420,15 @@ void check_reduction(const char* op, int64_t reduction) {
              reduction);
 }
 
-void check_class_weight(const char* op, const std::optional<Tensor>& weight, const Tensor& input,
+void check_class_weight(const char* op, const OptionalTensorMetaRef& weight, TensorMetaRef input,
                         int64_t classes) {
-  if (!has(weight)) return;
+  if (!weight.has_value()) return;
   LOOM_CHECK(weight->dim() == 1 && weight->numel() == classes, "[", op,
              "] expected weight to be "
              "a 1-D tensor with one element per class (",
-             classes, ") but got shape ", weight->sizes());
-  LOOM_CHECK(weight->device() == input.device(), "[", op, "] expected weight on ", input.device(),
-             " (like input) but it is on ", weight->device());
+             classes, ") but got shape ", weight->sizes);
+  LOOM_CHECK(weight->device == input.device, "[", op, "] expected weight on ", input.device,
+             " (like input) but it is on ", weight->device);
 }
 
 // input (C), (N, C) or (N, C, d1, ...): log-probabilities; target the class of each sample.
@@ -408,33 +440,31 @@ struct NllShape {
   DimVector target_shape;
 };
 
-NllShape check_nll(const char* op, const Tensor& input, const Tensor& target,
-                   const std::optional<Tensor>& weight, int64_t reduction) {
-  check_defined(input, op, "input");
-  check_defined(target, op, "target");
+NllShape check_nll(const char* op, TensorMetaRef input, TensorMetaRef target,
+                   const OptionalTensorMetaRef& weight, int64_t reduction) {
   check_reduction(op, reduction);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[", op,
                   "] expected floating input (log-probabilities) but "
                   "got ",
                   dt);
-  LOOM_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kUInt8, "[", op,
+  LOOM_CHECK_TYPE(target.dtype == kInt64 || target.dtype == kUInt8, "[", op,
                   "] expected "
                   "target to hold class indices of dtype int64 but got ",
-                  target.dtype());
+                  target.dtype);
   LOOM_CHECK(input.dim() >= 1, "[", op,
              "] expected input of shape (C), (N, C) or "
              "(N, C, d1, ...) but got a 0-dim tensor");
-  LOOM_CHECK(target.device() == input.device(), "[", op, "] expected target on ", input.device(),
-             " (like input) but it is on ", target.device());
+  LOOM_CHECK(target.device == input.device, "[", op, "] expected target on ", input.device,
+             " (like input) but it is on ", target.device);
   NllShape shape;
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   shape.classes = input.size(class_dim);
-  shape.target_shape = DimVector(input.sizes());
+  shape.target_shape = DimVector(input.sizes);
   shape.target_shape.erase(static_cast<size_t>(class_dim));
-  LOOM_CHECK(target.sizes() == shape.target_shape.ref(), "[", op, "] expected target of shape ",
-             shape.target_shape.ref(), " for input of shape ", input.sizes(), " but got ",
-             target.sizes());
+  LOOM_CHECK(target.sizes == shape.target_shape.ref(), "[", op, "] expected target of shape ",
+             shape.target_shape.ref(), " for input of shape ", input.sizes, " but got ",
+             target.sizes);
   check_class_weight(op, weight, input, shape.classes);
   for (int64_t d = 2; d < input.dim(); ++d) shape.spatial *= input.size(d);
   return shape;
@@ -455,15 +485,23 @@ Tensor checked_targets(const char* op, const Tensor& target, int64_t classes,
   return t;
 }
 
-Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
-                       const std::optional<Tensor>& weight, int64_t reduction,
-                       int64_t ignore_index) {
+}  // namespace
+
+TensorMeta nll_loss_shape(TensorMetaRef input, TensorMetaRef target,
+                          const OptionalTensorMetaRef& weight, int64_t reduction,
+                          int64_t ignore_index) {
+  const NllShape shape = check_nll("nll_loss", input, target, weight, reduction);
+  return TensorMeta(reduction == 0 ? shape.target_shape.ref() : IntArrayRef(), input.dtype);
+}
+
+namespace {
+
+// Targets are checked against the classes here, as they are data.
+void nll_loss_loop(const Tensor& out, const Tensor& input, const Tensor& target,
+                   const std::optional<Tensor>& weight, int64_t reduction, int64_t ignore_index) {
   const NllShape shape = check_nll("nll_loss", input, target, weight, reduction);
   const DType dt = input.dtype();
   const int64_t classes = shape.classes, spatial = shape.spatial;
-  Tensor out =
-      empty_tensor(reduction == 0 ? shape.target_shape.ref() : IntArrayRef(), dt, input.device());
-  if (input.is_meta()) return out;
 
   Tensor t = checked_targets("nll_loss", target, classes, ignore_index);
   const int64_t* tp = t.data_ptr<int64_t>();
@@ -496,32 +534,41 @@ Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
     // Mean over zero total weight (empty batch, or every target ignored) is 0/0 = NaN, as PyTorch.
     op[0] = convert<scalar_t>(reduction == 2 ? total : total / wsum);
   });
-  return out;
 }
 
 // The gradient of nll_loss with respect to input: -weight[t] * g at input[n, t, s] for each
 // sample's target t (0 elsewhere and for ignored samples), g the sample's grad_output, or the
 // scalar grad_output (divided by the summed weight of the non-ignored targets for Mean).
-Tensor nll_loss_backward_kernel(const Tensor& grad_output, const Tensor& input,
-                                const Tensor& target, const std::optional<Tensor>& weight,
-                                int64_t reduction, int64_t ignore_index) {
+}  // namespace
+
+TensorMeta nll_loss_backward_shape(TensorMetaRef grad_output, TensorMetaRef input,
+                                   TensorMetaRef target, const OptionalTensorMetaRef& weight,
+                                   int64_t reduction, int64_t ignore_index) {
   constexpr const char* op = "nll_loss_backward";
-  check_defined(grad_output, op, "grad_output");
   const NllShape shape = check_nll(op, input, target, weight, reduction);
   if (reduction == 0) {
-    LOOM_CHECK(grad_output.sizes() == shape.target_shape.ref(), "[", op,
+    LOOM_CHECK(grad_output.sizes == shape.target_shape.ref(), "[", op,
                "] expected grad_output of shape ", shape.target_shape.ref(),
-               " (the loss per sample, reduction none) but got ", grad_output.sizes());
+               " (the loss per sample, reduction none) but got ", grad_output.sizes);
   } else {
     LOOM_CHECK(grad_output.dim() <= 1 && grad_output.numel() == 1, "[", op,
                "] expected a single-element grad_output (a reduced loss) but got shape ",
-               grad_output.sizes());
+               grad_output.sizes);
   }
+  const DType dt = input.dtype;
+  LOOM_CHECK_TYPE(grad_output.dtype == dt, "[", op, "] expected grad_output of dtype ", dt,
+                  " (like input) but got ", grad_output.dtype);
+  return TensorMeta(input.sizes, dt);
+}
+
+namespace {
+
+void nll_loss_backward_loop(const Tensor& gi, const Tensor& grad_output, const Tensor& input,
+                            const Tensor& target, const std::optional<Tensor>& weight,
+                            int64_t reduction, int64_t ignore_index) {
+  constexpr const char* op = "nll_loss_backward";
+  const NllShape shape = check_nll(op, input, target, weight, reduction);
   const DType dt = input.dtype();
-  LOOM_CHECK_TYPE(grad_output.dtype() == dt, "[", op, "] expected grad_output of dtype ", dt,
-                  " (like input) but got ", grad_output.dtype());
-  Tensor gi = empty_tensor(input.sizes(), dt, input.device());
-  if (input.is_meta()) return gi;
   std::memset(gi.data_ptr(), 0, gi.nbytes());
   const int64_t classes = shape.classes, spatial = shape.spatial;
   Tensor t = checked_targets(op, target, classes, ignore_index);
@@ -552,7 +599,6 @@ Tensor nll_loss_backward_kernel(const Tensor& grad_output, const Tensor& input,
       }
     });
   });
-  return gi;
 }
 
 // input: logits (C), (N, C) or (N, C, d1, ...). target: class indices (the shape of input without
@@ -657,14 +703,17 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def(
       "nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, "
       "int reduction, int ignore_index) -> Tensor");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("native_layer_norm", k, native_layer_norm_kernel);
-    m.impl("native_layer_norm_backward", k, native_layer_norm_backward_kernel);
-    m.impl("native_dropout", k, native_dropout_kernel);
-    m.impl("native_dropout_backward", k, native_dropout_backward_kernel);
-    m.impl("nll_loss", k, nll_loss_kernel);
-    m.impl("nll_loss_backward", k, nll_loss_backward_kernel);
-  }
+  Structured<&native_layer_norm_shape, &native_layer_norm_loop>::register_kernels(
+      m, "native_layer_norm");
+  Structured<&native_layer_norm_backward_shape, &native_layer_norm_backward_loop>::register_kernels(
+      m, "native_layer_norm_backward");
+  Structured<&native_dropout_shape, &native_dropout_loop>::register_kernels(m, "native_dropout");
+  m.impl("native_dropout_backward", DispatchKey::CPU, native_dropout_backward_kernel);
+  m.impl("native_dropout_backward", DispatchKey::Meta,
+         MetaKernel<&native_dropout_backward_shape>::run);
+  Structured<&nll_loss_shape, &nll_loss_loop>::register_kernels(m, "nll_loss");
+  Structured<&nll_loss_backward_shape, &nll_loss_backward_loop>::register_kernels(
+      m, "nll_loss_backward");
   m.impl("layer_norm", DispatchKey::CompositeImplicit, layer_norm_kernel);
   m.impl("dropout", DispatchKey::CompositeImplicit, dropout_kernel);
   m.impl("cross_entropy", DispatchKey::CompositeImplicit, cross_entropy_kernel);

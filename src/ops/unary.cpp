@@ -294,7 +294,7 @@ Tensor unary_impl(const Tensor& out, const Tensor& self, bool inplace, const Op&
   cfg.is_inplace = inplace;
   if (Op::dtypes == Dtypes::BoolOut) cfg.output_dtype = kBool;
   TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) run_map(it, op);
+  run_map(it, op);
   it.finish();
   return it.output(0);
 }
@@ -408,34 +408,32 @@ Tensor pow_scalar_impl(const Tensor& out, const Tensor& self, const Scalar& expo
                "[pow] integers to negative integer powers are not allowed (exponent ", exponent,
                ")");
   }
-  if (!it.is_meta()) {
-    const double e = exponent.to_double();
-    auto run = [&](auto op) {
-      op.e = e;
-      op.ie = exponent.to_int();
-      run_map(it, op);
-    };
-    if (is_integral(dt, false)) {
-      run(PowScalarOp<PowKind::General>{});
-    } else if (e == 0) {
-      run(PowScalarOp<PowKind::Zero>{});
-    } else if (e == 1) {
-      run(PowScalarOp<PowKind::One>{});
-    } else if (e == 2) {
-      run(PowScalarOp<PowKind::Two>{});
-    } else if (e == 3) {
-      run(PowScalarOp<PowKind::Three>{});
-    } else if (e == 0.5) {
-      run(PowScalarOp<PowKind::Half>{});
-    } else if (e == -0.5) {
-      run(PowScalarOp<PowKind::MinusHalf>{});
-    } else if (e == -1) {
-      run(PowScalarOp<PowKind::MinusOne>{});
-    } else if (e == -2) {
-      run(PowScalarOp<PowKind::MinusTwo>{});
-    } else {
-      run(PowScalarOp<PowKind::General>{});
-    }
+  const double e = exponent.to_double();
+  auto run = [&](auto op) {
+    op.e = e;
+    op.ie = exponent.to_int();
+    run_map(it, op);
+  };
+  if (is_integral(dt, false)) {
+    run(PowScalarOp<PowKind::General>{});
+  } else if (e == 0) {
+    run(PowScalarOp<PowKind::Zero>{});
+  } else if (e == 1) {
+    run(PowScalarOp<PowKind::One>{});
+  } else if (e == 2) {
+    run(PowScalarOp<PowKind::Two>{});
+  } else if (e == 3) {
+    run(PowScalarOp<PowKind::Three>{});
+  } else if (e == 0.5) {
+    run(PowScalarOp<PowKind::Half>{});
+  } else if (e == -0.5) {
+    run(PowScalarOp<PowKind::MinusHalf>{});
+  } else if (e == -1) {
+    run(PowScalarOp<PowKind::MinusOne>{});
+  } else if (e == -2) {
+    run(PowScalarOp<PowKind::MinusTwo>{});
+  } else {
+    run(PowScalarOp<PowKind::General>{});
   }
   it.finish();
   return it.output(0);
@@ -453,23 +451,21 @@ Tensor pow_tensor_impl(const Tensor& out, const Tensor& self, const Tensor& expo
   const DType dt = it.common_dtype();
   LOOM_CHECK_TYPE(dt != kBool, "[pow] is not implemented for bool (base ", self.dtype(),
                   ", exponent ", exponent.dtype(), ")");
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(dt, "pow", [&] {
-      using T = scalar_t;
-      if constexpr (!std::is_same_v<T, bool>) {
-        using M = compute_t<T>;
-        it.for_each([](char** d, const int64_t* s, int64_t n) {
-          binary_loop<T, T, T>(d, s, n, [](T a, T b) {
-            if constexpr (std::is_integral_v<T>) {
-              return int_pow(a, static_cast<int64_t>(b));
-            } else {
-              return T(std::pow(static_cast<M>(a), static_cast<M>(b)));
-            }
-          });
+  LOOM_DISPATCH_ALL_TYPES(dt, "pow", [&] {
+    using T = scalar_t;
+    if constexpr (!std::is_same_v<T, bool>) {
+      using M = compute_t<T>;
+      it.for_each([](char** d, const int64_t* s, int64_t n) {
+        binary_loop<T, T, T>(d, s, n, [](T a, T b) {
+          if constexpr (std::is_integral_v<T>) {
+            return int_pow(a, static_cast<int64_t>(b));
+          } else {
+            return T(std::pow(static_cast<M>(a), static_cast<M>(b)));
+          }
         });
-      }
-    });
-  }
+      });
+    }
+  });
   it.finish();
   return it.output(0);
 }
@@ -523,31 +519,29 @@ Tensor clamp_impl(const Tensor& out, const Tensor& self, const std::optional<Sca
   TensorIterator it(std::move(cfg));
   const DType dt = it.common_dtype();
   LOOM_CHECK_TYPE(dt != kBool, "[clamp] is not implemented for bool");
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(dt, "clamp", [&] {
-      using T = scalar_t;
-      if constexpr (!std::is_same_v<T, bool>) {
-        using M = compute_t<T>;
-        using L = std::numeric_limits<M>;
-        const M lowest = L::has_infinity ? -L::infinity() : L::lowest();
-        const M highest = L::has_infinity ? L::infinity() : L::max();
-        // Integer bounds saturate to the dtype's range: clamp(int8, max=1000) changes nothing.
-        auto bound = [](const Scalar& b) -> M {
-          if constexpr (std::is_integral_v<M>) {
-            return static_cast<M>(std::clamp<int64_t>(b.to_int(), L::lowest(), L::max()));
-          } else {
-            return b.to<M>();
-          }
-        };
-        ClampOp<M> op;
-        op.lo = min ? bound(*min) : lowest;
-        op.hi = max ? bound(*max) : highest;
-        it.for_each([&op](char** d, const int64_t* s, int64_t n) {
-          map_strided<T, T>(op, d, s, n);
-        });
-      }
-    });
-  }
+  LOOM_DISPATCH_ALL_TYPES(dt, "clamp", [&] {
+    using T = scalar_t;
+    if constexpr (!std::is_same_v<T, bool>) {
+      using M = compute_t<T>;
+      using L = std::numeric_limits<M>;
+      const M lowest = L::has_infinity ? -L::infinity() : L::lowest();
+      const M highest = L::has_infinity ? L::infinity() : L::max();
+      // Integer bounds saturate to the dtype's range: clamp(int8, max=1000) changes nothing.
+      auto bound = [](const Scalar& b) -> M {
+        if constexpr (std::is_integral_v<M>) {
+          return static_cast<M>(std::clamp<int64_t>(b.to_int(), L::lowest(), L::max()));
+        } else {
+          return b.to<M>();
+        }
+      };
+      ClampOp<M> op;
+      op.lo = min ? bound(*min) : lowest;
+      op.hi = max ? bound(*max) : highest;
+      it.for_each([&op](char** d, const int64_t* s, int64_t n) {
+        map_strided<T, T>(op, d, s, n);
+      });
+    }
+  });
   it.finish();
   return it.output(0);
 }
@@ -565,17 +559,129 @@ Tensor clamp_out_kernel(const Tensor& self, const std::optional<Scalar>& min,
   return clamp_impl(out, self, min, max, false);
 }
 
+
+// ---- shape functions and the Meta kernels built from them ----
+
+// A C++ number as promotion sees it: a wrapped 0-dim tensor of its kind's widest dtype.
+TensorMetaRef wrapped_number_meta(const Scalar& s) {
+  const DType dt = s.is_bool() ? kBool : (s.is_integral() ? kInt64 : kFloat64);
+  return TensorMetaRef(IntArrayRef(), IntArrayRef(), dt, kCPU, /*wrapped=*/true);
+}
+
+template <class Op>
+TensorMeta unary_shape(TensorMetaRef self) {
+  const DType compute = check_unary_dtype<Op>(self.dtype);
+  return TensorMeta(self.sizes, Op::dtypes == Dtypes::BoolOut ? kBool : compute);
+}
+
+template <class Op>
+Tensor meta_functional(const Tensor& self) {
+  return meta_output(unary_shape<Op>(self));
+}
+template <class Op>
+Tensor meta_inplace_op(const Tensor& self) {
+  return meta_inplace(Op::name, self, unary_shape<Op>(self));
+}
+template <class Op>
+Tensor meta_out_op(const Tensor& self, const Tensor& out) {
+  prepare_out(Op::name, out, unary_shape<Op>(self), out.device());
+  return out;
+}
+
+TensorMeta gelu_shape(TensorMetaRef self, std::string_view approximate) {
+  return gelu_is_tanh(approximate) ? unary_shape<GeluTanhOp>(self) : unary_shape<GeluErfOp>(self);
+}
+Tensor gelu_meta(const Tensor& self, std::string_view approximate) {
+  return meta_output(gelu_shape(self, approximate));
+}
+Tensor gelu_inplace_meta(const Tensor& self, std::string_view approximate) {
+  return meta_inplace("gelu", self, gelu_shape(self, approximate));
+}
+Tensor gelu_out_meta(const Tensor& self, std::string_view approximate, const Tensor& out) {
+  prepare_out("gelu", out, gelu_shape(self, approximate), out.device());
+  return out;
+}
+
+TensorMeta pow_scalar_shape(TensorMetaRef self, const Scalar& exponent) {
+  const TensorMetaRef in[2] = {self, wrapped_number_meta(exponent)};
+  const DType dt = result_type(in, 2);
+  LOOM_CHECK_TYPE(dt != kBool, "[pow] is not implemented for bool (base ", self.dtype,
+                  ", exponent ", exponent, ")");
+  if (is_integral(dt, false)) {
+    LOOM_CHECK(exponent.is_floating() || exponent.to_int() >= 0,
+               "[pow] integers to negative integer powers are not allowed (exponent ", exponent,
+               ")");
+  }
+  return TensorMeta(self.sizes, dt);
+}
+TensorMeta pow_tensor_shape(TensorMetaRef self, TensorMetaRef exponent) {
+  const TensorMetaRef in[2] = {self, exponent};
+  common_device("pow", in, 2);
+  DimVector shape = broadcast_shapes("pow", in, 2);
+  const DType dt = result_type(in, 2);
+  LOOM_CHECK_TYPE(dt != kBool, "[pow] is not implemented for bool (base ", self.dtype,
+                  ", exponent ", exponent.dtype, ")");
+  return TensorMeta(shape, dt);
+}
+TensorMeta clamp_shape(TensorMetaRef self, const std::optional<Scalar>& min,
+                       const std::optional<Scalar>& max) {
+  LOOM_CHECK(min.has_value() || max.has_value(),
+             "[clamp] at least one of 'min' or 'max' must not be None");
+  TensorMetaRef in[3] = {self};
+  size_t n = 1;
+  if (min) in[n++] = wrapped_number_meta(*min);
+  if (max) in[n++] = wrapped_number_meta(*max);
+  const DType dt = result_type(in, n);
+  LOOM_CHECK_TYPE(dt != kBool, "[clamp] is not implemented for bool");
+  return TensorMeta(self.sizes, dt);
+}
+
+Tensor pow_ts_meta(const Tensor& self, const Scalar& e) {
+  return meta_output(pow_scalar_shape(self, e));
+}
+Tensor pow_ts_inplace_meta(const Tensor& self, const Scalar& e) {
+  return meta_inplace("pow", self, pow_scalar_shape(self, e));
+}
+Tensor pow_ts_out_meta(const Tensor& self, const Scalar& e, const Tensor& out) {
+  prepare_out("pow", out, pow_scalar_shape(self, e), out.device());
+  return out;
+}
+Tensor pow_tt_meta(const Tensor& self, const Tensor& e) {
+  return meta_output(pow_tensor_shape(self, e));
+}
+Tensor pow_tt_inplace_meta(const Tensor& self, const Tensor& e) {
+  return meta_inplace("pow", self, pow_tensor_shape(self, e));
+}
+Tensor pow_tt_out_meta(const Tensor& self, const Tensor& e, const Tensor& out) {
+  prepare_out("pow", out, pow_tensor_shape(self, e), out.device());
+  return out;
+}
+Tensor clamp_meta(const Tensor& self, const std::optional<Scalar>& min,
+                  const std::optional<Scalar>& max) {
+  return meta_output(clamp_shape(self, min, max));
+}
+Tensor clamp_inplace_meta(const Tensor& self, const std::optional<Scalar>& min,
+                          const std::optional<Scalar>& max) {
+  return meta_inplace("clamp", self, clamp_shape(self, min, max));
+}
+Tensor clamp_out_meta(const Tensor& self, const std::optional<Scalar>& min,
+                      const std::optional<Scalar>& max, const Tensor& out) {
+  prepare_out("clamp", out, clamp_shape(self, min, max), out.device());
+  return out;
+}
+
 }  // namespace
 
 #define LOOM_UNARY_DEFS(name)                                                 \
   m.def(#name "(Tensor self) -> Tensor");                                     \
   m.def(#name "_(Tensor(a!) self) -> Tensor(a!)");                            \
   m.def(#name ".out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");          \
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {               \
-    m.impl(#name, k, functional<Op>);                                         \
-    m.impl(#name "_", k, inplace<Op>);                                        \
-    m.impl(#name ".out", k, out_variant<Op>);                                 \
-  }
+  m.impl(#name, DispatchKey::CPU, functional<Op>);                            \
+  m.impl(#name "_", DispatchKey::CPU, inplace<Op>);                           \
+  m.impl(#name ".out", DispatchKey::CPU, out_variant<Op>);                    \
+  m.impl(#name, DispatchKey::Meta, meta_functional<Op>);                      \
+  m.impl(#name "_", DispatchKey::Meta, meta_inplace_op<Op>);                  \
+  m.impl(#name ".out", DispatchKey::Meta, meta_out_op<Op>);
 #define LOOM_UNARY_REGISTER(name, OpType) \
   {                                       \
     using Op = OpType;                    \
@@ -613,20 +719,30 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)");
   m.def("clamp.out(Tensor self, Scalar? min=None, Scalar? max=None, *, Tensor(a!) out) -> "
         "Tensor(a!)");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("gelu", k, gelu_kernel);
-    m.impl("gelu_", k, gelu_inplace_kernel);
-    m.impl("gelu.out", k, gelu_out_kernel);
-    m.impl("pow.Tensor_Scalar", k, pow_ts_kernel);
-    m.impl("pow.Tensor_Tensor", k, pow_tt_kernel);
-    m.impl("pow_.Scalar", k, pow_ts_inplace_kernel);
-    m.impl("pow_.Tensor", k, pow_tt_inplace_kernel);
-    m.impl("pow.Tensor_Scalar_out", k, pow_ts_out_kernel);
-    m.impl("pow.Tensor_Tensor_out", k, pow_tt_out_kernel);
-    m.impl("clamp", k, clamp_kernel);
-    m.impl("clamp_", k, clamp_inplace_kernel);
-    m.impl("clamp.out", k, clamp_out_kernel);
-  }
+  m.impl("gelu", DispatchKey::CPU, gelu_kernel);
+  m.impl("gelu_", DispatchKey::CPU, gelu_inplace_kernel);
+  m.impl("gelu.out", DispatchKey::CPU, gelu_out_kernel);
+  m.impl("pow.Tensor_Scalar", DispatchKey::CPU, pow_ts_kernel);
+  m.impl("pow.Tensor_Tensor", DispatchKey::CPU, pow_tt_kernel);
+  m.impl("pow_.Scalar", DispatchKey::CPU, pow_ts_inplace_kernel);
+  m.impl("pow_.Tensor", DispatchKey::CPU, pow_tt_inplace_kernel);
+  m.impl("pow.Tensor_Scalar_out", DispatchKey::CPU, pow_ts_out_kernel);
+  m.impl("pow.Tensor_Tensor_out", DispatchKey::CPU, pow_tt_out_kernel);
+  m.impl("clamp", DispatchKey::CPU, clamp_kernel);
+  m.impl("clamp_", DispatchKey::CPU, clamp_inplace_kernel);
+  m.impl("clamp.out", DispatchKey::CPU, clamp_out_kernel);
+  m.impl("gelu", DispatchKey::Meta, gelu_meta);
+  m.impl("gelu_", DispatchKey::Meta, gelu_inplace_meta);
+  m.impl("gelu.out", DispatchKey::Meta, gelu_out_meta);
+  m.impl("pow.Tensor_Scalar", DispatchKey::Meta, pow_ts_meta);
+  m.impl("pow.Tensor_Tensor", DispatchKey::Meta, pow_tt_meta);
+  m.impl("pow_.Scalar", DispatchKey::Meta, pow_ts_inplace_meta);
+  m.impl("pow_.Tensor", DispatchKey::Meta, pow_tt_inplace_meta);
+  m.impl("pow.Tensor_Scalar_out", DispatchKey::Meta, pow_ts_out_meta);
+  m.impl("pow.Tensor_Tensor_out", DispatchKey::Meta, pow_tt_out_meta);
+  m.impl("clamp", DispatchKey::Meta, clamp_meta);
+  m.impl("clamp_", DispatchKey::Meta, clamp_inplace_meta);
+  m.impl("clamp.out", DispatchKey::Meta, clamp_out_meta);
 }
 #undef LOOM_UNARY_REGISTER
 #undef LOOM_UNARY_DEFS
