@@ -138,6 +138,10 @@ LOOM_API TensorMeta nll_loss_backward_shape(TensorMetaRef grad_output, TensorMet
                                             int64_t reduction, int64_t ignore_index);
 
 // ---- index (index.cpp) ----
+// Sizes with a 0-dim tensor seen as shape [1] (gather and scatter treat it so).
+inline DimVector nonempty_sizes(TensorMetaRef t) {
+  return t.dim() == 0 ? DimVector{1} : DimVector(t.sizes);
+}
 LOOM_API TensorMeta index_select_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index);
 LOOM_API TensorMeta embedding_shape(TensorMetaRef weight, TensorMetaRef indices,
                                     int64_t padding_idx);
@@ -151,8 +155,15 @@ LOOM_API TensorMeta scatter_value_shape(TensorMetaRef self, int64_t dim, TensorM
                                         const Scalar& value);
 LOOM_API TensorMeta scatter_add_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
                                       TensorMetaRef src);
+// scatter_ and scatter_add_ write self: their result is self's geometry.
+LOOM_API TensorMeta scatter_inplace_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                                          TensorMetaRef src);
+LOOM_API TensorMeta scatter_add_inplace_shape(TensorMetaRef self, int64_t dim,
+                                              TensorMetaRef index, TensorMetaRef src);
 LOOM_API TensorMeta masked_fill_shape(TensorMetaRef self, TensorMetaRef mask, const Scalar& value);
 LOOM_API TensorMeta one_hot_shape(TensorMetaRef self, int64_t num_classes);
+// one_hot's argument checks, which its CPU kernel (sizing its own output) shares.
+LOOM_API void one_hot_check(TensorMetaRef self, int64_t num_classes);
 
 // ---- factory (factory.cpp): no tensor inputs; the device argument picked the backend ----
 LOOM_API TensorMeta arange_shape(const Scalar& start, const Scalar& end, const Scalar& step,
