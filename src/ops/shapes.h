@@ -6,6 +6,7 @@
 
 #include <array>
 #include <optional>
+#include <string_view>
 
 #include "loom/generator.h"
 
@@ -24,6 +25,43 @@ struct BinaryTraits {
 LOOM_API TensorMeta binary_shape(const BinaryTraits& op, TensorMetaRef self, TensorMetaRef other,
                         const Scalar& alpha);
 LOOM_API TensorMeta where_shape(TensorMetaRef condition, TensorMetaRef self, TensorMetaRef other);
+
+// ---- unary (unary.cpp) ----
+// How a unary op's result dtype follows from its input dtype (PyTorch's rules).
+enum class UnaryDtypes {
+  IntToFloat,    // integer and bool inputs give the default float dtype (exp, sqrt, ...)
+  Keep,          // the input dtype; bool inputs are rejected (neg, abs, relu)
+  KeepWithBool,  // the input dtype, bool included (sign)
+  FloatOnly,     // floating inputs only (silu, gelu)
+  BoolOut,       // any input, a bool result (logical_not)
+};
+// Rejects input dtypes the op does not take; returns the dtype it computes in. Inline: the CPU
+// kernels' fast path calls it for every small tensor.
+inline DType unary_compute_dtype(const char* op, UnaryDtypes kind, DType in) {
+  switch (kind) {
+    case UnaryDtypes::Keep:
+      LOOM_CHECK_TYPE(in != kBool || std::string_view(op) != "neg",
+                      "[neg] negation, the `-` operator, on a bool tensor is not "
+                      "supported; to invert a mask use logical_not() instead");
+      LOOM_CHECK_TYPE(in != kBool, "[", op, "] is not implemented for bool tensors");
+      return in;
+    case UnaryDtypes::FloatOnly:
+      LOOM_CHECK_TYPE(is_floating(in), "[", op, "] expected a floating point tensor but got ", in);
+      return in;
+    case UnaryDtypes::IntToFloat:
+      return is_floating(in) ? in : default_dtype();
+    case UnaryDtypes::KeepWithBool:
+    case UnaryDtypes::BoolOut:
+      return in;
+  }
+  return in;
+}
+LOOM_API TensorMeta unary_shape(const char* op, UnaryDtypes kind, TensorMetaRef self);
+LOOM_API TensorMeta gelu_shape(TensorMetaRef self, std::string_view approximate);
+LOOM_API TensorMeta pow_scalar_shape(TensorMetaRef self, const Scalar& exponent);
+LOOM_API TensorMeta pow_tensor_shape(TensorMetaRef self, TensorMetaRef exponent);
+LOOM_API TensorMeta clamp_shape(TensorMetaRef self, const std::optional<Scalar>& min,
+                                const std::optional<Scalar>& max);
 
 // ---- linalg (linalg.cpp) ----
 LOOM_API TensorMeta mm_shape(TensorMetaRef self, TensorMetaRef mat2);

@@ -4,7 +4,9 @@
 
 #include <array>
 #include <chrono>
+#include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "loom/memory.h"
@@ -154,6 +156,56 @@ TEST(ShapeFn, IndexNnFactoryAndJoin) {
   // one_hot's class count comes from the data unless given (Note [Data-dependent sizes]).
   EXPECT_EQ(one_hot_shape(idx, 7).sizes.ref(), IntArrayRef({3, 7}));
   EXPECT_THROW(one_hot_shape(idx, -1), ValueError);
+}
+
+// The unary operators' Meta kernels (a table of dtype rules in unary.cpp) and their CPU functors
+// (cpu/unary_kernels.cpp) agree: same result dtype, or the same error, for every input dtype.
+TEST(ShapeFn, UnaryMetaMatchesCpu) {
+  using Fn = Tensor (*)(const Tensor&);
+  const std::vector<std::pair<const char*, Fn>> ops = {
+      {"neg", [](const Tensor& t) { return neg(t); }},
+      {"abs", [](const Tensor& t) { return abs(t); }},
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      {"log", [](const Tensor& t) { return log(t); }},
+      {"log1p", [](const Tensor& t) { return log1p(t); }},
+      {"sqrt", [](const Tensor& t) { return sqrt(t); }},
+      {"rsqrt", [](const Tensor& t) { return rsqrt(t); }},
+      {"sin", [](const Tensor& t) { return sin(t); }},
+      {"cos", [](const Tensor& t) { return cos(t); }},
+      {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"silu", [](const Tensor& t) { return silu(t); }},
+      {"erf", [](const Tensor& t) { return erf(t); }},
+      {"sign", [](const Tensor& t) { return sign(t); }},
+      {"reciprocal", [](const Tensor& t) { return reciprocal(t); }},
+      {"logical_not", [](const Tensor& t) { return logical_not(t); }},
+      {"gelu", [](const Tensor& t) { return gelu(t); }},
+  };
+  for (const auto& [name, fn] : ops) {
+    for (DType dt : {kBool, kInt32, kInt64, kFloat16, kFloat32, kFloat64}) {
+      SCOPED_TRACE(std::string(name) + " on " + std::string(dtype_name(dt)));
+      const Tensor cpu_in = ones({2, 3}, TensorOptions(dt));
+      const Tensor meta_in = meta({2, 3}, dt);
+      bool cpu_threw = false, meta_threw = false;
+      Tensor cpu_out, meta_out;
+      try {
+        cpu_out = fn(cpu_in);
+      } catch (const TypeError&) {
+        cpu_threw = true;
+      }
+      try {
+        meta_out = fn(meta_in);
+      } catch (const TypeError&) {
+        meta_threw = true;
+      }
+      ASSERT_EQ(cpu_threw, meta_threw);
+      if (!cpu_threw) {
+        EXPECT_EQ(meta_out.dtype(), cpu_out.dtype());
+        EXPECT_EQ(meta_out.sizes(), cpu_out.sizes());
+      }
+    }
+  }
 }
 
 // Counts the CPU allocator's non-empty allocations while installed.
