@@ -1,4 +1,6 @@
-// Derivative declarations (autograd layer; used by the ops layer next to each operator).
+// Derivative declarations (ops layer): each operator file declares its operators' derivatives here,
+// next to their schemas; the autograd layer above looks them up (find_derivative) when it records.
+// The namespace stays loom::autograd, the vocabulary derivatives are written in.
 //
 // A derivative is a plain function from a BackwardContext (gradients of the forward outputs, the
 // saved inputs and outputs, the non-tensor arguments) to the gradients of the forward's tensor

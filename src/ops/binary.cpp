@@ -1,307 +1,76 @@
-// Pointwise binary operators: arithmetic, maximum/minimum, comparisons, logical ops, where.
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-
+// Pointwise binary operators: arithmetic, maximum/minimum, comparisons, logical ops, where. This
+// file holds their schemas, their shape functions (broadcast + type promotion: what Meta runs) and
+// their derivatives; the loops are in cpu/binary_kernels.cpp.
 #include "loom/derivatives.h"
-#include "loom/parallel.h"
-#include "loops.h"
 #include "op_call.h"
-#include "tensor_iterator.h"
+#include "shapes.h"
+#include "structured.h"
 
 namespace loom {
+
+// ---- shape functions ----
+
+TensorMeta binary_shape(const BinaryTraits& op, TensorMetaRef self, TensorMetaRef other,
+                        const Scalar& alpha) {
+  const TensorMetaRef in[2] = {self, other};
+  common_device(op.name, in, 2);
+  DimVector shape = broadcast_shapes(op.name, in, 2);
+  DType dt = result_type(in, 2);
+  if (op.int_to_float && !is_floating(dt)) dt = default_dtype();
+  LOOM_CHECK_TYPE(!(op.is_sub && dt == kBool), "[sub] subtraction with two bool "
+                  "tensors is not supported; use logical_xor instead");
+  if (!op.bool_output) {
+    LOOM_CHECK_TYPE(is_floating(dt) || !alpha.is_floating(), "[", op.name,
+                    "] for integral input tensors, argument alpha must not be a floating point "
+                    "number (got ", alpha, ")");
+  }
+  return TensorMeta(shape, op.bool_output ? kBool : dt);
+}
+
+TensorMeta where_shape(TensorMetaRef condition, TensorMetaRef self, TensorMetaRef other) {
+  LOOM_CHECK_TYPE(condition.dtype == kBool || condition.dtype == kUInt8,
+                  "[where] expected condition to be a bool tensor but got ", condition.dtype);
+  const TensorMetaRef in[3] = {condition, self, other};
+  common_device("where", in, 3);
+  DimVector shape = broadcast_shapes("where", in, 3);
+  const bool skip[3] = {true, false, false};
+  return TensorMeta(shape, result_type(in, 3, skip));
+}
+
 namespace {
 
-// Each op: `apply(a, b, alpha)` on the compute type; flags say how dtypes work.
-struct AddOp {
-  static constexpr const char* name = "add";
-  static constexpr bool int_to_float = false, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T alpha) {
-    if constexpr (std::is_same_v<T, bool>) {
-      return a || (b && alpha);
-    } else {
-      return a + alpha * b;
-    }
-  }
-};
-struct SubOp {
-  static constexpr const char* name = "sub";
-  static constexpr bool int_to_float = false, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T alpha) {
-    return a - alpha * b;
-  }
-};
-struct MulOp {
-  static constexpr const char* name = "mul";
-  static constexpr bool int_to_float = false, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T) {
-    if constexpr (std::is_same_v<T, bool>) {
-      return a && b;
-    } else {
-      return a * b;
-    }
-  }
-};
-struct DivOp {
-  static constexpr const char* name = "div";
-  static constexpr bool int_to_float = true, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T) {
-    return a / b;
-  }
-};
-struct MaximumOp {
-  static constexpr const char* name = "maximum";
-  static constexpr bool int_to_float = false, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T) {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-    }
-    return a > b ? a : b;
-  }
-};
-struct MinimumOp {
-  static constexpr const char* name = "minimum";
-  static constexpr bool int_to_float = false, bool_output = false;
-  template <class T>
-  static T apply(T a, T b, T) {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-    }
-    return a < b ? a : b;
-  }
-};
-#define LOOM_CMP_OP(Name, str, expr)                         \
-  struct Name {                                              \
-    static constexpr const char* name = str;                 \
-    static constexpr bool int_to_float = false, bool_output = true; \
-    template <class T>                                       \
-    static bool apply(T a, T b, T) {                         \
-      return expr;                                           \
-    }                                                        \
-  };
-LOOM_CMP_OP(EqOp, "eq", a == b)
-LOOM_CMP_OP(NeOp, "ne", a != b)
-LOOM_CMP_OP(LtOp, "lt", a < b)
-LOOM_CMP_OP(LeOp, "le", a <= b)
-LOOM_CMP_OP(GtOp, "gt", a > b)
-LOOM_CMP_OP(GeOp, "ge", a >= b)
-LOOM_CMP_OP(LogicalAndOp, "logical_and", (a != T(0)) && (b != T(0)))
-LOOM_CMP_OP(LogicalOrOp, "logical_or", (a != T(0)) || (b != T(0)))
-LOOM_CMP_OP(LogicalXorOp, "logical_xor", (a != T(0)) != (b != T(0)))
-#undef LOOM_CMP_OP
+constexpr BinaryTraits kAdd{"add"}, kSub{"sub", false, false, true}, kMul{"mul"},
+    kDiv{"div", true}, kMaximum{"maximum"}, kMinimum{"minimum"}, kEq{"eq", false, true},
+    kNe{"ne", false, true}, kLt{"lt", false, true}, kLe{"le", false, true},
+    kGt{"gt", false, true}, kGe{"ge", false, true}, kLogicalAnd{"logical_and", false, true},
+    kLogicalOr{"logical_or", false, true}, kLogicalXor{"logical_xor", false, true};
 
-
-// Note [Streaming stores for large outputs]
-// A large elementwise kernel is bound by memory traffic. A normal store first reads the output's
-// cache line (read-for-ownership), so `out = a + b` moves 4 streams, not 3. For outputs much larger
-// than the caches we compute a block into an L1-resident buffer with the vectorised loop and copy it
-// out with non-temporal stores, which skip that read.
-constexpr int64_t kStreamingMin = int64_t{1} << 20;  // elements (4 MiB of float32)
-
-inline void stream_copy(float* dst, const float* src, int64_t n) {
-#if defined(__AVX512F__)
-  int64_t i = 0;
-  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 63) != 0) {
-    dst[i] = src[i];
-    ++i;
-  }
-  for (; i + 16 <= n; i += 16) _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
-  for (; i < n; ++i) dst[i] = src[i];
-#else
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-#endif
+// Meta kernels: the shape function, then an empty meta result, self checked, or out resized.
+template <const BinaryTraits& Op>
+Tensor meta_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return meta_output(binary_shape(Op, self, other, alpha));
 }
-
-template <class Op>
-void streaming_binary_f32(float* o, const float* x, const float* y, float a, int64_t n) {
-  parallel_for(0, n, int64_t{1} << 16, [&](int64_t b, int64_t e) {
-    alignas(64) float buf[2048];
-    for (int64_t i = b; i < e; i += 2048) {
-      const int64_t m = std::min<int64_t>(2048, e - i);
-      const float* __restrict xi = x + i;
-      const float* __restrict yi = y + i;
-      for (int64_t j = 0; j < m; ++j) buf[j] = Op::template apply<float>(xi[j], yi[j], a);
-      stream_copy(o + i, buf, m);
-    }
-#if defined(__AVX512F__)
-    _mm_sfence();  // make this thread's streamed stores visible before the pool reports done
-#endif
-  });
+template <const BinaryTraits& Op>
+Tensor meta_inplace_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return meta_inplace(Op.name, self, binary_shape(Op, self, other, alpha));
 }
-
-// True when [a, a + an) and [b, b + bn) overlap without being the same range.
-inline bool partial_overlap(const void* a, size_t an, const void* b, size_t bn) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa != pb && pa < pb + bn && pb < pa + an;
+template <const BinaryTraits& Op>
+Tensor meta_out_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha,
+                      const Tensor& out) {
+  prepare_out(Op.name, out, binary_shape(Op, self, other, alpha), out.device());
+  return out;
 }
-
-template <class Op, class T, class Out>
-void run_loop(TensorIterator& it, const Scalar& alpha) {
-  using M = opmath_t<T>;
-  const M a = alpha.to<M>();
-  it.for_each([a](char** d, const int64_t* s, int64_t n) {
-    binary_loop<Out, T, T>(d, s, n, [a](T x, T y) {
-      if constexpr (std::is_same_v<Out, bool>) {
-        return Op::template apply<M>(static_cast<M>(x), static_cast<M>(y), a);
-      } else {
-        return Out(Op::template apply<M>(static_cast<M>(x), static_cast<M>(y), a));
-      }
-    });
-  });
+template <const BinaryTraits& Op>
+Tensor meta_fn(const Tensor& self, const Tensor& other) {
+  return meta_alpha<Op>(self, other, 1);
 }
-
-void check_alpha(const char* op, DType dt, const Scalar& alpha) {
-  LOOM_CHECK_TYPE(is_floating(dt) || !alpha.is_floating(), "[", op,
-                  "] for integral input tensors, argument alpha must not be a floating point "
-                  "number (got ", alpha, ")");
+template <const BinaryTraits& Op>
+Tensor meta_inplace_fn(const Tensor& self, const Tensor& other) {
+  return meta_inplace_alpha<Op>(self, other, 1);
 }
-
-// out may be undefined (functional), self (in-place) or a caller's tensor (out=).
-template <class Op>
-Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, const Scalar& alpha,
-                   bool inplace) {
-  // self and other are defined: the dispatcher rejects undefined arguments (Note [undefined tensors]).
-  // Large float32 operands of one shape: streaming stores (Note [Streaming stores for large
-  // outputs]), into a fresh output, self (in place) or a matching contiguous out=.
-  if (!Op::bool_output && self.dtype() == kFloat32 && other.dtype() == kFloat32 && self.is_cpu() &&
-      other.is_cpu() && self.is_contiguous() && other.is_contiguous() &&
-      self.sizes() == other.sizes() && self.numel() >= kStreamingMin &&
-      (!out.defined() || (out.dtype() == kFloat32 && out.is_cpu() && out.is_contiguous() &&
-                          out.sizes() == self.sizes()))) {
-    const size_t bytes = self.nbytes();
-    if (!out.defined() || (!partial_overlap(out.data_ptr(), bytes, self.data_ptr(), bytes) &&
-                           !partial_overlap(out.data_ptr(), bytes, other.data_ptr(), bytes))) {
-      check_alpha(Op::name, kFloat32, alpha);
-      Tensor result = out.defined() ? out : empty_tensor(self.sizes(), kFloat32, kCPU);
-      streaming_binary_f32<Op>(static_cast<float*>(result.data_ptr()),
-                               static_cast<const float*>(self.data_ptr()),
-                               static_cast<const float*>(other.data_ptr()), alpha.to<float>(),
-                               self.numel());
-      if (out.defined()) result.storage()->bump_version();
-      return result;
-    }
-  }
-  // Fast path: same dtype, same shape, both contiguous, a fresh output. Not for two wrapped numbers:
-  // their result takes the default dtype (TensorIterator's promotion), not their own.
-  const bool both_wrapped = self.impl()->is_wrapped_number() && other.impl()->is_wrapped_number();
-  if (!out.defined() && !both_wrapped && self.dtype() == other.dtype() && self.is_cpu() && other.is_cpu() &&
-      self.is_contiguous() && other.is_contiguous() && self.sizes() == other.sizes() &&
-      !(Op::int_to_float && !is_floating(self.dtype())) &&
-      !(std::is_same_v<Op, SubOp> && self.dtype() == kBool)) {
-    const DType dt = self.dtype();
-    Tensor result = empty_tensor(self.sizes(), Op::bool_output ? kBool : dt, kCPU);
-    const int64_t n = self.numel();
-    if (dt == kFloat32 && !Op::bool_output) {
-      check_alpha(Op::name, dt, alpha);
-      const float a = alpha.to<float>();
-      const float* __restrict x = static_cast<const float*>(self.data_ptr());
-      const float* __restrict y = static_cast<const float*>(other.data_ptr());
-      float* __restrict o = static_cast<float*>(result.data_ptr());
-      if (n <= 4096) {
-        for (int64_t i = 0; i < n; ++i) o[i] = Op::template apply<float>(x[i], y[i], a);
-        return result;
-      }
-    }
-    TensorIteratorConfig cfg;
-    cfg.op = Op::name;
-    cfg.outputs = {result};
-    cfg.inputs = {self, other};
-    if (Op::bool_output) cfg.output_dtype = kBool;
-    TensorIterator it(std::move(cfg));
-    LOOM_DISPATCH_ALL_TYPES(dt, Op::name, [&] {
-      if constexpr (Op::bool_output) {
-        run_loop<Op, scalar_t, bool>(it, alpha);
-      } else {
-        run_loop<Op, scalar_t, scalar_t>(it, alpha);
-      }
-    });
-    return result;
-  }
-  TensorIteratorConfig cfg;
-  cfg.op = Op::name;
-  if (out.defined()) cfg.outputs = {out};
-  else cfg.outputs = {Tensor()};
-  cfg.inputs = {self, other};
-  cfg.int_to_float = Op::int_to_float;
-  cfg.is_inplace = inplace;
-  if (Op::bool_output) cfg.output_dtype = kBool;
-  TensorIterator it(std::move(cfg));
-  const DType dt = it.common_dtype();
-  LOOM_CHECK_TYPE(!(std::is_same_v<Op, SubOp> && dt == kBool), "[sub] subtraction with two bool "
-                  "tensors is not supported; use logical_xor instead");
-  if (!Op::bool_output) check_alpha(Op::name, dt, alpha);
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(dt, Op::name, [&] {
-      if constexpr (Op::bool_output) {
-        run_loop<Op, scalar_t, bool>(it, alpha);
-      } else {
-        run_loop<Op, scalar_t, scalar_t>(it, alpha);
-      }
-    });
-  }
-  it.finish();
-  return it.output(0);
-}
-
-template <class Op>
-Tensor functional(const Tensor& self, const Tensor& other) {
-  return binary_impl<Op>(Tensor(), self, other, 1, false);
-}
-template <class Op>
-Tensor inplace(const Tensor& self, const Tensor& other) {
-  return binary_impl<Op>(self, self, other, 1, true);
-}
-template <class Op>
-Tensor out_variant(const Tensor& self, const Tensor& other, const Tensor& out) {
-  return binary_impl<Op>(out, self, other, 1, false);
-}
-template <class Op>
-Tensor functional_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha) {
-  return binary_impl<Op>(Tensor(), self, other, alpha, false);
-}
-template <class Op>
-Tensor inplace_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha) {
-  return binary_impl<Op>(self, self, other, alpha, true);
-}
-template <class Op>
-Tensor out_alpha(const Tensor& self, const Tensor& other, const Scalar& alpha, const Tensor& out) {
-  return binary_impl<Op>(out, self, other, alpha, false);
-}
-
-Tensor where_kernel(const Tensor& cond, const Tensor& self, const Tensor& other) {
-  check_defined(cond, "where", "condition");
-  LOOM_CHECK_TYPE(cond.dtype() == kBool || cond.dtype() == kUInt8,
-                  "[where] expected condition to be a bool tensor but got ", cond.dtype());
-  TensorIteratorConfig cfg;
-  cfg.op = "where";
-  cfg.outputs = {Tensor()};
-  cfg.inputs = {cond, self, other};
-  cfg.input_skips_promotion = {true, false, false};
-  TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    const DType cdt = it.operand(1).dtype();
-    LOOM_DISPATCH_ALL_TYPES(it.common_dtype(), "where", [&] {
-      auto run = [&](auto cond_tag) {
-        using C = decltype(cond_tag);
-        it.for_each([](char** d, const int64_t* s, int64_t n) {
-          ternary_loop<scalar_t, C, scalar_t, scalar_t>(
-              d, s, n, [](C c, scalar_t a, scalar_t b) { return c ? a : b; });
-        });
-      };
-      if (cdt == kBool) run(bool{});
-      else run(uint8_t{});
-    });
-  }
-  return it.output(0);
+template <const BinaryTraits& Op>
+Tensor meta_out_fn(const Tensor& self, const Tensor& other, const Tensor& out) {
+  return meta_out_alpha<Op>(self, other, 1, out);
 }
 
 }  // namespace
@@ -311,11 +80,9 @@ Tensor where_kernel(const Tensor& cond, const Tensor& self, const Tensor& other)
   m.def(#name "_(Tensor(a!) self, Tensor other) -> Tensor(a!)");                               \
   m.def(#name ".out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)");
 #define LOOM_BINARY_IMPLS(name, Op)                                                            \
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {                                \
-    m.impl(#name, k, functional<Op>);                                                          \
-    m.impl(#name "_", k, inplace<Op>);                                                         \
-    m.impl(#name ".out", k, out_variant<Op>);                                                  \
-  }
+  m.impl(#name, DispatchKey::Meta, meta_fn<Op>);                                               \
+  m.impl(#name "_", DispatchKey::Meta, meta_inplace_fn<Op>);                                   \
+  m.impl(#name ".out", DispatchKey::Meta, meta_out_fn<Op>);
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   for (const char* name : {"add", "sub"}) {
@@ -324,14 +91,12 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
     m.def(n + "_(Tensor(a!) self, Tensor other, *, Scalar alpha=1) -> Tensor(a!)");
     m.def(n + ".out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out) -> Tensor(a!)");
   }
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("add", k, functional_alpha<AddOp>);
-    m.impl("add_", k, inplace_alpha<AddOp>);
-    m.impl("add.out", k, out_alpha<AddOp>);
-    m.impl("sub", k, functional_alpha<SubOp>);
-    m.impl("sub_", k, inplace_alpha<SubOp>);
-    m.impl("sub.out", k, out_alpha<SubOp>);
-  }
+  m.impl("add", DispatchKey::Meta, meta_alpha<kAdd>);
+  m.impl("add_", DispatchKey::Meta, meta_inplace_alpha<kAdd>);
+  m.impl("add.out", DispatchKey::Meta, meta_out_alpha<kAdd>);
+  m.impl("sub", DispatchKey::Meta, meta_alpha<kSub>);
+  m.impl("sub_", DispatchKey::Meta, meta_inplace_alpha<kSub>);
+  m.impl("sub.out", DispatchKey::Meta, meta_out_alpha<kSub>);
   LOOM_BINARY_DEFS(mul)
   LOOM_BINARY_DEFS(div)
   LOOM_BINARY_DEFS(maximum)
@@ -345,22 +110,21 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   LOOM_BINARY_DEFS(logical_and)
   LOOM_BINARY_DEFS(logical_or)
   LOOM_BINARY_DEFS(logical_xor)
-  LOOM_BINARY_IMPLS(mul, MulOp)
-  LOOM_BINARY_IMPLS(div, DivOp)
-  LOOM_BINARY_IMPLS(maximum, MaximumOp)
-  LOOM_BINARY_IMPLS(minimum, MinimumOp)
-  LOOM_BINARY_IMPLS(eq, EqOp)
-  LOOM_BINARY_IMPLS(ne, NeOp)
-  LOOM_BINARY_IMPLS(lt, LtOp)
-  LOOM_BINARY_IMPLS(le, LeOp)
-  LOOM_BINARY_IMPLS(gt, GtOp)
-  LOOM_BINARY_IMPLS(ge, GeOp)
-  LOOM_BINARY_IMPLS(logical_and, LogicalAndOp)
-  LOOM_BINARY_IMPLS(logical_or, LogicalOrOp)
-  LOOM_BINARY_IMPLS(logical_xor, LogicalXorOp)
+  LOOM_BINARY_IMPLS(mul, kMul)
+  LOOM_BINARY_IMPLS(div, kDiv)
+  LOOM_BINARY_IMPLS(maximum, kMaximum)
+  LOOM_BINARY_IMPLS(minimum, kMinimum)
+  LOOM_BINARY_IMPLS(eq, kEq)
+  LOOM_BINARY_IMPLS(ne, kNe)
+  LOOM_BINARY_IMPLS(lt, kLt)
+  LOOM_BINARY_IMPLS(le, kLe)
+  LOOM_BINARY_IMPLS(gt, kGt)
+  LOOM_BINARY_IMPLS(ge, kGe)
+  LOOM_BINARY_IMPLS(logical_and, kLogicalAnd)
+  LOOM_BINARY_IMPLS(logical_or, kLogicalOr)
+  LOOM_BINARY_IMPLS(logical_xor, kLogicalXor)
   m.def("where(Tensor condition, Tensor self, Tensor other) -> Tensor");
-  m.impl("where", DispatchKey::CPU, where_kernel);
-  m.impl("where", DispatchKey::Meta, where_kernel);
+  m.impl("where", DispatchKey::Meta, MetaKernel<&where_shape>::run);
 }
 
 using AlphaSig = Tensor(const Tensor&, const Tensor&, const Scalar&);

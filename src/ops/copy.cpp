@@ -1,113 +1,70 @@
-// copy_, fill_, casts and clones.
+// copy_, fill_, casts and clones: schemas, shape functions and Meta kernels, derivatives (the CPU
+// kernels are in cpu/copy_kernels.cpp).
 #include <cstring>
 
 #include "loom/derivatives.h"
 #include "loops.h"
 #include "op_call.h"
+#include "shapes.h"
 #include "tensor_iterator.h"
 
 namespace loom {
 namespace {
 
-Tensor copy_kernel(const Tensor& self, const Tensor& src) {
-  check_defined(self, "copy_", "self");
-  check_defined(src, "copy_", "src");
-  if (self.is_same(src)) return self;
-  // Fast path: same dtype, same shape, both contiguous.
-  if (self.dtype() == src.dtype() && self.is_contiguous() && src.is_contiguous() &&
-      self.sizes() == src.sizes() && self.is_cpu() && src.is_cpu()) {
-    if (self.numel() > 0) std::memmove(self.data_ptr(), src.data_ptr(), self.nbytes());
-    self.storage()->bump_version();
-    return self;
-  }
-  // src broadcasts to self's shape (never the other way).
+// src broadcasts to self's shape (never the other way).
+void check_copy(TensorMetaRef self, TensorMetaRef src) {
   bool ok = src.dim() <= self.dim();
   for (int64_t i = 1; ok && i <= src.dim(); ++i) {
-    int64_t s = src.sizes()[static_cast<size_t>(src.dim() - i)];
-    ok = s == 1 || s == self.sizes()[static_cast<size_t>(self.dim() - i)];
+    int64_t s = src.sizes[static_cast<size_t>(src.dim() - i)];
+    ok = s == 1 || s == self.sizes[static_cast<size_t>(self.dim() - i)];
   }
-  LOOM_CHECK(ok, "[copy_] cannot copy a tensor of shape ", src.sizes(), " into shape ",
-             self.sizes(), " (src must broadcast to self)");
-  TensorIteratorConfig cfg;
-  cfg.op = "copy_";
-  cfg.outputs = {self};
-  cfg.inputs = {src.sizes() == self.sizes() ? src : src.expand(self.sizes())};
-  cfg.promote_inputs = false;
-  cfg.compute_dtype = self.dtype();
-  cfg.output_dtype = self.dtype();
-  cfg.is_inplace = true;
-  TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(self.dtype(), "copy_", [&] {
-      using out_t = scalar_t;
-      LOOM_DISPATCH_ALL_TYPES(src.dtype(), "copy_", [&] {
-        using in_t = scalar_t;
-        it.for_each([](char** d, const int64_t* s, int64_t n) {
-          unary_loop<out_t, in_t>(d, s, n, [](in_t v) { return convert<out_t>(v); });
-        });
-      });
-    });
-  }
-  self.storage()->bump_version();
+  LOOM_CHECK(ok, "[copy_] cannot copy a tensor of shape ", src.sizes, " into shape ",
+             self.sizes, " (src must broadcast to self)");
+}
+
+}  // namespace
+
+// copy_ writes self in place: its result is self's geometry.
+TensorMeta copy_shape(TensorMetaRef self, TensorMetaRef src) {
+  check_copy(self, src);
+  return TensorMeta(self.sizes, self.strides, self.dtype);
+}
+
+namespace {
+
+Tensor copy_meta(const Tensor& self, const Tensor& src) {
+  copy_shape(self, src);
   return self;
 }
 
-Tensor fill_kernel(const Tensor& self, const Scalar& value) {
-  check_defined(self, "fill_", "self");
-  if (self.is_meta() || self.numel() == 0) return self;
-  LOOM_DISPATCH_ALL_TYPES(self.dtype(), "fill_", [&] {
-    const scalar_t v = value.to<scalar_t>();
-    if (self.is_contiguous()) {
-      scalar_t* p = self.data_ptr<scalar_t>();
-      const int64_t n = self.numel();
-      if (value.to_double() == 0.0 && !value.is_bool()) {
-        std::memset(static_cast<void*>(p), 0, static_cast<size_t>(n) * sizeof(scalar_t));
-      } else {
-        for (int64_t i = 0; i < n; ++i) p[i] = v;
-      }
-    } else {
-      TensorIteratorConfig cfg;
-      cfg.op = "fill_";
-      cfg.outputs = {self};
-      cfg.inputs = {};
-      cfg.is_inplace = true;
-      cfg.compute_dtype = self.dtype();
-      // With no inputs, the iterator's shape is empty: iterate self through a broadcast instead.
-      cfg.inputs = {wrap_scalar(value).to(self.dtype()).expand(self.sizes())};
-      cfg.promote_inputs = false;
-      TensorIterator it(std::move(cfg));
-      it.for_each([](char** d, const int64_t* s, int64_t n) {
-        unary_loop<scalar_t, scalar_t>(d, s, n, [](scalar_t x) { return x; });
-      });
-    }
-  });
-  self.storage()->bump_version();
-  return self;
-}
+// fill_ on Meta: nothing to check, nothing to write.
+Tensor fill_meta(const Tensor& self, const Scalar&) { return self; }
 
 Tensor zero_kernel(const Tensor& self) {
   fill_(self, 0);
   return self;
 }
 
-Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype, std::optional<Device> device) {
-  check_defined(self, "_to_copy", "self");
-  DType dt = dtype.value_or(self.dtype());
-  Device dev = device.value_or(self.device());
-  LOOM_CHECK(!self.is_meta() || dev.is_meta(), "[_to_copy] a meta tensor (shape ", self.sizes(),
-             ") has no data to copy to ", dev);
-  LOOM_CHECK(dev == self.device() || dev.is_meta(), "[_to_copy] copies from ", self.device(), " to ",
-             dev, " need the CUDA backend, which is not in this build yet");
-  Tensor out = empty_tensor(self.sizes(), dt, dev);
-  if (!dev.is_meta()) copy_(out, self);
-  return out;
+}  // namespace
+
+// _to_copy crosses devices: a Meta source can only go to Meta (it has no data), and any tensor
+// can go to Meta (only its geometry travels).
+TensorMeta to_copy_shape(TensorMetaRef self, std::optional<DType> dtype,
+                         std::optional<Device> device) {
+  const Device dev = device.value_or(self.device);
+  LOOM_CHECK(!self.device.is_meta() || dev.is_meta(),
+             "[_to_copy] a meta tensor (shape ", self.sizes, ") has no data to copy to ", dev);
+  LOOM_CHECK(dev == self.device || dev.is_meta(), "[_to_copy] copies from ",
+             self.device, " to ", dev, " need the CUDA backend, which is not in this build yet");
+  return TensorMeta(self.sizes, dtype.value_or(self.dtype));
 }
 
-Tensor clone_kernel(const Tensor& self) {
-  check_defined(self, "clone", "self");
-  Tensor out = empty_tensor(self.sizes(), self.dtype(), self.device());
-  if (!self.is_meta()) copy_(out, self);
-  return out;
+TensorMeta clone_shape(TensorMetaRef self) { return TensorMeta(self.sizes, self.dtype); }
+
+namespace {
+
+Tensor to_copy_meta(const Tensor& self, std::optional<DType> dtype, std::optional<Device> device) {
+  return meta_output(to_copy_shape(self, dtype, device));
 }
 
 Tensor contiguous_kernel(const Tensor& self) {
@@ -125,15 +82,11 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("clone(Tensor self) -> Tensor");
   m.def("contiguous(Tensor(a) self) -> Tensor(a)");
-  m.impl("copy_", DispatchKey::CPU, copy_kernel);
-  m.impl("copy_", DispatchKey::Meta, copy_kernel);
-  m.impl("fill_", DispatchKey::CPU, fill_kernel);
-  m.impl("fill_", DispatchKey::Meta, fill_kernel);
+  m.impl("copy_", DispatchKey::Meta, copy_meta);
+  m.impl("fill_", DispatchKey::Meta, fill_meta);
   m.impl("zero_", DispatchKey::CompositeImplicit, zero_kernel);
-  m.impl("_to_copy", DispatchKey::CPU, to_copy_kernel);
-  m.impl("_to_copy", DispatchKey::Meta, to_copy_kernel);
-  m.impl("clone", DispatchKey::CPU, clone_kernel);
-  m.impl("clone", DispatchKey::Meta, clone_kernel);
+  m.impl("_to_copy", DispatchKey::Meta, to_copy_meta);
+  MetaKernel<&clone_shape>::register_meta(m, "clone");
   m.impl("contiguous", DispatchKey::CompositeImplicit, contiguous_kernel);
 }
 

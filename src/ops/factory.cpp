@@ -1,8 +1,10 @@
 // Factories: empty, zeros, ones, full, arange, linspace, eye and the random ones. They have no tensor
-// arguments; the dispatcher picks the backend from the `device` argument.
+// arguments; the dispatcher picks the backend from the `device` argument. The CPU loops of arange,
+// linspace, eye and the random ones are in cpu/factory_kernels.cpp.
 #include <cmath>
 
 #include "op_call.h"
+#include "shapes.h"
 
 namespace loom {
 namespace {
@@ -66,8 +68,10 @@ Tensor ones_kernel(IntArrayRef size, std::optional<DType> dtype, std::optional<D
   return t;
 }
 
-Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
-                     std::optional<DType> dtype, std::optional<Device> device) {
+}  // namespace
+
+TensorMeta arange_shape(const Scalar& start, const Scalar& end, const Scalar& step,
+                        std::optional<DType> dtype, std::optional<Device> device) {
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
   LOOM_CHECK(st != 0, "[arange] step must be nonzero");
   LOOM_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start and end must be finite but got ",
@@ -84,134 +88,53 @@ Tensor arange_kernel(const Scalar& start, const Scalar& end, const Scalar& step,
                       : static_cast<int64_t>(std::ceil((e - s) / st));
   if (n < 0) n = 0;
   check_sizes("arange", {n}, dt);
-  Tensor t = empty_tensor({n}, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
-  LOOM_DISPATCH_ALL_TYPES(dt, "arange", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    if (all_int) {
-      int64_t a = start.to_int(), b = step.to_int();
-      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(a + i * b);
-    } else {
-      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + static_cast<double>(i) * st);
-    }
-  });
-  return t;
+  return TensorMeta({n}, dt);
 }
 
-Tensor linspace_kernel(const Scalar& start, const Scalar& end, int64_t steps,
-                       std::optional<DType> dtype, std::optional<Device> device) {
+TensorMeta linspace_shape(const Scalar& start, const Scalar& end, int64_t steps,
+                          std::optional<DType> dtype, std::optional<Device> device) {
   LOOM_CHECK(steps >= 0, "[linspace] number of steps must be non-negative but got ", steps);
   DType dt = dtype_or_default(dtype);
   check_sizes("linspace", {steps}, dt);
-  Tensor t = empty_tensor({steps}, dt, device_or_cpu(device));
-  if (t.is_meta() || steps == 0) return t;
-  double a = start.to_double(), b = end.to_double();
-  double step = steps > 1 ? (b - a) / static_cast<double>(steps - 1) : 0.0;
-  LOOM_DISPATCH_ALL_TYPES(dt, "linspace", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    // Like PyTorch: the first half counts up from start, the second half down from end, so both
-    // ends are exact.
-    const int64_t half = steps / 2;
-    for (int64_t i = 0; i < steps; ++i) {
-      double v = i < half ? a + step * static_cast<double>(i)
-                          : b - step * static_cast<double>(steps - 1 - i);
-      p[i] = convert<scalar_t>(v);
-    }
-  });
-  return t;
+  return TensorMeta({steps}, dt);
 }
 
-Tensor eye_kernel(int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
-                  std::optional<Device> device) {
+TensorMeta eye_shape(int64_t n, std::optional<int64_t> m, std::optional<DType> dtype,
+                     std::optional<Device> device) {
   int64_t cols = m.value_or(n);
   LOOM_CHECK(n >= 0 && cols >= 0, "[eye] sizes must be non-negative but got n=", n, " m=", cols);
   check_sizes("eye", {n, cols}, dtype_or_default(dtype));
-  Tensor t = zeros_kernel({n, cols}, dtype, device);
-  if (t.is_meta()) return t;
-  LOOM_DISPATCH_ALL_TYPES(t.dtype(), "eye", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < std::min(n, cols); ++i) p[i * cols + i] = convert<scalar_t>(1);
-  });
-  return t;
+  return TensorMeta({n, cols}, dtype_or_default(dtype));
 }
 
-Generator gen_or_default(const std::optional<Generator>& g) {
-  return g ? *g : default_generator();
-}
-
-Tensor rand_kernel(IntArrayRef size, const std::optional<Generator>& gen, std::optional<DType> dtype,
-                   std::optional<Device> device) {
+// The random factories' shape functions neither read nor advance the generator (the loops do).
+TensorMeta rand_shape(IntArrayRef size, const std::optional<Generator>& gen,
+                      std::optional<DType> dtype, std::optional<Device> device) {
   DType dt = dtype_or_default(dtype);
   check_sizes("rand", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[rand] expected a floating dtype but got ", dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
-  const int64_t n = t.numel();
-  const bool wide = dt == kFloat64;
-  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * (wide ? 2 : 1));
-  LOOM_DISPATCH_FLOAT_TYPES(dt, "rand", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      if (wide) {
-        uint64_t hi = philox_draw(st, 2 * static_cast<uint64_t>(i));
-        uint64_t lo = philox_draw(st, 2 * static_cast<uint64_t>(i) + 1);
-        p[i] = convert<scalar_t>(uint64_to_unit_double((hi << 32) | lo));
-      } else {
-        p[i] = convert<scalar_t>(uint32_to_unit_float(philox_draw(st, static_cast<uint64_t>(i))));
-      }
-    }
-  });
-  return t;
+  return TensorMeta(size, dt);
 }
 
-Tensor randn_kernel(IntArrayRef size, const std::optional<Generator>& gen,
-                    std::optional<DType> dtype, std::optional<Device> device) {
+TensorMeta randn_shape(IntArrayRef size, const std::optional<Generator>& gen,
+                       std::optional<DType> dtype, std::optional<Device> device) {
   DType dt = dtype_or_default(dtype);
   check_sizes("randn", size, dt);
   LOOM_CHECK_TYPE(is_floating(dt), "[randn] expected a floating dtype but got ", dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
-  const int64_t n = t.numel();
-  // Box-Muller: element pair (2k, 2k+1) uses draws 4k..4k+3 (one Philox block, 2x32 bits each).
-  const int64_t pairs = (n + 1) / 2;
-  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(pairs) * 4);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, "randn", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t k = 0; k < pairs; ++k) {
-      auto block = philox4x32(st.offset + static_cast<uint64_t>(k), 0, st.seed);
-      double u1 = uint64_to_unit_double((static_cast<uint64_t>(block[0]) << 32) | block[1]);
-      double u2 = uint64_to_unit_double((static_cast<uint64_t>(block[2]) << 32) | block[3]);
-      double r = std::sqrt(-2.0 * std::log(1.0 - u1));  // 1 - u1 is in (0, 1]
-      double theta = 2.0 * M_PI * u2;
-      p[2 * k] = convert<scalar_t>(r * std::cos(theta));
-      if (2 * k + 1 < n) p[2 * k + 1] = convert<scalar_t>(r * std::sin(theta));
-    }
-  });
-  return t;
+  return TensorMeta(size, dt);
 }
 
-Tensor randint_kernel(int64_t low, int64_t high, IntArrayRef size,
-                      const std::optional<Generator>& gen, std::optional<DType> dtype,
-                      std::optional<Device> device) {
+TensorMeta randint_shape(int64_t low, int64_t high, IntArrayRef size,
+                         const std::optional<Generator>& gen, std::optional<DType> dtype,
+                         std::optional<Device> device) {
   LOOM_CHECK(high > low, "[randint] expected low < high but got low=", low, " high=", high);
   DType dt = dtype.value_or(kInt64);
   check_sizes("randint", size, dt);
-  Tensor t = empty_tensor(size, dt, device_or_cpu(device));
-  if (t.is_meta()) return t;
-  const int64_t n = t.numel();
-  const uint64_t range = static_cast<uint64_t>(high - low);
-  GeneratorState st = gen_or_default(gen).reserve(static_cast<uint64_t>(n) * 2);
-  LOOM_DISPATCH_ALL_TYPES(dt, "randint", [&] {
-    scalar_t* p = t.data_ptr<scalar_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      uint64_t hi = philox_draw(st, 2 * static_cast<uint64_t>(i));
-      uint64_t lo = philox_draw(st, 2 * static_cast<uint64_t>(i) + 1);
-      // 64 random bits modulo a range below 2^32 has a bias under 2^-32: negligible.
-      p[i] = convert<scalar_t>(low + static_cast<int64_t>(((hi << 32) | lo) % range));
-    }
-  });
-  return t;
+  return TensorMeta(size, dt);
 }
+
+namespace {
+
 
 Tensor scalar_tensor_kernel(const Scalar& value, std::optional<DType> dtype,
                             std::optional<Device> device) {
@@ -241,14 +164,12 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.impl("ones", DispatchKey::CompositeExplicit, ones_kernel);
   m.impl("full", DispatchKey::CompositeExplicit, full_kernel);
   m.impl("scalar_tensor", DispatchKey::CompositeExplicit, scalar_tensor_kernel);
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("arange", k, arange_kernel);
-    m.impl("linspace", k, linspace_kernel);
-    m.impl("eye", k, eye_kernel);
-    m.impl("rand", k, rand_kernel);
-    m.impl("randn", k, randn_kernel);
-    m.impl("randint", k, randint_kernel);
-  }
+  MetaKernel<&arange_shape>::register_meta(m, "arange");
+  MetaKernel<&linspace_shape>::register_meta(m, "linspace");
+  MetaKernel<&eye_shape>::register_meta(m, "eye");
+  MetaKernel<&rand_shape>::register_meta(m, "rand");
+  MetaKernel<&randn_shape>::register_meta(m, "randn");
+  MetaKernel<&randint_shape>::register_meta(m, "randint");
 }
 
 using FactorySig = Tensor(IntArrayRef, std::optional<DType>, std::optional<Device>);

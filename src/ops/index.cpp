@@ -1,5 +1,6 @@
 // Indexing operators: index_select, gather, scatter / scatter_add (and in place), embedding,
-// masked_fill, one_hot.
+// masked_fill, one_hot: schemas, shape functions, derivatives (the CPU kernels are in
+// cpu/index_kernels.cpp).
 //
 // Every kernel validates all indices before it writes anything, so a bad index throws IndexError
 // (naming the op, the value, the dim and its size) and leaves the destination untouched. Copies
@@ -12,133 +13,33 @@
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
+#include "shapes.h"
 #include "tensor_iterator.h"
 
 namespace loom {
 namespace {
 
 // PyTorch takes int64 indices everywhere, and int32 for index_select and embedding.
-void check_index_dtype(const char* op, const char* arg, const Tensor& index, bool allow_int32) {
-  const DType dt = index.dtype();
+void check_index_dtype(const char* op, const char* arg, TensorMetaRef index, bool allow_int32) {
+  const DType dt = index.dtype;
   LOOM_CHECK_TYPE(dt == kInt64 || (allow_int32 && dt == kInt32), "[", op, "] expected ", arg,
                   " to have dtype int64", allow_int32 ? " or int32" : "", " but got ", dt);
 }
 
-void check_same_device(const char* op, const Tensor& self, const Tensor& other, const char* arg) {
-  LOOM_CHECK(self.device() == other.device(), "[", op, "] expected ", arg, " on ", self.device(),
-             " (like self) but it is on ", other.device());
+void check_same_device(const char* op, TensorMetaRef self, TensorMetaRef other, const char* arg) {
+  LOOM_CHECK(self.device == other.device, "[", op, "] expected ", arg, " on ", self.device,
+             " (like self) but it is on ", other.device);
 }
 
-// The values of a CPU index tensor as int64 in row-major order; no copy for contiguous int64.
-class IndexValues {
- public:
-  explicit IndexValues(const Tensor& index) : n_(index.numel()) {
-    Tensor c = contiguous(index);
-    if (c.dtype() == kInt64) {
-      keep_ = c;
-      p_ = c.data_ptr<int64_t>();
-    } else {
-      const int32_t* q = c.data_ptr<int32_t>();
-      buf_.assign(q, q + n_);
-      p_ = buf_.data();
-    }
-  }
-  const int64_t* data() const { return p_; }
-  int64_t size() const { return n_; }
-  int64_t operator[](int64_t i) const { return p_[i]; }
 
-  // Throws IndexError for the first value outside [0, dim_size).
-  void check_range(const char* op, int64_t dim, int64_t dim_size) const {
-    for (int64_t i = 0; i < n_; ++i) {
-      const int64_t v = p_[i];
-      if (LOOM_UNLIKELY(v < 0 || v >= dim_size)) {
-        LOOM_THROW(IndexError, "[", op, "] index ", v, " is out of range for dimension ", dim,
-                   " with size ", dim_size);
-      }
-    }
-  }
 
- private:
-  Tensor keep_;
-  std::vector<int64_t> buf_;
-  const int64_t* p_ = nullptr;
-  int64_t n_ = 0;
-};
 
-// Runs f(E{}) with E an unsigned integer of the element size: copies do not care about dtypes.
-template <class F>
-void dispatch_by_size(size_t element_size, const F& f) {
-  switch (element_size) {
-    case 1:
-      f(uint8_t{});
-      break;
-    case 2:
-      f(uint16_t{});
-      break;
-    case 4:
-      f(uint32_t{});
-      break;
-    case 8:
-      f(uint64_t{});
-      break;
-    default:
-      LOOM_INTERNAL_ASSERT(false, "unexpected element size ", element_size);
-  }
-}
-
-// Sizes and strides with a 0-dim tensor seen as shape [1] (gather and scatter treat it so).
-DimVector nonempty_sizes(const Tensor& t) {
-  return t.dim() == 0 ? DimVector{1} : DimVector(t.sizes());
-}
-DimVector nonempty_strides(const Tensor& t) {
-  return t.dim() == 0 ? DimVector{1} : DimVector(t.strides());
-}
-
-// Note [Rows along dim]
-// gather and scatter walk the index tensor one "row" at a time: a row fixes every coordinate but
-// `dim` and runs along `dim`. row(offsets) receives each operand's element offset at the row's
-// start (coordinate 0 along dim). Two rows differ in a coordinate other than dim, so the elements a
-// scatter writes from different rows never coincide and rows can run in parallel without races,
-// while duplicates inside one row are applied in order (the last write wins, as on PyTorch's CPU).
-template <size_t NT, class F>
-void for_each_row(IntArrayRef shape, int64_t dim, const std::array<IntArrayRef, NT>& strides,
-                  const F& row) {
-  const int64_t nd = static_cast<int64_t>(shape.size());
-  int64_t rows = 1;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (d != dim) rows *= shape[static_cast<size_t>(d)];
-  }
-  const int64_t len = shape[static_cast<size_t>(dim)];
-  if (rows == 0 || len == 0) return;
-  const int64_t grain = std::max<int64_t>(1, 16384 / len);
-  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    DimVector c(static_cast<size_t>(nd), 0);
-    std::array<int64_t, NT> off{};
-    int64_t r = begin;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (d == dim) continue;
-      const size_t u = static_cast<size_t>(d);
-      c[u] = r % shape[u];
-      r /= shape[u];
-      for (size_t t = 0; t < NT; ++t) off[t] += c[u] * strides[t][u];
-    }
-    for (int64_t i = begin; i < end; ++i) {
-      row(off);
-      for (int64_t d = nd - 1; d >= 0; --d) {
-        if (d == dim) continue;
-        const size_t u = static_cast<size_t>(d);
-        for (size_t t = 0; t < NT; ++t) off[t] += strides[t][u];
-        if (++c[u] < shape[u]) break;
-        for (size_t t = 0; t < NT; ++t) off[t] -= shape[u] * strides[t][u];
-        c[u] = 0;
-      }
-    }
-  });
-}
 
 // ---- index_select and embedding ----
 
-Tensor index_select_impl(const char* op, const Tensor& self, int64_t dim, const Tensor& index) {
+// The result's sizes: self's with dim's replaced by the number of indices.
+DimVector index_select_sizes(const char* op, TensorMetaRef self, int64_t dim,
+                             TensorMetaRef index) {
   const int64_t nd = self.dim();
   const int64_t d = wrap_dim(dim, std::max<int64_t>(nd, 1), op);
   const int64_t n = index.numel();
@@ -147,143 +48,75 @@ Tensor index_select_impl(const char* op, const Tensor& self, int64_t dim, const 
                    "] selecting from a 0-dim tensor takes exactly one "
                    "index but got ",
                    n);
-  DimVector out_shape(self.sizes());
+  DimVector out_shape(self.sizes);
   if (nd > 0) out_shape[static_cast<size_t>(d)] = n;
-  Tensor out = empty_tensor(out_shape, self.dtype(), self.device());
-  if (out.is_meta()) return out;
-  const int64_t dim_size = nd > 0 ? self.size(d) : 1;
-  IndexValues idx(index);
-  idx.check_range(op, d, dim_size);
-  if (out.numel() == 0) return out;
-
-  Tensor src = contiguous(self);
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < d && nd > 0; ++k) outer *= self.size(k);
-  for (int64_t k = d + 1; k < nd; ++k) inner *= self.size(k);
-  const size_t es = self.element_size();
-  const int64_t row_bytes = inner * static_cast<int64_t>(es);
-  const char* sp = static_cast<const char*>(src.data_ptr());
-  char* dp = static_cast<char*>(out.data_ptr());
-  const int64_t* ip = idx.data();
-  // One output row (inner elements) per (outer, index) pair.
-  const int64_t grain = std::max<int64_t>(1, 65536 / row_bytes);
-  if (inner == 1) {
-    dispatch_by_size(es, [&](auto tag) {
-      using E = decltype(tag);
-      const E* s = reinterpret_cast<const E*>(sp);
-      E* o = reinterpret_cast<E*>(dp);
-      parallel_for(0, outer * n, grain, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) o[r] = s[(r / n) * dim_size + ip[r % n]];
-      });
-    });
-  } else {
-    parallel_for(0, outer * n, grain, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t o = r / n, k = r % n;
-        std::memcpy(dp + r * row_bytes, sp + (o * dim_size + ip[k]) * row_bytes,
-                    static_cast<size_t>(row_bytes));
-      }
-    });
-  }
-  return out;
+  return out_shape;
 }
 
-Tensor index_select_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
-  check_defined(self, "index_select", "self");
-  check_defined(index, "index_select", "index");
+
+}  // namespace
+
+TensorMeta index_select_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   check_index_dtype("index_select", "index", index, true);
   LOOM_CHECK_INDEX(index.dim() <= 1,
                    "[index_select] index is supposed to be a vector (0-D or "
                    "1-D) but got shape ",
-                   index.sizes());
-  return index_select_impl("index_select", self, dim, index);
+                   index.sizes);
+  return TensorMeta(index_select_sizes("index_select", self, dim, index), self.dtype);
 }
 
-Tensor embedding_kernel(const Tensor& weight, const Tensor& indices, int64_t padding_idx) {
-  check_defined(weight, "embedding", "weight");
-  check_defined(indices, "embedding", "indices");
+TensorMeta embedding_shape(TensorMetaRef weight, TensorMetaRef indices, int64_t padding_idx) {
   LOOM_CHECK(weight.dim() == 2,
              "[embedding] weight must be 2-D (num_embeddings, embedding_dim) "
              "but got shape ",
-             weight.sizes());
+             weight.sizes);
   check_index_dtype("embedding", "indices", indices, true);
+  check_same_device("embedding", weight, indices, "index");
   // padding_idx only changes the backward pass (that row gets no gradient).
-  Tensor rows = index_select_impl("embedding", weight, 0, reshape(indices, {-1}));
-  DimVector shape(indices.sizes());
+  DimVector shape(indices.sizes);
   shape.push_back(weight.size(1));
-  return reshape(rows, shape);
+  return TensorMeta(shape, weight.dtype);
 }
+
+namespace {
+
+
 
 // Row r of the result is the sum of the grad_output rows whose index is r (none for padding_idx).
 // The indices are bucketed by row first (a counting sort), so each task owns whole result rows and
 // adds its rows' contributions in index order, whatever the thread count.
-Tensor embedding_dense_backward_kernel(const Tensor& grad_output, const Tensor& indices,
-                                       int64_t num_weights, int64_t padding_idx) {
+}  // namespace
+
+TensorMeta embedding_dense_backward_shape(TensorMetaRef grad_output, TensorMetaRef indices,
+                                          int64_t num_weights, int64_t padding_idx) {
   constexpr const char* op = "embedding_dense_backward";
-  check_defined(grad_output, op, "grad_output");
-  check_defined(indices, op, "indices");
   check_index_dtype(op, "indices", indices, true);
   check_same_device(op, grad_output, indices, "indices");
   LOOM_CHECK(num_weights >= 0, "[", op, "] num_weights must be non-negative but got ", num_weights);
   const auto nd = static_cast<size_t>(indices.dim());
   LOOM_CHECK(
-      grad_output.sizes().size() == nd + 1 && grad_output.sizes().slice(0, nd) == indices.sizes(),
-      "[", op, "] expected grad_output of shape ", indices.sizes(),
-      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes());
-  const DType dt = grad_output.dtype();
+      grad_output.sizes.size() == nd + 1 && grad_output.sizes.slice(0, nd) == indices.sizes,
+      "[", op, "] expected grad_output of shape ", indices.sizes,
+      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes);
+  const DType dt = grad_output.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[", op, "] expected a floating grad_output but got ", dt);
-  const int64_t dim = grad_output.size(-1);
-  Tensor out = empty_tensor({num_weights, dim}, dt, grad_output.device());
-  if (out.is_meta()) return out;
-  IndexValues idx(indices);
-  idx.check_range(op, 0, num_weights);
-  const int64_t n = idx.size();
-  std::vector<int64_t> start(static_cast<size_t>(num_weights) + 1, 0),
-      order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ++start[static_cast<size_t>(idx[i]) + 1];
-  for (int64_t r = 0; r < num_weights; ++r)
-    start[static_cast<size_t>(r + 1)] += start[static_cast<size_t>(r)];
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < n; ++i)
-      order[static_cast<size_t>(fill[static_cast<size_t>(idx[i])]++)] = i;
-  }
-  const Tensor g = contiguous(grad_output);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
-    using M = opmath_t<scalar_t>;
-    const scalar_t* gp = g.data_ptr<scalar_t>();
-    scalar_t* outp = out.data_ptr<scalar_t>();
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, dim));
-    parallel_for(0, num_weights, grain, [&](int64_t r0, int64_t r1) {
-      std::vector<M> acc(static_cast<size_t>(dim));
-      for (int64_t r = r0; r < r1; ++r) {
-        std::fill(acc.begin(), acc.end(), M(0));
-        if (r != padding_idx) {
-          for (int64_t k = start[static_cast<size_t>(r)]; k < start[static_cast<size_t>(r + 1)];
-               ++k) {
-            const scalar_t* row = gp + order[static_cast<size_t>(k)] * dim;
-            for (int64_t j = 0; j < dim; ++j) acc[static_cast<size_t>(j)] += static_cast<M>(row[j]);
-          }
-        }
-        for (int64_t j = 0; j < dim; ++j)
-          outp[r * dim + j] = convert<scalar_t>(acc[static_cast<size_t>(j)]);
-      }
-    });
-  });
-  return out;
+  return TensorMeta({num_weights, grad_output.size(-1)}, dt);
 }
+
+namespace {
+
 
 // ---- gather and scatter ----
 
-void check_same_rank(const char* op, const Tensor& self, const Tensor& other, const char* arg) {
+void check_same_rank(const char* op, TensorMetaRef self, TensorMetaRef other, const char* arg) {
   LOOM_CHECK(std::max<int64_t>(self.dim(), 1) == std::max<int64_t>(other.dim(), 1), "[", op, "] ",
              arg, " must have the same number of dimensions as self, but got ", arg, " shape ",
-             other.sizes(), " and self shape ", self.sizes());
+             other.sizes, " and self shape ", self.sizes);
 }
 
-Tensor gather_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
-  check_defined(self, "gather", "self");
-  check_defined(index, "gather", "index");
+}  // namespace
+
+TensorMeta gather_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   check_index_dtype("gather", "index", index, false);
   check_same_device("gather", self, index, "index");
   check_same_rank("gather", self, index, "index");
@@ -291,205 +124,136 @@ Tensor gather_kernel(const Tensor& self, int64_t dim, const Tensor& index) {
   const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), "gather");
   for (size_t k = 0; k < ss.size(); ++k) {
     LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[gather] index shape ",
-               index.sizes(), " is larger than self shape ", self.sizes(), " in dimension ", k);
+               index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
   }
-  Tensor out = empty_tensor(index.sizes(), self.dtype(), self.device());
-  if (out.is_meta() || out.numel() == 0) return out;
-  IndexValues idx(index);
-  idx.check_range("gather", d, ss[static_cast<size_t>(d)]);
-  const DimVector self_st = nonempty_strides(self), out_st = contiguous_strides(is);
-  const int64_t sd = self_st[static_cast<size_t>(d)], od = out_st[static_cast<size_t>(d)];
-  const int64_t len = is[static_cast<size_t>(d)];
-  dispatch_by_size(self.element_size(), [&](auto tag) {
-    using E = decltype(tag);
-    const E* src = static_cast<const E*>(self.data_ptr());
-    E* dst = static_cast<E*>(out.data_ptr());
-    const int64_t* ip = idx.data();
-    // The output and the (contiguous) index share offsets.
-    for_each_row<2>(is, d, {self_st.ref(), out_st.ref()}, [&](const std::array<int64_t, 2>& off) {
-      for (int64_t k = 0; k < len; ++k)
-        dst[off[1] + k * od] = src[off[0] + ip[off[1] + k * od] * sd];
-    });
-  });
-  return out;
+  return TensorMeta(index.sizes, self.dtype);
 }
+
+namespace {
+
 
 enum class ScatterKind { Src, Value, Add };
 
 // Writes into self in place; `src` is used by Src and Add, `value` by Value.
-Tensor scatter_impl(const char* op, ScatterKind kind, const Tensor& self, int64_t dim,
-                    const Tensor& index, const Tensor& src, const Scalar& value) {
-  check_defined(self, op, "self");
-  check_defined(index, op, "index");
+// The shape function of every scatter: the result is self's geometry.
+TensorMeta scatter_check(const char* op, ScatterKind kind, TensorMetaRef self, int64_t dim,
+                         TensorMetaRef index, const OptionalTensorMetaRef& src) {
   check_index_dtype(op, "index", index, false);
   check_same_device(op, self, index, "index");
   check_same_rank(op, self, index, "index");
   const bool has_src = kind != ScatterKind::Value;
   if (has_src) {
-    check_defined(src, op, "src");
-    check_same_device(op, self, src, "src");
-    check_same_rank(op, self, src, "src");
-    LOOM_CHECK_TYPE(src.dtype() == self.dtype(), "[", op,
+    LOOM_CHECK(src.has_value(), "[", op, "] argument 'src' is an undefined tensor");
+    check_same_device(op, self, *src, "src");
+    check_same_rank(op, self, *src, "src");
+    LOOM_CHECK_TYPE(src->dtype == self.dtype, "[", op,
                     "] expected src to have the dtype of "
                     "self (",
-                    self.dtype(), ") but got ", src.dtype());
+                    self.dtype, ") but got ", src->dtype);
   }
   const DimVector ss = nonempty_sizes(self), is = nonempty_sizes(index);
   const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), op);
-  const DimVector rs = has_src ? nonempty_sizes(src) : is;
+  const DimVector rs = has_src ? nonempty_sizes(*src) : is;
   for (size_t k = 0; k < ss.size(); ++k) {
     LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[", op, "] index shape ",
-               index.sizes(), " is larger than self shape ", self.sizes(), " in dimension ", k);
-    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes(),
-               " is larger than src shape ", src.sizes(), " in dimension ", k);
+               index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
+    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes,
+               " is larger than src shape ", rs.ref(), " in dimension ", k);
   }
-  if (self.is_meta() || index.numel() == 0) return self;
-  IndexValues idx(index);
-  idx.check_range(op, d, ss[static_cast<size_t>(d)]);
+  return TensorMeta(self.sizes, self.dtype);
+}
 
-  const DimVector self_st = nonempty_strides(self), idx_st = contiguous_strides(is);
-  const DimVector src_st = has_src ? nonempty_strides(src) : idx_st;
-  const size_t u = static_cast<size_t>(d);
-  const int64_t sd = self_st[u], rd = src_st[u], id = idx_st[u], len = is[u];
-  const int64_t* ip = idx.data();
-  const std::array<IntArrayRef, 3> strides{self_st.ref(), src_st.ref(), idx_st.ref()};
-  if (kind == ScatterKind::Src) {
-    dispatch_by_size(self.element_size(), [&](auto tag) {
-      using E = decltype(tag);
-      E* dst = static_cast<E*>(self.data_ptr());
-      const E* s = static_cast<const E*>(src.data_ptr());
-      for_each_row<3>(is, d, strides, [&](const std::array<int64_t, 3>& off) {
-        for (int64_t k = 0; k < len; ++k)
-          dst[off[0] + ip[off[2] + k * id] * sd] = s[off[1] + k * rd];
-      });
-    });
+
+}  // namespace
+
+TensorMeta scatter_src_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                             TensorMetaRef src) {
+  return scatter_check("scatter", ScatterKind::Src, self, dim, index, OptionalTensorMetaRef(src));
+}
+TensorMeta scatter_value_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                               const Scalar& value) {
+  return scatter_check("scatter", ScatterKind::Value, self, dim, index, std::nullopt);
+}
+TensorMeta scatter_inplace_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                                 TensorMetaRef src) {
+  return scatter_check("scatter_", ScatterKind::Src, self, dim, index, OptionalTensorMetaRef(src));
+}
+TensorMeta scatter_add_inplace_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                                     TensorMetaRef src) {
+  return scatter_check("scatter_add_", ScatterKind::Add, self, dim, index,
+                       OptionalTensorMetaRef(src));
+}
+TensorMeta scatter_add_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                             TensorMetaRef src) {
+  return scatter_check("scatter_add", ScatterKind::Add, self, dim, index,
+                       OptionalTensorMetaRef(src));
+}
+
+namespace {
+
+
+// In place: the Meta kernels check and return self (the CPU kernels check, then fill self).
+template <ScatterKind kKind>
+Tensor scatter_inplace_meta(const Tensor& self, int64_t dim, const Tensor& index,
+                            const Tensor& src) {
+  if constexpr (kKind == ScatterKind::Add) {
+    scatter_add_inplace_shape(self, dim, index, src);
   } else {
-    LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-      scalar_t* dst = self.data_ptr<scalar_t>();
-      if (kind == ScatterKind::Value) {
-        const scalar_t v = value.to<scalar_t>();
-        for_each_row<3>(is, d, strides, [&](const std::array<int64_t, 3>& off) {
-          for (int64_t k = 0; k < len; ++k) dst[off[0] + ip[off[2] + k * id] * sd] = v;
-        });
-      } else {
-        using M = opmath_t<scalar_t>;
-        const scalar_t* s = src.data_ptr<scalar_t>();
-        for_each_row<3>(is, d, strides, [&](const std::array<int64_t, 3>& off) {
-          for (int64_t k = 0; k < len; ++k) {
-            scalar_t& o = dst[off[0] + ip[off[2] + k * id] * sd];
-            o = convert<scalar_t>(static_cast<M>(o) + static_cast<M>(s[off[1] + k * rd]));
-          }
-        });
-      }
-    });
+    scatter_inplace_shape(self, dim, index, src);
   }
-  self.storage()->bump_version();
   return self;
-}
-
-Tensor scatter_src_kernel(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(self, "scatter", "self");
-  return scatter_impl("scatter", ScatterKind::Src, clone(self), dim, index, src, 0);
-}
-Tensor scatter_value_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                            const Scalar& value) {
-  check_defined(self, "scatter", "self");
-  return scatter_impl("scatter", ScatterKind::Value, clone(self), dim, index, Tensor(), value);
-}
-Tensor scatter_add_kernel(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src) {
-  check_defined(self, "scatter_add", "self");
-  return scatter_impl("scatter_add", ScatterKind::Add, clone(self), dim, index, src, 0);
-}
-Tensor scatter_inplace_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                              const Tensor& src) {
-  return scatter_impl("scatter_", ScatterKind::Src, self, dim, index, src, 0);
-}
-Tensor scatter_add_inplace_kernel(const Tensor& self, int64_t dim, const Tensor& index,
-                                  const Tensor& src) {
-  return scatter_impl("scatter_add_", ScatterKind::Add, self, dim, index, src, 0);
 }
 
 // ---- masked_fill ----
 
-// out undefined: a new tensor of the broadcast shape of self and mask; else out is self (in place,
-// and the mask must broadcast to self's shape).
-Tensor masked_fill_impl(const char* op, const Tensor& self, const Tensor& mask, const Scalar& value,
-                        bool inplace) {
-  check_defined(self, op, "self");
-  check_defined(mask, op, "mask");
-  LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected mask to have dtype bool but got ",
-                  mask.dtype());
-  TensorIteratorConfig cfg;
-  cfg.op = op;
-  cfg.outputs = {inplace ? self : Tensor()};
-  cfg.inputs = {self, mask};
-  cfg.promote_inputs = false;
-  cfg.compute_dtype = self.dtype();
-  cfg.output_dtype = self.dtype();
-  cfg.is_inplace = inplace;
-  TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-      const scalar_t v = value.to<scalar_t>();
-      it.for_each([v](char** data, const int64_t* strides, int64_t n) {
-        binary_loop<scalar_t, scalar_t, bool>(data, strides, n,
-                                              [v](scalar_t x, bool m) { return m ? v : x; });
-      });
-    });
-  }
-  it.finish();
-  return it.output(0);
+
+
+}  // namespace
+
+// Pointwise over self and mask broadcast together, in self's dtype.
+TensorMeta masked_fill_shape(TensorMetaRef self, TensorMetaRef mask, const Scalar& value) {
+  LOOM_CHECK_TYPE(mask.dtype == kBool, "[masked_fill] expected mask to have dtype bool but got ",
+                  mask.dtype);
+  const TensorMetaRef in[2] = {self, mask};
+  common_device("masked_fill", in, 2);
+  return TensorMeta(broadcast_shapes("masked_fill", in, 2), self.dtype);
 }
 
-Tensor masked_fill_kernel(const Tensor& self, const Tensor& mask, const Scalar& value) {
-  return masked_fill_impl("masked_fill", self, mask, value, false);
+namespace {
+
+Tensor masked_fill_inplace_meta(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  return meta_inplace("masked_fill_", self, masked_fill_shape(self, mask, value));
 }
-Tensor masked_fill_inplace_kernel(const Tensor& self, const Tensor& mask, const Scalar& value) {
-  return masked_fill_impl("masked_fill_", self, mask, value, true);
-}
+
+}  // namespace
 
 // ---- one_hot ----
 
-Tensor one_hot_kernel(const Tensor& self, int64_t num_classes) {
-  check_defined(self, "one_hot", "self");
-  LOOM_CHECK_TYPE(self.dtype() == kInt64,
+void one_hot_check(TensorMetaRef self, int64_t num_classes) {
+  LOOM_CHECK_TYPE(self.dtype == kInt64,
                   "[one_hot] is only applicable to index tensors of dtype "
                   "int64 but got ",
-                  self.dtype());
+                  self.dtype);
   LOOM_CHECK(num_classes >= -1,
              "[one_hot] num_classes must be -1 (infer) or non-negative but "
              "got ",
              num_classes);
-  DimVector shape(self.sizes());
-  if (self.is_meta()) {
-    LOOM_CHECK(num_classes >= 0,
-               "[one_hot] cannot infer num_classes from a Meta tensor (it has "
-               "no values); pass num_classes explicitly");
-    shape.push_back(num_classes);
-    return empty_tensor(shape, kInt64, self.device());
-  }
-  IndexValues idx(self);
-  if (num_classes == -1) {
-    LOOM_CHECK(idx.size() > 0,
-               "[one_hot] cannot infer the number of classes from an empty tensor; "
-               "pass num_classes explicitly");
-    num_classes = *std::max_element(idx.data(), idx.data() + idx.size()) + 1;
-  }
-  for (int64_t i = 0; i < idx.size(); ++i) {
-    const int64_t v = idx[i];
-    LOOM_CHECK_INDEX(v >= 0 && v < num_classes, "[one_hot] class value ", v,
-                     " is out of range for num_classes ", num_classes,
-                     " (values must be in [0, num_classes))");
-  }
-  shape.push_back(num_classes);
-  Tensor out = empty_tensor(shape, kInt64, self.device());
-  int64_t* o = out.data_ptr<int64_t>();
-  if (out.nbytes() > 0) std::memset(o, 0, out.nbytes());  // an empty result has no data pointer
-  for (int64_t i = 0; i < idx.size(); ++i) o[i * num_classes + idx[i]] = 1;
-  return out;
 }
 
-}  // namespace
+// Note [Data-dependent sizes]
+// one_hot with num_classes=-1 takes its class count from the largest value of self: a size that
+// depends on data. Its shape function answers only when num_classes is given (a compiler must
+// treat the other case as unknown, a graph break); the CPU kernel, which sees the values, is not
+// structured: it computes its own output size.
+TensorMeta one_hot_shape(TensorMetaRef self, int64_t num_classes) {
+  one_hot_check(self, num_classes);
+  LOOM_CHECK(num_classes >= 0,
+             "[one_hot] cannot infer num_classes from a Meta tensor (it has "
+             "no values); pass num_classes explicitly");
+  DimVector shape(self.sizes);
+  shape.push_back(num_classes);
+  return TensorMeta(shape, kInt64);
+}
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("index_select(Tensor self, int dim, Tensor index) -> Tensor");
@@ -506,20 +270,18 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor");
   m.def("masked_fill_.Scalar(Tensor(a!) self, Tensor mask, Scalar value) -> Tensor(a!)");
   m.def("one_hot(Tensor self, int num_classes=-1) -> Tensor");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("index_select", k, index_select_kernel);
-    m.impl("gather", k, gather_kernel);
-    m.impl("scatter.src", k, scatter_src_kernel);
-    m.impl("scatter.value", k, scatter_value_kernel);
-    m.impl("scatter_add", k, scatter_add_kernel);
-    m.impl("scatter_.src", k, scatter_inplace_kernel);
-    m.impl("scatter_add_", k, scatter_add_inplace_kernel);
-    m.impl("embedding", k, embedding_kernel);
-    m.impl("embedding_dense_backward", k, embedding_dense_backward_kernel);
-    m.impl("masked_fill.Scalar", k, masked_fill_kernel);
-    m.impl("masked_fill_.Scalar", k, masked_fill_inplace_kernel);
-    m.impl("one_hot", k, one_hot_kernel);
-  }
+  MetaKernel<&index_select_shape>::register_meta(m, "index_select");
+  MetaKernel<&gather_shape>::register_meta(m, "gather");
+  MetaKernel<&scatter_src_shape>::register_meta(m, "scatter.src");
+  MetaKernel<&scatter_value_shape>::register_meta(m, "scatter.value");
+  MetaKernel<&scatter_add_shape>::register_meta(m, "scatter_add");
+  m.impl("scatter_.src", DispatchKey::Meta, scatter_inplace_meta<ScatterKind::Src>);
+  m.impl("scatter_add_", DispatchKey::Meta, scatter_inplace_meta<ScatterKind::Add>);
+  MetaKernel<&embedding_shape>::register_meta(m, "embedding");
+  MetaKernel<&embedding_dense_backward_shape>::register_meta(m, "embedding_dense_backward");
+  m.impl("masked_fill.Scalar", DispatchKey::Meta, MetaKernel<&masked_fill_shape>::run);
+  m.impl("masked_fill_.Scalar", DispatchKey::Meta, masked_fill_inplace_meta);
+  m.impl("one_hot", DispatchKey::Meta, MetaKernel<&one_hot_shape>::run);
 }
 
 using IndexSig = Tensor(const Tensor&, int64_t, const Tensor&);

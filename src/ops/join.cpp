@@ -1,127 +1,70 @@
-// Joining: cat (a kernel per backend) and stack (unsqueeze + cat).
-#include <algorithm>
-#include <cstring>
-
+// Joining: cat (schema and shape function here, its CPU kernel in cpu/join_kernels.cpp) and stack
+// (unsqueeze + cat).
 #include "loom/derivatives.h"
-#include "loom/parallel.h"
 #include "op_call.h"
+#include "shapes.h"
 
 namespace loom {
 namespace {
 
 // PyTorch keeps accepting 1-D tensors of size 0 in cat whatever the other shapes are (a legacy of
 // the days when an empty tensor had shape [0]); they take part in dtype promotion only.
-bool is_legacy_empty(const Tensor& t) {
+bool is_legacy_empty(TensorMetaRef t) {
   return t.dim() == 1 && t.size(0) == 0;
 }
 
-// Copies each contiguous input into its slab of a contiguous output of the same dtype: for each of
-// `outer` rows, input i contributes sizes[dim] * inner elements.
-void cat_contiguous(TensorList tensors, const Tensor& out, int64_t dim) {
-  const size_t es = out.element_size();
-  int64_t outer = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= out.size(d);
-  const int64_t out_row = out.numel() / (outer == 0 ? 1 : outer) * static_cast<int64_t>(es);
-  std::vector<const char*> src;
-  std::vector<int64_t> row_bytes, col_offset;
-  int64_t col = 0;
-  for (const Tensor& t : tensors) {
-    if (is_legacy_empty(t) || t.numel() == 0) continue;
-    src.push_back(static_cast<const char*>(t.data_ptr()));
-    row_bytes.push_back(t.numel() / outer * static_cast<int64_t>(es));
-    col_offset.push_back(col);
-    col += row_bytes.back();
-  }
-  char* dst = static_cast<char*>(out.data_ptr());
-  if (outer == 1) {  // one slab per input (cat along dim 0): split each copy instead
-    constexpr int64_t kChunk = 1 << 18;
-    for (size_t i = 0; i < src.size(); ++i) {
-      const int64_t n = row_bytes[i];
-      parallel_for(0, (n + kChunk - 1) / kChunk, 1, [&](int64_t b, int64_t e) {
-        const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
-        std::memcpy(dst + col_offset[i] + lo, src[i] + lo, static_cast<size_t>(hi - lo));
-      });
-    }
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(out_row, 1));
-  parallel_for(0, outer, grain, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      for (size_t i = 0; i < src.size(); ++i) {
-        std::memcpy(dst + r * out_row + col_offset[i], src[i] + r * row_bytes[i],
-                    static_cast<size_t>(row_bytes[i]));
-      }
-    }
-  });
-}
-
-Tensor cat_kernel(TensorList tensors, int64_t dim) {
+}  // namespace
+TensorMeta cat_shape(TensorMetaList tensors, int64_t dim) {
   LOOM_CHECK(!tensors.empty(), "[cat] expected a non-empty list of tensors");
   DType dtype = kBool;
-  const Tensor* ref = nullptr;
+  std::optional<TensorMetaRef> ref;
   size_t ref_index = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
-    LOOM_CHECK(t.defined(), "[cat] tensor ", i, " in the list is undefined");
+    LOOM_CHECK(tensors.defined(i), "[cat] tensor ", i, " in the list is undefined");
+    const TensorMetaRef t = tensors[i];
     LOOM_CHECK(t.dim() > 0, "[cat] zero-dimensional tensor (at position ", i,
                ") cannot be concatenated");
-    dtype = i == 0 ? t.dtype() : promote_types(dtype, t.dtype());
+    dtype = i == 0 ? t.dtype : promote_types(dtype, t.dtype);
     if (!ref && !is_legacy_empty(t)) {
-      ref = &t;
+      ref = t;
       ref_index = i;
     }
   }
-  const Device device = tensors[0].device();
+  const Device device = tensors[0].device;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    LOOM_CHECK(tensors[i].device() == device,
+    LOOM_CHECK(tensors[i].device == device,
                "[cat] expected all tensors on one device, but "
                "tensor 0 is on ",
-               device, " and tensor ", i, " is on ", tensors[i].device());
+               device, " and tensor ", i, " is on ", tensors[i].device);
   }
   if (!ref) {
     wrap_dim(dim, 1, "cat");
-    return empty_tensor({0}, dtype, device);
+    return TensorMeta(IntArrayRef({0}), dtype);
   }
   const int64_t nd = ref->dim();
   const int64_t d = wrap_dim(dim, nd, "cat");
-  DimVector out_shape(ref->sizes());
+  DimVector out_shape(ref->sizes);
   out_shape[static_cast<size_t>(d)] = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
+    const TensorMetaRef t = tensors[i];
     if (is_legacy_empty(t)) continue;
     LOOM_CHECK(t.dim() == nd, "[cat] tensors must have the same number of dimensions: tensor ",
-               ref_index, " has shape ", ref->sizes(), " but tensor ", i, " has shape ", t.sizes());
+               ref_index, " has shape ", ref->sizes, " but tensor ", i, " has shape ", t.sizes);
     for (int64_t k = 0; k < nd; ++k) {
       if (k == d) continue;
       LOOM_CHECK(t.size(k) == ref->size(k),
                  "[cat] sizes of tensors must match except in "
                  "dimension ",
-                 d, ": tensor ", ref_index, " has shape ", ref->sizes(), " but tensor ", i,
-                 " has shape ", t.sizes(), " (mismatch in dimension ", k, ")");
+                 d, ": tensor ", ref_index, " has shape ", ref->sizes, " but tensor ", i,
+                 " has shape ", t.sizes, " (mismatch in dimension ", k, ")");
     }
     out_shape[static_cast<size_t>(d)] += t.size(d);
   }
-  Tensor out = empty_tensor(out_shape, dtype, device);
-  if (out.is_meta() || out.numel() == 0) return out;
-
-  bool simple = true;
-  for (const Tensor& t : tensors) {
-    if (!is_legacy_empty(t) && (t.dtype() != dtype || !t.is_contiguous())) simple = false;
-  }
-  if (simple) {
-    cat_contiguous(tensors, out, d);
-    return out;
-  }
-  // General case: copy_ casts and walks any strides (and parallelises large copies itself).
-  int64_t offset = 0;
-  for (const Tensor& t : tensors) {
-    if (is_legacy_empty(t)) continue;
-    const int64_t n = t.size(d);
-    if (n > 0 && t.numel() > 0) copy_(narrow(out, d, offset, n), t);
-    offset += n;
-  }
-  return out;
+  return TensorMeta(out_shape, dtype);
 }
+
+namespace {
+
 
 Tensor stack_kernel(TensorList tensors, int64_t dim) {
   LOOM_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
@@ -144,8 +87,7 @@ Tensor stack_kernel(TensorList tensors, int64_t dim) {
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("cat(Tensor[] tensors, int dim=0) -> Tensor");
   m.def("stack(Tensor[] tensors, int dim=0) -> Tensor");
-  m.impl("cat", DispatchKey::CPU, cat_kernel);
-  m.impl("cat", DispatchKey::Meta, cat_kernel);
+  MetaKernel<&cat_shape>::register_meta(m, "cat");
   m.impl("stack", DispatchKey::CompositeImplicit, stack_kernel);
 }
 

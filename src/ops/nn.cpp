@@ -1,5 +1,6 @@
 // Neural-network operators: layer norm, dropout and the classification losses (nll_loss,
-// cross_entropy). Kernels compute 16-bit floats in float and accumulate sums in double.
+// cross_entropy): schemas, shape functions and decompositions. The CPU kernels (16-bit floats
+// computed in float, sums accumulated in double) are in cpu/nn_kernels.cpp.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "loom/parallel.h"
 #include "loops.h"
 #include "op_call.h"
+#include "shapes.h"
 #include "tensor_iterator.h"
 
 namespace loom {
@@ -28,253 +30,78 @@ std::string star_shape(IntArrayRef shape) {
   return os.str();
 }
 
-void check_affine(const char* op, const char* arg, const std::optional<Tensor>& t,
-                  const Tensor& input, IntArrayRef normalized_shape) {
-  if (!has(t)) return;
-  LOOM_CHECK(t->sizes() == normalized_shape, "[", op, "] expected ", arg, " of shape ",
-             normalized_shape, " (normalized_shape) but got ", t->sizes());
-  LOOM_CHECK(t->device() == input.device(), "[", op, "] expected ", arg, " on ", input.device(),
-             " (like input) but it is on ", t->device());
+void check_affine(const char* op, const char* arg, const OptionalTensorMetaRef& t,
+                  TensorMetaRef input, IntArrayRef normalized_shape) {
+  if (!t.has_value()) return;
+  LOOM_CHECK(t->sizes == normalized_shape, "[", op, "] expected ", arg, " of shape ",
+             normalized_shape, " (normalized_shape) but got ", t->sizes);
+  LOOM_CHECK(t->device == input.device, "[", op, "] expected ", arg, " on ", input.device,
+             " (like input) but it is on ", t->device);
 }
 
 // The number of normalized elements per row, after checking input against normalized_shape.
-int64_t check_normalized_shape(const char* op, const Tensor& input, IntArrayRef normalized_shape) {
+int64_t check_normalized_shape(const char* op, TensorMetaRef input, IntArrayRef normalized_shape) {
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   LOOM_CHECK(k >= 1, "[", op, "] normalized_shape must have at least one dimension");
   const int64_t axis = input.dim() - k;
-  LOOM_CHECK(axis >= 0 && input.sizes().slice(static_cast<size_t>(axis)) == normalized_shape, "[",
+  LOOM_CHECK(axis >= 0 && input.sizes.slice(static_cast<size_t>(axis)) == normalized_shape, "[",
              op, "] given normalized_shape=", normalized_shape, ", expected input with shape ",
-             star_shape(normalized_shape), " but got input of shape ", input.sizes());
+             star_shape(normalized_shape), " but got input of shape ", input.sizes);
   return multiply_sizes(normalized_shape);
 }
 
-// Sum of x (or of (x - center)^2 when squared) in double. Eight independent accumulators let the
-// compiler vectorise: with one, strict floating-point order makes the loop a serial chain of adds.
-template <class M, class T>
-double lane_sum(const T* x, int64_t n, double center, bool squared) {
-  constexpr int kLanes = 8;
-  double acc[kLanes] = {};
-  int64_t j = 0;
-  if (squared) {
-    for (; j + kLanes <= n; j += kLanes) {
-      for (int l = 0; l < kLanes; ++l) {
-        const double d = static_cast<double>(static_cast<M>(x[j + l])) - center;
-        acc[l] += d * d;
-      }
-    }
-  } else {
-    for (; j + kLanes <= n; j += kLanes) {
-      for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(static_cast<M>(x[j + l]));
-    }
-  }
-  double total = 0;
-  for (int l = 0; l < kLanes; ++l) total += acc[l];
-  for (; j < n; ++j) {
-    const double d = static_cast<double>(static_cast<M>(x[j])) - center;
-    total += squared ? d * d : d;
-  }
-  return total;
-}
 
 // (output, mean, rstd). mean and rstd keep the normalized dims as size 1, as PyTorch's CPU kernel:
 // input [2, 3, 4] with normalized_shape [4] gives mean of shape [2, 3, 1].
-std::tuple<Tensor, Tensor, Tensor> native_layer_norm_kernel(const Tensor& input,
-                                                            IntArrayRef normalized_shape,
-                                                            const std::optional<Tensor>& weight,
-                                                            const std::optional<Tensor>& bias,
-                                                            double eps) {
-  check_defined(input, "native_layer_norm", "input");
-  const int64_t cols = check_normalized_shape("native_layer_norm", input, normalized_shape);
+}  // namespace
+
+std::array<TensorMeta, 3> native_layer_norm_shape(TensorMetaRef input, IntArrayRef normalized_shape,
+                                                  const OptionalTensorMetaRef& weight,
+                                                  const OptionalTensorMetaRef& bias, double eps) {
+  check_normalized_shape("native_layer_norm", input, normalized_shape);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const int64_t axis = input.dim() - k;
   check_affine("native_layer_norm", "weight", weight, input, normalized_shape);
   check_affine("native_layer_norm", "bias", bias, input, normalized_shape);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[native_layer_norm] expected a floating input but got ", dt);
-  int64_t rows = 1;
   DimVector stat_shape;
-  for (int64_t d = 0; d < axis; ++d) {
-    rows *= input.size(d);
-    stat_shape.push_back(input.size(d));
-  }
+  for (int64_t d = 0; d < axis; ++d) stat_shape.push_back(input.size(d));
   for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
-  Tensor out = empty_tensor(input.sizes(), dt, input.device());
-  Tensor mean = empty_tensor(stat_shape, dt, input.device());
-  Tensor rstd = empty_tensor(stat_shape, dt, input.device());
-  if (input.is_meta() || rows == 0) return {out, mean, rstd};
-
-  Tensor x = contiguous(input);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, "native_layer_norm", [&] {
-    using M = opmath_t<scalar_t>;
-    // The affine parameters in the compute type, contiguous.
-    Tensor w = has(weight) ? contiguous(weight->to(DTypeOf<M>::value)) : Tensor();
-    Tensor b = has(bias) ? contiguous(bias->to(DTypeOf<M>::value)) : Tensor();
-    const M* wp = w.defined() ? w.data_ptr<M>() : nullptr;
-    const M* bp = b.defined() ? b.data_ptr<M>() : nullptr;
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    scalar_t* mp = mean.data_ptr<scalar_t>();
-    scalar_t* rp = rstd.data_ptr<scalar_t>();
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
-    parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const scalar_t* xr = xp + r * cols;
-        scalar_t* orow = op + r * cols;
-        // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - E[x]^2.
-        const double mu =
-            cols > 0 ? lane_sum<M>(xr, cols, 0.0, false) / static_cast<double>(cols) : 0.0;
-        const double var =
-            cols > 0 ? lane_sum<M>(xr, cols, mu, true) / static_cast<double>(cols) : 0.0;
-        const M m = static_cast<M>(mu);
-        const M rs = static_cast<M>(1.0 / std::sqrt(var + eps));
-        for (int64_t j = 0; j < cols; ++j) {
-          M y = (static_cast<M>(xr[j]) - m) * rs;
-          if (wp) y *= wp[j];
-          if (bp) y += bp[j];
-          orow[j] = convert<scalar_t>(y);
-        }
-        mp[r] = convert<scalar_t>(m);
-        rp[r] = convert<scalar_t>(rs);
-      }
-    });
-  });
-  return {out, mean, rstd};
+  return {TensorMeta(input.sizes, dt), TensorMeta(stat_shape, dt), TensorMeta(stat_shape, dt)};
 }
 
-// (sum(a), sum(a * b)) over n elements, added in double in eight lanes (as lane_sum).
-template <class M>
-std::pair<double, double> lane_dot_sums(const M* a, const M* b, int64_t n) {
-  constexpr int kLanes = 8;
-  double sa[kLanes] = {}, sab[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      sa[l] += static_cast<double>(a[j + l]);
-      sab[l] += static_cast<double>(a[j + l]) * static_cast<double>(b[j + l]);
-    }
-  }
-  double ta = 0, tab = 0;
-  for (int l = 0; l < kLanes; ++l) {
-    ta += sa[l];
-    tab += sab[l];
-  }
-  for (; j < n; ++j) {
-    ta += static_cast<double>(a[j]);
-    tab += static_cast<double>(a[j]) * static_cast<double>(b[j]);
-  }
-  return {ta, tab};
-}
-
-// Note [Layer norm backward]
-// With xhat = (x - mean) * rstd and gw = grad_out * weight (grad_out without weight), per row:
-//   grad_input = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))
-// and over all rows: grad_weight = sum(grad_out * xhat), grad_bias = sum(grad_out). Rows are cut
-// into at most kLnBlocks blocks (a count that depends on the shape only, so results do not depend
-// on the thread count); each block writes its rows' grad_input and its partial column sums in one
-// pass, and the partials are added in block order.
-constexpr int64_t kLnBlocks = 64;
-
-std::tuple<Tensor, Tensor, Tensor> native_layer_norm_backward_kernel(
-    const Tensor& grad_out, const Tensor& input, IntArrayRef normalized_shape, const Tensor& mean,
-    const Tensor& rstd, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+std::array<TensorMeta, 3> native_layer_norm_backward_shape(
+    TensorMetaRef grad_out, TensorMetaRef input, IntArrayRef normalized_shape, TensorMetaRef mean,
+    TensorMetaRef rstd, const OptionalTensorMetaRef& weight, const OptionalTensorMetaRef& bias,
     bool input_mask, bool weight_mask, bool bias_mask) {
   constexpr const char* op = "native_layer_norm_backward";
-  check_defined(grad_out, op, "grad_out");
-  check_defined(input, op, "input");
-  check_defined(mean, op, "mean");
-  check_defined(rstd, op, "rstd");
-  const int64_t cols = check_normalized_shape(op, input, normalized_shape);
+  check_normalized_shape(op, input, normalized_shape);
   check_affine(op, "weight", weight, input, normalized_shape);
   check_affine(op, "bias", bias, input, normalized_shape);
-  LOOM_CHECK(grad_out.sizes() == input.sizes(), "[", op, "] expected grad_out of shape ",
-             input.sizes(), " (the shape of input) but got ", grad_out.sizes());
-  const DType dt = input.dtype();
-  LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype() == dt, "[", op,
-                  "] expected grad_out and input of one floating dtype but got ", grad_out.dtype(),
+  LOOM_CHECK(grad_out.sizes == input.sizes, "[", op, "] expected grad_out of shape ",
+             input.sizes, " (the shape of input) but got ", grad_out.sizes);
+  const DType dt = input.dtype;
+  LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype == dt, "[", op,
+                  "] expected grad_out and input of one floating dtype but got ", grad_out.dtype,
                   " and ", dt);
   const int64_t rows =
-      multiply_sizes(input.sizes().slice(0, input.sizes().size() - normalized_shape.size()));
-  for (const Tensor* t : {&mean, &rstd}) {
+      multiply_sizes(input.sizes.slice(0, input.sizes.size() - normalized_shape.size()));
+  for (const TensorMetaRef* t : {&mean, &rstd}) {
     LOOM_CHECK(t->numel() == rows, "[", op, "] expected ", t == &mean ? "mean" : "rstd", " with ",
-               rows, " elements (one per normalized row of input ", input.sizes(), ") but got ",
-               t->sizes());
-    LOOM_CHECK_TYPE(t->dtype() == dt, "[", op, "] expected ", t == &mean ? "mean" : "rstd",
-                    " of dtype ", dt, " (like input) but got ", t->dtype());
+               rows, " elements (one per normalized row of input ", input.sizes, ") but got ",
+               t->sizes);
+    LOOM_CHECK_TYPE(t->dtype == dt, "[", op, "] expected ", t == &mean ? "mean" : "rstd",
+                    " of dtype ", dt, " (like input) but got ", t->dtype);
   }
-  const Device dev = input.device();
-  Tensor gi = input_mask ? empty_tensor(input.sizes(), dt, dev) : Tensor();
-  Tensor gw = weight_mask ? empty_tensor(normalized_shape, has(weight) ? weight->dtype() : dt, dev)
-                          : Tensor();
-  Tensor gb =
-      bias_mask ? empty_tensor(normalized_shape, has(bias) ? bias->dtype() : dt, dev) : Tensor();
-  if (input.is_meta()) return {gi, gw, gb};
-
-  const Tensor x = contiguous(input), g = contiguous(grad_out);
-  const Tensor mu_t = contiguous(mean).to(kFloat64), rs_t = contiguous(rstd).to(kFloat64);
-  const double* mu = mu_t.data_ptr<double>();
-  const double* rs = rs_t.data_ptr<double>();
-  const bool sums = weight_mask || bias_mask;
-  const int64_t blocks = std::min(rows, kLnBlocks);
-  const int64_t rows_per_block = blocks > 0 ? (rows + blocks - 1) / blocks : 0;
-  // Partial column sums per block: [blocks][2][cols] (grad_weight's, then grad_bias's).
-  std::vector<double> partial(sums ? static_cast<size_t>(blocks * 2 * cols) : 0, 0.0);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
-    using M = opmath_t<scalar_t>;
-    const Tensor w = has(weight) ? contiguous(weight->to(DTypeOf<M>::value)) : Tensor();
-    const M* wp = w.defined() ? w.data_ptr<M>() : nullptr;
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    const scalar_t* gp = g.data_ptr<scalar_t>();
-    scalar_t* gip = gi.defined() ? gi.data_ptr<scalar_t>() : nullptr;
-    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      // One row's xhat, grad_out and grad_out * weight in the compute type; simple loops over
-      // them vectorise.
-      std::vector<M> buf(static_cast<size_t>(3 * cols));
-      M* __restrict xh = buf.data();
-      M* __restrict gv = xh + cols;
-      M* __restrict gw = gv + cols;
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        double* __restrict pw = sums ? partial.data() + blk * 2 * cols : nullptr;
-        const int64_t r1 = std::min(rows, (blk + 1) * rows_per_block);
-        for (int64_t r = blk * rows_per_block; r < r1; ++r) {
-          const scalar_t* __restrict xr = xp + r * cols;
-          const scalar_t* __restrict gr = gp + r * cols;
-          const M m = static_cast<M>(mu[r]), rsm = static_cast<M>(rs[r]);
-          for (int64_t j = 0; j < cols; ++j) xh[j] = (static_cast<M>(xr[j]) - m) * rsm;
-          for (int64_t j = 0; j < cols; ++j) gv[j] = static_cast<M>(gr[j]);
-          if (pw) {
-            for (int64_t j = 0; j < cols; ++j) pw[j] += static_cast<double>(gv[j] * xh[j]);
-            for (int64_t j = 0; j < cols; ++j) pw[cols + j] += static_cast<double>(gv[j]);
-          }
-          if (!gip) continue;
-          const M* gwr = gv;
-          if (wp) {
-            for (int64_t j = 0; j < cols; ++j) gw[j] = gv[j] * wp[j];
-            gwr = gw;
-          }
-          const auto [s1, s2] = lane_dot_sums(gwr, xh, cols);
-          const M m1 = static_cast<M>(s1 / static_cast<double>(cols));
-          const M m2 = static_cast<M>(s2 / static_cast<double>(cols));
-          scalar_t* __restrict out = gip + r * cols;
-          for (int64_t j = 0; j < cols; ++j) {
-            out[j] = convert<scalar_t>(rsm * (gwr[j] - m1 - xh[j] * m2));
-          }
-        }
-      }
-    });
-  });
-  auto write_sums = [&](const Tensor& out, int64_t which) {
-    if (!out.defined()) return;
-    std::vector<double> total(static_cast<size_t>(cols), 0.0);
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const double* p = partial.data() + (blk * 2 + which) * cols;
-      for (int64_t j = 0; j < cols; ++j) total[static_cast<size_t>(j)] += p[j];
-    }
-    out.copy_(from_vector<double>(total, out.sizes()));
-  };
-  write_sums(gw, 0);
-  write_sums(gb, 1);
-  return {gi, gw, gb};
+  return {input_mask ? TensorMeta(input.sizes, dt) : undefined_meta(),
+          weight_mask ? TensorMeta(normalized_shape, weight.has_value() ? weight->dtype : dt)
+                      : undefined_meta(),
+          bias_mask ? TensorMeta(normalized_shape, bias.has_value() ? bias->dtype : dt)
+                    : undefined_meta()};
 }
+
+namespace {
 
 Tensor layer_norm_kernel(const Tensor& input, IntArrayRef normalized_shape,
                          const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
@@ -291,85 +118,31 @@ void check_dropout_p(const char* op, double p) {
              p);
 }
 
-// Note [Dropout draws]
-// A training call with p > 0 reserves numel 32-bit draws from the generator; element i is kept when
-// draw i, as a uniform float in [0, 1), is below 1 - p. So the mask depends only on (seed, offset,
-// numel), not on the number of threads, and the call advances the generator by ceil(numel / 4).
-std::tuple<Tensor, Tensor> native_dropout_kernel(const Tensor& input, double p, bool train,
-                                                 const std::optional<Generator>& gen) {
-  check_defined(input, "native_dropout", "input");
+}  // namespace
+
+// The generator is the loop's business: the shape function neither reads nor advances it.
+std::array<TensorMeta, 2> native_dropout_shape(TensorMetaRef input, double p, bool train,
+                                               const std::optional<Generator>& gen) {
   check_dropout_p("native_dropout", p);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[native_dropout] expected a floating input but got ", dt);
-  Tensor out = empty_tensor(input.sizes(), dt, input.device());
-  Tensor mask = empty_tensor(input.sizes(), kBool, input.device());
-  const int64_t n = input.numel();
-  if (input.is_meta() || n == 0) return {out, mask};
-  bool* mp = mask.data_ptr<bool>();
-  if (!train || p == 0.0) {
-    copy_(out, input);
-    std::memset(mp, 1, static_cast<size_t>(n));
-    return {out, mask};
-  }
-  const GeneratorState st = (gen ? *gen : default_generator()).reserve(static_cast<uint64_t>(n));
-  if (p == 1.0) {
-    fill_(out, 0);
-    std::memset(mp, 0, static_cast<size_t>(n));
-    return {out, mask};
-  }
-  Tensor x = contiguous(input);
-  const float keep = static_cast<float>(1.0 - p);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, "native_dropout", [&] {
-    using M = opmath_t<scalar_t>;
-    const M scale = static_cast<M>(1.0 / (1.0 - p));
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    const int64_t blocks = (n + 3) / 4;  // one Philox block gives the draws of 4 elements
-    parallel_for(0, blocks, 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t blk = begin; blk < end; ++blk) {
-        const auto draws = philox4x32(st.offset + static_cast<uint64_t>(blk), 0, st.seed);
-        const int64_t i0 = blk * 4, i1 = std::min(n, i0 + 4);
-        for (int64_t i = i0; i < i1; ++i) {
-          const bool k = uint32_to_unit_float(draws[static_cast<size_t>(i - i0)]) < keep;
-          mp[i] = k;
-          op[i] = k ? convert<scalar_t>(static_cast<M>(xp[i]) * scale) : scalar_t(0);
-        }
-      }
-    });
-  });
-  return {out, mask};
+  return {TensorMeta(input.sizes, dt), TensorMeta(input.sizes, kBool)};
 }
 
-Tensor native_dropout_backward_kernel(const Tensor& grad_output, const Tensor& mask, double scale) {
+TensorMeta native_dropout_backward_shape(TensorMetaRef grad_output, TensorMetaRef mask,
+                                         double scale) {
   constexpr const char* op = "native_dropout_backward";
-  check_defined(grad_output, op, "grad_output");
-  check_defined(mask, op, "mask");
-  LOOM_CHECK(mask.sizes() == grad_output.sizes(), "[", op, "] expected mask of shape ",
-             grad_output.sizes(), " (the shape of grad_output) but got ", mask.sizes());
-  LOOM_CHECK_TYPE(is_floating(grad_output.dtype()), "[", op,
-                  "] expected a floating grad_output but got ", grad_output.dtype());
-  LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected a bool mask but got ", mask.dtype());
-  TensorIteratorConfig cfg;
-  cfg.op = op;
-  cfg.outputs = {Tensor()};
-  cfg.inputs = {grad_output, mask};
-  cfg.input_skips_promotion = {false, true};
-  TensorIterator it(std::move(cfg));
-  if (!it.is_meta()) {
-    LOOM_DISPATCH_FLOAT_TYPES(grad_output.dtype(), op, [&] {
-      using M = opmath_t<scalar_t>;
-      const M s = static_cast<M>(scale);
-      // g * mask * scale, as PyTorch (so a NaN gradient stays NaN where the mask is false).
-      it.for_each([s](char** d, const int64_t* st, int64_t n) {
-        binary_loop<scalar_t, scalar_t, bool>(d, st, n, [s](scalar_t g, bool m) {
-          return convert<scalar_t>(static_cast<M>(g) * (m ? s : M(0)));
-        });
-      });
-    });
-  }
-  it.finish();
-  return it.output(0);
+  LOOM_CHECK(mask.sizes == grad_output.sizes, "[", op, "] expected mask of shape ",
+             grad_output.sizes, " (the shape of grad_output) but got ", mask.sizes);
+  LOOM_CHECK_TYPE(is_floating(grad_output.dtype), "[", op,
+                  "] expected a floating grad_output but got ", grad_output.dtype);
+  LOOM_CHECK_TYPE(mask.dtype == kBool, "[", op, "] expected a bool mask but got ", mask.dtype);
+  const TensorMetaRef in[2] = {grad_output, mask};
+  common_device(op, in, 2);
+  return TensorMeta(grad_output.sizes, grad_output.dtype);
 }
+
+namespace {
 
 Tensor dropout_kernel(const Tensor& input, double p, bool train,
                       const std::optional<Generator>& gen) {
@@ -388,15 +161,15 @@ void check_reduction(const char* op, int64_t reduction) {
              reduction);
 }
 
-void check_class_weight(const char* op, const std::optional<Tensor>& weight, const Tensor& input,
+void check_class_weight(const char* op, const OptionalTensorMetaRef& weight, TensorMetaRef input,
                         int64_t classes) {
-  if (!has(weight)) return;
+  if (!weight.has_value()) return;
   LOOM_CHECK(weight->dim() == 1 && weight->numel() == classes, "[", op,
              "] expected weight to be "
              "a 1-D tensor with one element per class (",
-             classes, ") but got shape ", weight->sizes());
-  LOOM_CHECK(weight->device() == input.device(), "[", op, "] expected weight on ", input.device(),
-             " (like input) but it is on ", weight->device());
+             classes, ") but got shape ", weight->sizes);
+  LOOM_CHECK(weight->device == input.device, "[", op, "] expected weight on ", input.device,
+             " (like input) but it is on ", weight->device);
 }
 
 // input (C), (N, C) or (N, C, d1, ...): log-probabilities; target the class of each sample.
@@ -408,152 +181,67 @@ struct NllShape {
   DimVector target_shape;
 };
 
-NllShape check_nll(const char* op, const Tensor& input, const Tensor& target,
-                   const std::optional<Tensor>& weight, int64_t reduction) {
-  check_defined(input, op, "input");
-  check_defined(target, op, "target");
+NllShape check_nll(const char* op, TensorMetaRef input, TensorMetaRef target,
+                   const OptionalTensorMetaRef& weight, int64_t reduction) {
   check_reduction(op, reduction);
-  const DType dt = input.dtype();
+  const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[", op,
                   "] expected floating input (log-probabilities) but "
                   "got ",
                   dt);
-  LOOM_CHECK_TYPE(target.dtype() == kInt64 || target.dtype() == kUInt8, "[", op,
+  LOOM_CHECK_TYPE(target.dtype == kInt64 || target.dtype == kUInt8, "[", op,
                   "] expected "
                   "target to hold class indices of dtype int64 but got ",
-                  target.dtype());
+                  target.dtype);
   LOOM_CHECK(input.dim() >= 1, "[", op,
              "] expected input of shape (C), (N, C) or "
              "(N, C, d1, ...) but got a 0-dim tensor");
-  LOOM_CHECK(target.device() == input.device(), "[", op, "] expected target on ", input.device(),
-             " (like input) but it is on ", target.device());
+  LOOM_CHECK(target.device == input.device, "[", op, "] expected target on ", input.device,
+             " (like input) but it is on ", target.device);
   NllShape shape;
   const int64_t class_dim = input.dim() == 1 ? 0 : 1;
   shape.classes = input.size(class_dim);
-  shape.target_shape = DimVector(input.sizes());
+  shape.target_shape = DimVector(input.sizes);
   shape.target_shape.erase(static_cast<size_t>(class_dim));
-  LOOM_CHECK(target.sizes() == shape.target_shape.ref(), "[", op, "] expected target of shape ",
-             shape.target_shape.ref(), " for input of shape ", input.sizes(), " but got ",
-             target.sizes());
+  LOOM_CHECK(target.sizes == shape.target_shape.ref(), "[", op, "] expected target of shape ",
+             shape.target_shape.ref(), " for input of shape ", input.sizes, " but got ",
+             target.sizes);
   check_class_weight(op, weight, input, shape.classes);
   for (int64_t d = 2; d < input.dim(); ++d) shape.spatial *= input.size(d);
   return shape;
 }
 
-// The targets as int64, each checked to be a class or ignore_index.
-Tensor checked_targets(const char* op, const Tensor& target, int64_t classes,
-                       int64_t ignore_index) {
-  Tensor t = contiguous(target.to(kInt64));
-  const int64_t* tp = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const int64_t c = tp[i];
-    if (c == ignore_index) continue;
-    LOOM_CHECK_INDEX(c >= 0 && c < classes, "[", op, "] target ", c, " is out of bounds for ",
-                     classes, " classes (valid targets are 0..", classes - 1,
-                     " or ignore_index=", ignore_index, ")");
-  }
-  return t;
-}
 
-Tensor nll_loss_kernel(const Tensor& input, const Tensor& target,
-                       const std::optional<Tensor>& weight, int64_t reduction,
-                       int64_t ignore_index) {
+}  // namespace
+
+TensorMeta nll_loss_shape(TensorMetaRef input, TensorMetaRef target,
+                          const OptionalTensorMetaRef& weight, int64_t reduction,
+                          int64_t ignore_index) {
   const NllShape shape = check_nll("nll_loss", input, target, weight, reduction);
-  const DType dt = input.dtype();
-  const int64_t classes = shape.classes, spatial = shape.spatial;
-  Tensor out =
-      empty_tensor(reduction == 0 ? shape.target_shape.ref() : IntArrayRef(), dt, input.device());
-  if (input.is_meta()) return out;
-
-  Tensor t = checked_targets("nll_loss", target, classes, ignore_index);
-  const int64_t* tp = t.data_ptr<int64_t>();
-  const int64_t count = t.numel();
-  std::vector<double> w(static_cast<size_t>(classes), 1.0);
-  if (has(weight)) w = to_vector<double>(*weight);
-  // Sample i = n * S + s reads input[n, target[i], s] at (n * C + target[i]) * S + s.
-  Tensor x = contiguous(input);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, "nll_loss", [&] {
-    using M = opmath_t<scalar_t>;
-    const scalar_t* xp = x.data_ptr<scalar_t>();
-    auto loss_at = [&](int64_t i, double& wsum) -> double {
-      const int64_t c = tp[i];
-      if (c == ignore_index) return 0.0;
-      const int64_t n = i / spatial, s = i % spatial;
-      const double wc = w[static_cast<size_t>(c)];
-      wsum += wc;
-      return -wc * static_cast<double>(static_cast<M>(xp[(n * classes + c) * spatial + s]));
-    };
-    scalar_t* op = out.data_ptr<scalar_t>();
-    if (reduction == 0) {
-      parallel_for(0, count, 16384, [&](int64_t begin, int64_t end) {
-        double unused = 0;
-        for (int64_t i = begin; i < end; ++i) op[i] = convert<scalar_t>(loss_at(i, unused));
-      });
-      return;
-    }
-    double total = 0, wsum = 0;
-    for (int64_t i = 0; i < count; ++i) total += loss_at(i, wsum);
-    // Mean over zero total weight (empty batch, or every target ignored) is 0/0 = NaN, as PyTorch.
-    op[0] = convert<scalar_t>(reduction == 2 ? total : total / wsum);
-  });
-  return out;
+  return TensorMeta(reduction == 0 ? shape.target_shape.ref() : IntArrayRef(), input.dtype);
 }
 
-// The gradient of nll_loss with respect to input: -weight[t] * g at input[n, t, s] for each
-// sample's target t (0 elsewhere and for ignored samples), g the sample's grad_output, or the
-// scalar grad_output (divided by the summed weight of the non-ignored targets for Mean).
-Tensor nll_loss_backward_kernel(const Tensor& grad_output, const Tensor& input,
-                                const Tensor& target, const std::optional<Tensor>& weight,
-                                int64_t reduction, int64_t ignore_index) {
+TensorMeta nll_loss_backward_shape(TensorMetaRef grad_output, TensorMetaRef input,
+                                   TensorMetaRef target, const OptionalTensorMetaRef& weight,
+                                   int64_t reduction, int64_t ignore_index) {
   constexpr const char* op = "nll_loss_backward";
-  check_defined(grad_output, op, "grad_output");
   const NllShape shape = check_nll(op, input, target, weight, reduction);
   if (reduction == 0) {
-    LOOM_CHECK(grad_output.sizes() == shape.target_shape.ref(), "[", op,
+    LOOM_CHECK(grad_output.sizes == shape.target_shape.ref(), "[", op,
                "] expected grad_output of shape ", shape.target_shape.ref(),
-               " (the loss per sample, reduction none) but got ", grad_output.sizes());
+               " (the loss per sample, reduction none) but got ", grad_output.sizes);
   } else {
     LOOM_CHECK(grad_output.dim() <= 1 && grad_output.numel() == 1, "[", op,
                "] expected a single-element grad_output (a reduced loss) but got shape ",
-               grad_output.sizes());
+               grad_output.sizes);
   }
-  const DType dt = input.dtype();
-  LOOM_CHECK_TYPE(grad_output.dtype() == dt, "[", op, "] expected grad_output of dtype ", dt,
-                  " (like input) but got ", grad_output.dtype());
-  Tensor gi = empty_tensor(input.sizes(), dt, input.device());
-  if (input.is_meta()) return gi;
-  std::memset(gi.data_ptr(), 0, gi.nbytes());
-  const int64_t classes = shape.classes, spatial = shape.spatial;
-  Tensor t = checked_targets(op, target, classes, ignore_index);
-  const int64_t* tp = t.data_ptr<int64_t>();
-  const int64_t count = t.numel();
-  std::vector<double> w(static_cast<size_t>(classes), 1.0);
-  if (has(weight)) w = to_vector<double>(*weight);
-  const Tensor go = contiguous(grad_output);
-  LOOM_DISPATCH_FLOAT_TYPES(dt, op, [&] {
-    using M = opmath_t<scalar_t>;
-    const scalar_t* gop = go.data_ptr<scalar_t>();
-    double g = reduction == 0 ? 0.0 : static_cast<double>(static_cast<M>(gop[0]));
-    if (reduction == 1) {
-      double wsum = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        if (tp[i] != ignore_index) wsum += w[static_cast<size_t>(tp[i])];
-      }
-      g /= wsum;  // zero total weight gives inf/NaN where a weight-0 target is, as PyTorch
-    }
-    scalar_t* gp = gi.data_ptr<scalar_t>();
-    parallel_for(0, count, 16384, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t c = tp[i];
-        if (c == ignore_index) continue;
-        const double gv = reduction == 0 ? static_cast<double>(static_cast<M>(gop[i])) : g;
-        const int64_t n = i / spatial, s = i % spatial;
-        gp[(n * classes + c) * spatial + s] = convert<scalar_t>(-w[static_cast<size_t>(c)] * gv);
-      }
-    });
-  });
-  return gi;
+  const DType dt = input.dtype;
+  LOOM_CHECK_TYPE(grad_output.dtype == dt, "[", op, "] expected grad_output of dtype ", dt,
+                  " (like input) but got ", grad_output.dtype);
+  return TensorMeta(input.sizes, dt);
 }
+
+namespace {
 
 // input: logits (C), (N, C) or (N, C, d1, ...). target: class indices (the shape of input without
 // the class dim) or class probabilities (the shape of input). Decomposes into log_softmax, nll_loss
@@ -657,14 +345,13 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def(
       "nll_loss_backward(Tensor grad_output, Tensor self, Tensor target, Tensor? weight, "
       "int reduction, int ignore_index) -> Tensor");
-  for (DispatchKey k : {DispatchKey::CPU, DispatchKey::Meta}) {
-    m.impl("native_layer_norm", k, native_layer_norm_kernel);
-    m.impl("native_layer_norm_backward", k, native_layer_norm_backward_kernel);
-    m.impl("native_dropout", k, native_dropout_kernel);
-    m.impl("native_dropout_backward", k, native_dropout_backward_kernel);
-    m.impl("nll_loss", k, nll_loss_kernel);
-    m.impl("nll_loss_backward", k, nll_loss_backward_kernel);
-  }
+  MetaKernel<&native_layer_norm_shape>::register_meta(m, "native_layer_norm");
+  MetaKernel<&native_layer_norm_backward_shape>::register_meta(m, "native_layer_norm_backward");
+  MetaKernel<&native_dropout_shape>::register_meta(m, "native_dropout");
+  m.impl("native_dropout_backward", DispatchKey::Meta,
+         MetaKernel<&native_dropout_backward_shape>::run);
+  MetaKernel<&nll_loss_shape>::register_meta(m, "nll_loss");
+  MetaKernel<&nll_loss_backward_shape>::register_meta(m, "nll_loss_backward");
   m.impl("layer_norm", DispatchKey::CompositeImplicit, layer_norm_kernel);
   m.impl("dropout", DispatchKey::CompositeImplicit, dropout_kernel);
   m.impl("cross_entropy", DispatchKey::CompositeImplicit, cross_entropy_kernel);

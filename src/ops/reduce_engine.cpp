@@ -17,7 +17,7 @@
 
 namespace loom::reduce {
 
-std::vector<bool> make_mask(const char* op, const Tensor& self, std::optional<IntArrayRef> dim) {
+std::vector<bool> make_mask(const char* op, TensorMetaRef self, std::optional<IntArrayRef> dim) {
   const int64_t nd = self.dim();
   std::vector<bool> mask(static_cast<size_t>(nd), false);
   if (!dim || dim->empty()) {
@@ -29,13 +29,13 @@ std::vector<bool> make_mask(const char* op, const Tensor& self, std::optional<In
     if (nd == 0) continue;  // a 0-dim tensor accepts dim 0 / -1 and has nothing to reduce
     LOOM_CHECK(!mask[static_cast<size_t>(w)], "[", op, "] dim ", w,
                " appears multiple times in the list of dims ", *dim, " (input shape ",
-               self.sizes(), ")");
+               self.sizes, ")");
     mask[static_cast<size_t>(w)] = true;
   }
   return mask;
 }
 
-std::vector<bool> make_mask_one(const char* op, const Tensor& self, int64_t dim) {
+std::vector<bool> make_mask_one(const char* op, TensorMetaRef self, int64_t dim) {
   const int64_t nd = self.dim();
   const int64_t w = wrap_dim(dim, nd, op);
   std::vector<bool> mask(static_cast<size_t>(nd), false);

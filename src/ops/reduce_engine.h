@@ -42,6 +42,7 @@
 #include "loom/error.h"
 #include "loom/parallel.h"
 #include "loom/tensor.h"
+#include "structured.h"
 
 namespace loom::reduce {
 
@@ -49,10 +50,13 @@ namespace loom::reduce {
 
 // Which dims of self are reduced; `dim` nullopt or empty reduces all. Negative dims wrap; an
 // out-of-range dim is an IndexError and a repeated dim a ValueError, both naming op and shape.
-std::vector<bool> make_mask(const char* op, const Tensor& self, std::optional<IntArrayRef> dim);
+std::vector<bool> make_mask(const char* op, TensorMetaRef self, std::optional<IntArrayRef> dim);
 // The mask of one dim (for ops that reduce a single dim).
-std::vector<bool> make_mask_one(const char* op, const Tensor& self, int64_t dim);
+std::vector<bool> make_mask_one(const char* op, TensorMetaRef self, int64_t dim);
 DimVector reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim);
+// sum and prod accumulate integers (and bool) in int64; dtype= casts the input first and names
+// the result's dtype.
+inline DType sum_acc_dtype(DType in) { return is_integral(in, true) ? kInt64 : in; }
 // Number of elements that each output reduces.
 int64_t reduced_count(IntArrayRef sizes, const std::vector<bool>& mask);
 

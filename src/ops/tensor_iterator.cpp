@@ -12,44 +12,12 @@ bool can_cast(DType from, DType to) {
   return true;
 }
 
-namespace {
-
-// Note [Promotion categories]: as in PyTorch, dimensioned tensors decide the result type; 0-dim
-// tensors only matter if they are of a higher category (bool < integer < float) than all
-// dimensioned ones; wrapped numbers (C++ scalars) matter only if higher than both, and then give the
-// category's default (int64 or the default float dtype) rather than their own width.
-struct ResultTypeState {
-  std::optional<DType> dim, zero, wrapped;
-};
-
-void update(ResultTypeState& s, const Tensor& t) {
-  if (!t.defined()) return;
-  DType d = t.dtype();
-  if (t.impl()->is_wrapped_number()) {
-    if (is_floating(d)) d = default_dtype();
-    s.wrapped = s.wrapped ? promote_types(*s.wrapped, d) : d;
-  } else if (t.dim() == 0) {
-    s.zero = s.zero ? promote_types(*s.zero, d) : d;
-  } else {
-    s.dim = s.dim ? promote_types(*s.dim, d) : d;
-  }
-}
-
-std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
-  if (!higher) return lower;
-  if (!lower) return higher;
-  if (is_floating(*higher)) return higher;
-  if (*higher == kBool || is_floating(*lower)) return promote_types(*higher, *lower);
-  return higher;
-}
-
-}  // namespace
-
 DType result_type(TensorList tensors) {
-  ResultTypeState s;
-  for (const Tensor& t : tensors) update(s, t);
-  auto r = combine(s.dim, combine(s.zero, s.wrapped));
-  return r.value_or(default_dtype());
+  detail::SmallVector<TensorMetaRef, 4> refs;
+  for (const Tensor& t : tensors) {
+    if (t.defined()) refs.push_back(TensorMetaRef(t));
+  }
+  return result_type(refs.data(), refs.size());
 }
 
 TensorIterator::TensorIterator(TensorIteratorConfig cfg) : cfg_(std::move(cfg)) {
@@ -64,57 +32,29 @@ TensorIterator::TensorIterator(TensorIteratorConfig cfg) : cfg_(std::move(cfg)) 
   compute_shape();
   compute_dtypes();
   allocate_outputs();
-  if (!is_meta()) compute_strides_and_coalesce();
+  compute_strides_and_coalesce();
 }
 
+// The shape and dtype come from the same pure functions as the operators' shape functions
+// (structured.h), so a Meta call and a CPU call agree by construction.
 void TensorIterator::compute_shape() {
-  // Device: the first input that is not a CPU 0-dim tensor; those may mix with any device.
-  bool have_device = false;
-  for (const Tensor& t : cfg_.inputs) {
-    if (t.dim() == 0 && t.is_cpu()) continue;
-    if (!have_device) {
-      device_ = t.device();
-      have_device = true;
-    } else {
-      LOOM_CHECK(t.device() == device_, "[", cfg_.op, "] expected all tensors on one device but got ",
-                 device_, " and ", t.device());
-    }
-  }
-  if (!have_device && !cfg_.inputs.empty()) device_ = cfg_.inputs[0].device();
-  // Broadcast the inputs.
-  size_t nd = 0;
-  for (const Tensor& t : cfg_.inputs) nd = std::max(nd, static_cast<size_t>(t.dim()));
-  shape_.assign(nd, 1);
-  for (const Tensor& t : cfg_.inputs) {
-    IntArrayRef s = t.sizes();
-    size_t off = nd - s.size();
-    for (size_t i = 0; i < s.size(); ++i) {
-      int64_t& r = shape_[off + i];
-      if (s[i] == r || s[i] == 1) continue;
-      if (r == 1) {
-        r = s[i];
-        continue;
-      }
-      std::ostringstream os;
-      os << "[" << cfg_.op << "] shapes cannot be broadcast together:";
-      for (const Tensor& u : cfg_.inputs) os << " " << u.sizes();
-      os << " (dimension " << (off + i) << ": " << r << " vs " << s[i] << ")";
-      LOOM_THROW(ValueError, os.str());
-    }
-  }
-  numel_ = checked_numel(shape_, cfg_.op);  // Note [checked sizes]: a broadcast can overflow
+  const size_t n = cfg_.inputs.size();
+  input_refs_.clear();
+  for (size_t i = 0; i < n; ++i) input_refs_.push_back(TensorMetaRef(cfg_.inputs[i]));
+  device_ = common_device(cfg_.op, input_refs_.data(), n);
+  shape_ = broadcast_shapes(cfg_.op, input_refs_.data(), n);
+  numel_ = multiply_sizes(shape_);
 }
 
 void TensorIterator::compute_dtypes() {
   if (cfg_.compute_dtype) {
     common_dtype_ = *cfg_.compute_dtype;
   } else {
-    ResultTypeState s;
-    for (size_t i = 0; i < cfg_.inputs.size(); ++i) {
-      if (i < cfg_.input_skips_promotion.size() && cfg_.input_skips_promotion[i]) continue;
-      update(s, cfg_.inputs[i]);
+    bool skip[16] = {};
+    for (size_t i = 0; i < cfg_.input_skips_promotion.size() && i < 16; ++i) {
+      skip[i] = cfg_.input_skips_promotion[i];
     }
-    common_dtype_ = combine(s.dim, combine(s.zero, s.wrapped)).value_or(default_dtype());
+    common_dtype_ = result_type(input_refs_.data(), input_refs_.size(), skip);
   }
   if (cfg_.int_to_float && !is_floating(common_dtype_)) common_dtype_ = default_dtype();
   if (!cfg_.promote_inputs) return;
@@ -260,7 +200,7 @@ void TensorIterator::serial_for_each(Loop1d loop, void* ctx, int64_t begin, int6
 }
 
 void TensorIterator::for_each(Loop1d loop, void* ctx, int64_t grain) {
-  if (is_meta() || numel_ == 0) return;
+  if (numel_ == 0) return;
   if (numel_ < 2 * grain || in_parallel_region() || get_num_threads() == 1) {
     serial_for_each(loop, ctx, 0, numel_);
     return;

@@ -5,15 +5,18 @@
 // allocates or checks the outputs, coalesces dimensions that are contiguous in every operand, and
 // runs a 1-D inner loop over the result, split across the intra-op pool. Kernels only write the inner
 // loop: `loop(char** data, const int64_t* byte_strides, int64_t n)` with data[0..noutputs) the outputs.
-// For Meta tensors build() computes shapes and dtypes and nothing runs.
+// TensorIterator runs kernels: a Meta call goes to the operator's shape function instead, which
+// broadcasts and promotes with the same functions (structured.h).
 #pragma once
 
 #include <optional>
 #include <vector>
 
+#include "loom/detail/small_vector.h"
 #include "loom/error.h"
 #include "loom/ops.h"
 #include "loom/tensor.h"
+#include "structured.h"
 
 namespace loom {
 
@@ -49,7 +52,6 @@ class TensorIterator {
   int noutputs() const { return noutputs_; }
   int ntensors() const { return static_cast<int>(operands_.size()); }
   int64_t numel() const { return numel_; }
-  bool is_meta() const { return device_.is_meta(); }
   Device device() const { return device_; }
   IntArrayRef shape() const { return shape_.ref(); }
   // The operand is a 0-stride broadcast in every dimension (a scalar for the loop).
@@ -78,6 +80,7 @@ class TensorIterator {
   TensorIteratorConfig cfg_;
   std::vector<Tensor> operands_;   // outputs then inputs, as the loop sees them
   std::vector<Tensor> originals_;  // caller's outputs when a temporary is used (else undefined)
+  detail::SmallVector<TensorMetaRef, 4> input_refs_;  // the inputs' metadata, for the pure shape functions
   int noutputs_ = 0;
   DType common_dtype_ = kFloat32;
   Device device_ = kCPU;
