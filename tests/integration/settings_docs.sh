@@ -22,7 +22,7 @@ bare=$(cd "$src" && grep -rnE 'getenv\("LOOM_' src tools bench include | grep -v
 [[ -z $bare ]] || { echo "FAIL: LOOM_* read with getenv instead of a config::Setting:"; echo "$bare"; bad=1; }
 # The docs name the micro-kernel shape the code uses (`loom info` prints it from gemm_kernel.h's
 # constants, on any CPU).
-shape=$("$loom" info | grep -oE "loom's [0-9]+x[0-9]+" | head -1 | grep -oE '[0-9]+x[0-9]+')
+shape=$("$loom" info | grep 'f32 matrix products' | grep -oE '[0-9]+x[0-9]+' | head -1)
 [[ -n $shape ]] || { echo "FAIL: loom info names no sgemm tile shape"; bad=1; }
 while IFS= read -r hit; do
   doc_shape=$(grep -oE '[0-9]+ ?x ?[0-9]+ micro-kernel' <<< "$hit" | grep -oE '[0-9]+ ?x ?[0-9]+' | tr -d ' ')
