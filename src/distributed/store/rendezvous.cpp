@@ -22,8 +22,9 @@ struct Ranks {
   std::string source;
 };
 
+// RANK, WORLD_SIZE, SLURM_*, OMPI_* and MASTER_*: the launchers' variables, not loom's settings.
 const char* env(const char* name) {
-  return std::getenv(name);
+  return std::getenv(name);  // bare getenv: another program's variable
 }
 
 int parse_int(const std::string& name, const std::string& value) {
