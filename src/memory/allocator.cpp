@@ -51,18 +51,22 @@ CpuAllocator g_cpu;
 MetaAllocator g_meta;
 MissingCudaAllocator g_missing_cuda;
 
-std::atomic<Allocator*> g_allocators[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+Allocator* const g_builtin[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+// Registered allocators per (type, index); null: the type's built-in one. Constant-initialised, so
+// allocations during static initialisation see the built-in ones.
+std::atomic<Allocator*> g_allocators[kNumDeviceTypes][kMaxDeviceIndex] = {};
 
 }  // namespace
 
-Allocator* get_allocator(DeviceType type) {
-  return g_allocators[static_cast<int>(type)].load(std::memory_order_acquire);
+Allocator* get_allocator(Device device) {
+  Allocator* a = g_allocators[static_cast<int>(device.type())][device.index()].load(
+      std::memory_order_acquire);
+  return a != nullptr ? a : g_builtin[static_cast<int>(device.type())];
 }
 
-void set_allocator(DeviceType type, Allocator* allocator) {
-  LOOM_CHECK(allocator != nullptr, "[allocator] set_allocator(", device_type_name(type),
-             ") needs a non-null allocator");
-  g_allocators[static_cast<int>(type)].store(allocator, std::memory_order_release);
+void set_allocator(Device device, Allocator* allocator) {
+  g_allocators[static_cast<int>(device.type())][device.index()].store(allocator,
+                                                                       std::memory_order_release);
 }
 
 }  // namespace loom

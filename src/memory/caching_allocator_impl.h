@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
 #include "memory/allocator_parts.h"
 
@@ -137,6 +138,20 @@ struct CachingAllocator::Impl {
 
   mutable std::mutex mutex;
   // Everything below is guarded by mutex.
+  // The device of the streams this allocator serves: set by the first stream it sees (see
+  // StreamId in loom/memory/caching_allocator.h).
+  Device stream_device;
+  bool has_stream_device = false;
+  void check_stream(const Stream& stream, const char* method) {
+    if (LOOM_LIKELY(has_stream_device && stream.device() == stream_device)) return;
+    if (!has_stream_device) {
+      stream_device = stream.device();
+      has_stream_device = true;
+      return;
+    }
+    LOOM_THROW(ValueError, "[caching allocator] ", method, " on ", stream,
+               ": this allocator serves the streams of ", stream_device);
+  }
   detail::NodeArena set_nodes;
   Pool small_pool{true, &set_nodes};
   Pool large_pool{false, &set_nodes};
