@@ -73,7 +73,7 @@ class LOOM_API Allocator {
 // The allocator of a device: the one registered for it, else its type's built-in one. Never null.
 LOOM_API Allocator* get_allocator(Device device);
 // Registers the allocator of a device (the caller keeps ownership and must outlive all use);
-// nullptr restores the built-in one. ValueError for a device index beyond kMaxDeviceIndex.
+// nullptr restores the built-in one (memory it handed out keeps its own deleter).
 LOOM_API void set_allocator(Device device, Allocator* allocator);
 // The same for Device(type): the CPU, Meta, or the current CUDA device (Note [Canonical devices]).
 inline Allocator* get_allocator(DeviceType type) { return get_allocator(Device(type)); }

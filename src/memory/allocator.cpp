@@ -52,21 +52,36 @@ MetaAllocator g_meta;
 MissingCudaAllocator g_missing_cuda;
 
 Allocator* const g_builtin[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
-// Registered allocators per (type, index); null: the type's built-in one. Constant-initialised, so
-// allocations during static initialisation see the built-in ones.
-std::atomic<Allocator*> g_allocators[kNumDeviceTypes][kMaxDeviceIndex] = {};
+
+// The allocator of every (type, index), each slot starting with its type's built-in one:
+// constant-initialised (so allocations during static initialisation work) and read with one
+// load, as every new tensor does.
+struct AllocatorTable {
+  Allocator* slot[kNumDeviceTypes][kMaxDeviceIndex];
+};
+constexpr AllocatorTable builtin_table() {
+  AllocatorTable t{};
+  for (int i = 0; i < kMaxDeviceIndex; ++i) {
+    t.slot[static_cast<int>(DeviceType::CPU)][i] = &g_cpu;
+    t.slot[static_cast<int>(DeviceType::CUDA)][i] = &g_missing_cuda;
+    t.slot[static_cast<int>(DeviceType::Meta)][i] = &g_meta;
+  }
+  return t;
+}
+constinit AllocatorTable g_table = builtin_table();
 
 }  // namespace
 
 Allocator* get_allocator(Device device) {
-  Allocator* a = g_allocators[static_cast<int>(device.type())][device.index()].load(
-      std::memory_order_acquire);
-  return a != nullptr ? a : g_builtin[static_cast<int>(device.type())];
+  return std::atomic_ref<Allocator*>(
+             g_table.slot[static_cast<int>(device.type())][device.index()])
+      .load(std::memory_order_acquire);
 }
 
 void set_allocator(Device device, Allocator* allocator) {
-  g_allocators[static_cast<int>(device.type())][device.index()].store(allocator,
-                                                                       std::memory_order_release);
+  const int type = static_cast<int>(device.type());
+  std::atomic_ref<Allocator*>(g_table.slot[type][device.index()])
+      .store(allocator != nullptr ? allocator : g_builtin[type], std::memory_order_release);
 }
 
 }  // namespace loom
