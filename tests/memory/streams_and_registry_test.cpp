@@ -5,6 +5,7 @@
 
 #include "loom/error.h"
 #include "loom/memory.h"
+#include "loom/memory/alloc_trace.h"
 #include "loom/memory/caching_allocator.h"
 #include "loom/stream.h"
 #include "loom/tensor.h"
@@ -140,6 +141,22 @@ TEST(CachingAllocatorStreams, AdapterAllocatesOnTheCurrentStream) {
   DataPtr explicit_side = adapter.allocate_on(4 * KiB, side);
   EXPECT_NE(explicit_side.get(), on_default);
   EXPECT_THROW(adapter.allocate_on(4 * KiB, Stream(kMeta, 0)), ValueError);
+}
+
+TEST(RecordingAllocatorStreams, LogsTheStreamOfEachAllocation) {
+  RecordingAllocator rec(*get_allocator(kCPU), "streams");
+  const Stream side = new_stream(kCPU);
+  {
+    DataPtr a = rec.allocate(64);  // the default stream
+    StreamGuard g(side);
+    DataPtr b = rec.allocate(64);                      // the current stream
+    DataPtr c = rec.allocate_on(64, default_stream(kCPU));  // the stream asked for
+  }
+  std::vector<StreamId> streams;
+  for (const AllocEvent& e : rec.trace().events) {
+    if (e.op == AllocEvent::Op::Alloc) streams.push_back(e.stream);
+  }
+  EXPECT_EQ(streams, (std::vector<StreamId>{0, side.id(), 0}));
 }
 
 }  // namespace

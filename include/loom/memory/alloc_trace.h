@@ -98,7 +98,10 @@ class LOOM_API RecordingAllocator final : public Allocator {
  public:
   explicit RecordingAllocator(Allocator& inner, std::string source = "RecordingAllocator");
   ~RecordingAllocator() override;
+  // Each allocation is logged with its stream: allocate_on's, or the current stream of the device
+  // of what `inner` handed out.
   DataPtr allocate(size_t nbytes) override;
+  DataPtr allocate_on(size_t nbytes, const Stream& stream) override;
   // A copy of the events so far.
   AllocTrace trace() const;
   // Logs a step marker numbered from 1 for this recorder (mark_step() calls it on every live one).
@@ -108,6 +111,7 @@ class LOOM_API RecordingAllocator final : public Allocator {
   struct Context;
   static void deleter(void* ctx);
   void log_free(int64_t id);
+  DataPtr log_alloc(DataPtr inner, size_t nbytes, StreamId stream);
   int32_t intern(const char* context);  // under mutex_
 
   Allocator& inner_;
