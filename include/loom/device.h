@@ -32,8 +32,11 @@ LOOM_API DeviceIndex current_device_index(DeviceType type);
 
 class LOOM_API Device {
  public:
+  // The CPU. Kept apart from the constructor below so that default-constructed members (a
+  // DataPtr's, moved on every allocation) stay two stores with nothing for the inliner to weigh.
+  constexpr Device() : type_(DeviceType::CPU), index_(0) {}
   // index -1 means "the current device of this type" (Note [Canonical devices]).
-  constexpr Device(DeviceType type = DeviceType::CPU, int index = -1)
+  constexpr Device(DeviceType type, int index = -1)
       : type_(type), index_(canonical_index(type, index)) {}
   // Parses "cpu", "cuda", "cuda:1", "meta"; throws ValueError naming the string otherwise.
   explicit Device(const std::string& spec);
