@@ -347,6 +347,17 @@ CachingAllocator::~CachingAllocator() {
   m.release_expandables();
 }
 
+[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::adopt_stream_device(const Stream& stream,
+                                                                          const char* method) {
+  if (!has_stream_device) {
+    stream_device = stream.device();
+    has_stream_device = true;
+    return;
+  }
+  LOOM_THROW(ValueError, "[caching allocator] ", method, " on ", stream,
+             ": this allocator serves the streams of ", stream_device);
+}
+
 void* CachingAllocator::allocate(size_t bytes, const Stream& stream) {
   if (bytes == 0) return nullptr;
   Impl& m = *impl_;
