@@ -18,6 +18,7 @@
 #include "bench.h"
 #include "loom/memory/alloc_trace.h"
 #include "loom/memory/caching_allocator.h"
+#include "training_trace.h"
 
 namespace loom::bench {
 namespace {

@@ -7,6 +7,10 @@
 
 #include "loom/export.h"
 
+namespace loom {
+class DeviceInterface;
+}  // namespace loom
+
 namespace loom::cuda {
 
 // True when this build has the CUDA backend and at least one device is visible.
@@ -20,5 +24,12 @@ LOOM_API bool is_built();
 LOOM_API bool host_register(void* p, size_t n);
 // Undoes host_register (no-op for memory that was not registered).
 LOOM_API void host_unregister(void* p);
+
+namespace detail {
+// The CUDA runtime's DeviceInterface (loom/device_interface.h) when this build has the CUDA backend
+// and a device is visible, else nullptr. device_interface(DeviceType::CUDA) asks once, lazily, so
+// that loading libloom never initialises CUDA (which must not happen before a fork).
+LOOM_API loom::DeviceInterface* runtime_interface();
+}  // namespace detail
 
 }  // namespace loom::cuda

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loom/export.h"
+#include "loom/file.h"
 #include "loom/tensor.h"
 
 namespace loom::io {
@@ -49,27 +50,5 @@ struct SafetensorsFile {
 // "[safetensors]" and naming the path, the tensor and the byte offset where they apply.
 LOOM_API SafetensorsFile load_safetensors(const std::string& path);
 
-// Replaces `path` with `bytes` atomically: writes `path`.tmp.<pid>.<n> in the same directory,
-// fsyncs it, renames it over `path` and fsyncs the directory. On failure the temporary file is
-// removed, `path` is untouched and DataError names the path and the system error. An existing
-// file's permission bits are kept; a new file gets 0666 minus the umask.
-LOOM_API void atomic_write_file(const std::string& path, std::string_view bytes);
-
-// What remove_orphan_temp_files removed.
-struct OrphanSweep {
-  std::vector<std::string> files;  // names within the directory
-  uint64_t bytes = 0;
-};
-
-// Removes the temporary files (`NAME.tmp.<pid>.<n>`) that atomic writes in `dir` left behind when
-// their writer was killed mid-write. A writer locks its temporary while it writes, so only files
-// that no live process holds are removed: never a write in progress. A file whose pid is alive but
-// unlocked (the pid was reused) goes once it is min_age_seconds old. A missing directory is not an
-// error.
-LOOM_API OrphanSweep remove_orphan_temp_files(const std::string& dir, double min_age_seconds = 60.0);
-
-// The whole content of a file; DataError naming the path and the system error when it cannot be
-// read.
-LOOM_API std::string read_file(const std::string& path);
 
 }  // namespace loom::io

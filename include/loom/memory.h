@@ -11,6 +11,7 @@
 
 #include "loom/device.h"
 #include "loom/export.h"
+#include "loom/stream.h"
 
 namespace loom {
 
@@ -59,17 +60,24 @@ class LOOM_API DataPtr {
 class LOOM_API Allocator {
  public:
   virtual ~Allocator() = default;
-  // Returns nbytes of memory (nbytes may be 0). Throws OutOfMemoryError with the request size and the
-  // device when it cannot.
+  // Returns nbytes of memory (nbytes may be 0) for use on the current stream of the allocator's
+  // device. Throws OutOfMemoryError with the request size and the device when it cannot.
   virtual DataPtr allocate(size_t nbytes) = 0;
+  // Optional: the same for use on `stream` (of the allocator's device). Allocators whose memory is
+  // not tied to streams (CPU, Meta) keep this default, which ignores the stream.
+  virtual DataPtr allocate_on(size_t nbytes, const Stream& stream) { return allocate(nbytes); }
   // Optional: the deleter this allocator puts in its DataPtrs (used to recognise its own memory).
   virtual DeleterFn raw_deleter() const { return nullptr; }
 };
 
-// The allocator for a device type. Never null for CPU and Meta.
-LOOM_API Allocator* get_allocator(DeviceType type);
-// Replaces the allocator for a device type (the caller keeps ownership and must outlive all use).
-LOOM_API void set_allocator(DeviceType type, Allocator* allocator);
+// The allocator of a device: the one registered for it, else its type's built-in one. Never null.
+LOOM_API Allocator* get_allocator(Device device);
+// Registers the allocator of a device (the caller keeps ownership and must outlive all use);
+// nullptr restores the built-in one (memory it handed out keeps its own deleter).
+LOOM_API void set_allocator(Device device, Allocator* allocator);
+// The same for Device(type): the CPU, Meta, or the current CUDA device (Note [Canonical devices]).
+inline Allocator* get_allocator(DeviceType type) { return get_allocator(Device(type)); }
+inline void set_allocator(DeviceType type, Allocator* allocator) { set_allocator(Device(type), allocator); }
 
 // Alignment of CPU allocations, in bytes (a cache line; enough for AVX-512 loads).
 constexpr size_t kCpuAlignment = 64;

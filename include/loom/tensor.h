@@ -268,7 +268,8 @@ class LOOM_API Tensor {
     check_dtype_for_access(DTypeOf<T>::value);
     return static_cast<T*>(impl_->data());
   }
-  // The value of a one-element tensor (ValueError otherwise).
+  // The value of a one-element tensor (ValueError otherwise), read by the dispatched operator
+  // _local_scalar_dense, which waits for a device's work (Note [Host reads] in src/ops/host_read.cpp).
   Scalar item() const;
   template <class T>
   T item() const {
@@ -420,7 +421,8 @@ template <class T>
 Tensor from_vector(const std::vector<T>& values) {
   return from_vector(values, {static_cast<int64_t>(values.size())});
 }
-// Reads a CPU tensor's elements (any layout, any dtype) into a vector, converting to T. Instantiated
+// Reads a tensor's elements (any layout, any dtype, any device: Note [Host reads] in
+// src/ops/host_read.cpp) into a vector, converting to T. Instantiated
 // for bool, uint8_t, int32_t, int64_t, float and double.
 template <class T>
 LOOM_API std::vector<T> to_vector(const Tensor& t);

@@ -16,7 +16,18 @@ const char* device_type_name(DeviceType t) {
   return "?";
 }
 
-Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(-1) {
+namespace detail {
+void throw_bad_device_index(DeviceType type, int index) {
+  if (type != DeviceType::CUDA) {
+    LOOM_THROW(ValueError, "[device] a ", device_type_name(type), " device has only index 0 (or -1 for ",
+               "the current one) but got ", index);
+  }
+  LOOM_THROW(ValueError, "[device] a cuda device index must be -1 (the current device) or 0 .. ",
+             kMaxDeviceIndex - 1, " but got ", index);
+}
+}  // namespace detail
+
+Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(0) {
   std::string kind = spec;
   std::string idx;
   if (auto colon = spec.find(':'); colon != std::string::npos) {
@@ -27,7 +38,7 @@ Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(-1) {
     type_ = DeviceType::CPU;
   } else if (kind == "cuda") {
     type_ = DeviceType::CUDA;
-    index_ = 0;
+    if (idx.empty()) index_ = detail::current_device_index(DeviceType::CUDA);
   } else if (kind == "meta") {
     type_ = DeviceType::Meta;
   } else {
@@ -36,7 +47,7 @@ Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(-1) {
   if (!idx.empty()) {
     char* end = nullptr;
     long v = std::strtol(idx.c_str(), &end, 10);
-    LOOM_CHECK(end && *end == '\0' && v >= 0 && v < 128, "[device] bad device index in '", spec, "'");
+    LOOM_CHECK(end && *end == '\0' && v >= 0 && v < kMaxDeviceIndex, "[device] bad device index in '", spec, "'");
     LOOM_CHECK(type_ == DeviceType::CUDA, "[device] only cuda devices take an index: '", spec, "'");
     index_ = static_cast<int8_t>(v);
   }
@@ -47,7 +58,7 @@ std::string Device::str() const {
   if (type_ == DeviceType::CUDA) {
     // Appended piece by piece: GCC 12 reports a false -Wrestrict on ":" + std::to_string(...).
     s += ':';
-    s += std::to_string(index_ < 0 ? 0 : index_);
+    s += std::to_string(index_);
   }
   return s;
 }

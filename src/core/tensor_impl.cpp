@@ -35,7 +35,7 @@ void DimVector::erase(size_t pos) {
 }
 
 Storage make_storage(size_t nbytes, Device device) {
-  Allocator* a = get_allocator(device.type());
+  Allocator* a = get_allocator(device);
   DataPtr p = a->allocate(nbytes);
   return make_intrusive<StorageImpl>(std::move(p), nbytes, a);
 }
@@ -171,27 +171,6 @@ void Tensor::check_dtype_for_access(DType expected) const {
                   " but the element type asked for is ", expected);
 }
 
-Scalar Tensor::item() const {
-  checked("Tensor::item");
-  LOOM_CHECK(numel() == 1, "[item] a tensor with ", numel(), " elements (shape ", sizes(),
-             ") cannot be converted to a scalar");
-  LOOM_CHECK(is_cpu(), "[item] expected a CPU tensor but it is on ", device(),
-             " (copy it with .to(kCPU) first)");
-  Scalar out;
-  LOOM_DISPATCH_ALL_TYPES(dtype(), "item", [&] {
-    scalar_t v = *static_cast<const scalar_t*>(data_ptr());
-    if constexpr (std::is_same_v<scalar_t, bool>) {
-      out = Scalar(v);
-    } else if constexpr (std::is_integral_v<scalar_t>) {
-      out = Scalar(static_cast<int64_t>(v));
-    } else {
-      out = Scalar(static_cast<double>(static_cast<float>(v)));
-      if constexpr (std::is_same_v<scalar_t, double>) out = Scalar(v);
-    }
-  });
-  return out;
-}
-
 std::string Tensor::shape_str() const {
   std::ostringstream os;
   os << checked("Tensor::shape_str").sizes();
@@ -204,43 +183,5 @@ void check_from_vector(int64_t got, int64_t want) {
              " elements");
 }
 }  // namespace detail
-
-template <class T>
-std::vector<T> to_vector(const Tensor& t) {
-  if (!t.defined()) detail::throw_undefined_tensor("to_vector");
-  LOOM_CHECK(t.is_cpu(), "[to_vector] expected a CPU tensor but got one on ", t.device());
-  std::vector<T> out;
-  out.reserve(static_cast<size_t>(t.numel()));
-  const int64_t nd = t.dim();
-  DimVector idx(static_cast<size_t>(nd), 0);
-  IntArrayRef sizes = t.sizes(), strides = t.strides();
-  LOOM_DISPATCH_ALL_TYPES(t.dtype(), "to_vector", [&] {
-    const scalar_t* base = static_cast<const scalar_t*>(t.data_ptr());
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      int64_t off = 0;
-      for (int64_t d = 0; d < nd; ++d) off += idx[d] * strides[d];
-      scalar_t v = base[off];
-      if constexpr (std::is_same_v<T, bool>) {
-        out.push_back(static_cast<float>(v) != 0.0f);
-      } else if constexpr (std::is_same_v<scalar_t, Half> || std::is_same_v<scalar_t, BFloat16>) {
-        out.push_back(static_cast<T>(static_cast<float>(v)));
-      } else {
-        out.push_back(static_cast<T>(v));  // exact for every integer type (no detour through float)
-      }
-      for (int64_t d = nd - 1; d >= 0; --d) {
-        if (++idx[d] < sizes[d]) break;
-        idx[d] = 0;
-      }
-    }
-  });
-  return out;
-}
-
-template LOOM_API std::vector<bool> to_vector<bool>(const Tensor&);
-template LOOM_API std::vector<uint8_t> to_vector<uint8_t>(const Tensor&);
-template LOOM_API std::vector<int32_t> to_vector<int32_t>(const Tensor&);
-template LOOM_API std::vector<int64_t> to_vector<int64_t>(const Tensor&);
-template LOOM_API std::vector<float> to_vector<float>(const Tensor&);
-template LOOM_API std::vector<double> to_vector<double>(const Tensor&);
 
 }  // namespace loom

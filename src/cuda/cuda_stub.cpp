@@ -8,5 +8,6 @@ int device_count() { return 0; }
 bool is_built() { return false; }
 bool host_register(void*, size_t) { return false; }
 void host_unregister(void*) {}
+loom::DeviceInterface* detail::runtime_interface() { return nullptr; }
 
 }  // namespace loom::cuda

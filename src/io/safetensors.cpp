@@ -4,7 +4,7 @@
 #include <optional>
 #include <unordered_set>
 
-#include "io/file_util.h"
+#include "base/file_util.h"
 #include "base/json_parse.h"
 #include "loom/error.h"
 #include "loom/io.h"

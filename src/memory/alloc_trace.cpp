@@ -10,7 +10,8 @@
 #include <unordered_set>
 
 #include "loom/error.h"
-#include "loom/io.h"
+#include "loom/file.h"
+#include "loom/json.h"
 
 namespace loom::memory {
 namespace {

@@ -51,18 +51,37 @@ CpuAllocator g_cpu;
 MetaAllocator g_meta;
 MissingCudaAllocator g_missing_cuda;
 
-std::atomic<Allocator*> g_allocators[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+Allocator* const g_builtin[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+
+// The allocator of every (type, index), each slot starting with its type's built-in one:
+// constant-initialised (so allocations during static initialisation work) and read with one
+// load, as every new tensor does.
+struct AllocatorTable {
+  Allocator* slot[kNumDeviceTypes][kMaxDeviceIndex];
+};
+constexpr AllocatorTable builtin_table() {
+  AllocatorTable t{};
+  for (int i = 0; i < kMaxDeviceIndex; ++i) {
+    t.slot[static_cast<int>(DeviceType::CPU)][i] = &g_cpu;
+    t.slot[static_cast<int>(DeviceType::CUDA)][i] = &g_missing_cuda;
+    t.slot[static_cast<int>(DeviceType::Meta)][i] = &g_meta;
+  }
+  return t;
+}
+constinit AllocatorTable g_table = builtin_table();
 
 }  // namespace
 
-Allocator* get_allocator(DeviceType type) {
-  return g_allocators[static_cast<int>(type)].load(std::memory_order_acquire);
+Allocator* get_allocator(Device device) {
+  return std::atomic_ref<Allocator*>(
+             g_table.slot[static_cast<int>(device.type())][device.index()])
+      .load(std::memory_order_acquire);
 }
 
-void set_allocator(DeviceType type, Allocator* allocator) {
-  LOOM_CHECK(allocator != nullptr, "[allocator] set_allocator(", device_type_name(type),
-             ") needs a non-null allocator");
-  g_allocators[static_cast<int>(type)].store(allocator, std::memory_order_release);
+void set_allocator(Device device, Allocator* allocator) {
+  const int type = static_cast<int>(device.type());
+  std::atomic_ref<Allocator*>(g_table.slot[type][device.index()])
+      .store(allocator != nullptr ? allocator : g_builtin[type], std::memory_order_release);
 }
 
 }  // namespace loom

@@ -229,7 +229,7 @@ void CachingAllocator::Impl::free(void* p) {
   // Used on other streams: reusable once the work queued there so far has finished.
   PendingFree pf{b, {}};
   for (StreamId s : b->stream_uses) {
-    EventId e = device.record_event(s);
+    EventId e = device.record_event(Stream(stream_device, s));
     if (!device.query(e)) pf.events.push_back(e);
   }
   b->stream_uses.clear();
@@ -347,14 +347,26 @@ CachingAllocator::~CachingAllocator() {
   m.release_expandables();
 }
 
-void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
+[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::adopt_stream_device(const Stream& stream,
+                                                                          const char* method) {
+  if (!has_stream_device) {
+    stream_device = stream.device();
+    has_stream_device = true;
+    return;
+  }
+  LOOM_THROW(ValueError, "[caching allocator] ", method, " on ", stream,
+             ": this allocator serves the streams of ", stream_device);
+}
+
+void* CachingAllocator::allocate(size_t bytes, const Stream& stream) {
   if (bytes == 0) return nullptr;
   Impl& m = *impl_;
   LOOM_CHECK(bytes <= m.capacity, "[caching allocator] cannot allocate ", bytes, " bytes (",
              format_bytes(bytes), "): more than the capacity of ", m.device.name(), " (",
              m.capacity, " bytes)");
   std::lock_guard<std::mutex> lock(m.mutex);
-  return m.allocate(bytes, stream);
+  m.check_stream(stream, "allocate");
+  return m.allocate(bytes, stream.id());
 }
 
 void CachingAllocator::free(void* p) {
@@ -363,12 +375,14 @@ void CachingAllocator::free(void* p) {
   impl_->free(p);
 }
 
-void CachingAllocator::record_stream(void* p, StreamId stream) {
+void CachingAllocator::record_stream(void* p, const Stream& s) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   Block* b = m.allocated.find(reinterpret_cast<uintptr_t>(p));
-  LOOM_CHECK(b != nullptr, "[caching allocator] record_stream(", p, ", stream ", stream,
+  LOOM_CHECK(b != nullptr, "[caching allocator] record_stream(", p, ", ", s,
              "): the pointer is not a block allocated by this caching allocator");
+  m.check_stream(s, "record_stream");
+  const StreamId stream = s.id();
   if (stream == b->stream) return;
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
     b->stream_uses.push_back(stream);

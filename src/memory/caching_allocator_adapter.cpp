@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
 
 namespace loom::memory {
@@ -29,9 +30,15 @@ CachingAllocatorAdapter::CachingAllocatorAdapter(CachingAllocator& a, Device dev
     : a_(a), device_(device) {}
 
 DataPtr CachingAllocatorAdapter::allocate(size_t nbytes) {
+  return allocate_on(nbytes, current_stream(device_));
+}
+
+DataPtr CachingAllocatorAdapter::allocate_on(size_t nbytes, const Stream& stream) {
   if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, device_);
+  LOOM_CHECK(stream.device() == device_, "[caching allocator adapter] an allocation on ", stream,
+             " from the allocator of ", device_);
   auto ctx = std::make_unique<AdapterAllocation>(AdapterAllocation{&a_, nullptr});
-  ctx->ptr = a_.allocate(nbytes, 0);
+  ctx->ptr = a_.allocate(nbytes, stream);
   void* p = ctx->ptr;
   return DataPtr(p, ctx.release(), &adapter_delete, device_);
 }

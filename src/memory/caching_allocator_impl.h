@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
 #include "memory/allocator_parts.h"
 
@@ -161,6 +162,18 @@ struct CachingAllocator::Impl {
   std::vector<TraceEvent> history;  // a ring once it holds history_capacity events
   size_t history_oldest = 0;
   std::function<std::string()> context_provider;
+  // The device of the streams this allocator serves: set by the first stream it sees (see
+  // StreamId in loom/memory/caching_allocator.h). Last, so that the members above keep the
+  // offsets (and cache lines) they had.
+  Device stream_device;
+  bool has_stream_device = false;
+  void check_stream(const Stream& stream, const char* method) {
+    if (LOOM_LIKELY(stream.device() == stream_device && has_stream_device)) return;
+    adopt_stream_device(stream, method);
+  }
+  // The first stream's device, or ValueError for a stream of another device. Out of line: the
+  // allocation path keeps only the comparison above.
+  void adopt_stream_device(const Stream& stream, const char* method);
 
   // ---- blocks ----
   Block* new_block() {

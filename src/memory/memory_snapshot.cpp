@@ -4,7 +4,8 @@
 #include <string_view>
 
 #include "loom/error.h"
-#include "loom/memory/caching_allocator.h"
+#include "loom/json.h"
+#include "loom/memory/snapshot_json.h"
 #include "memory/memory_format.h"
 
 namespace loom::memory {
@@ -170,7 +171,7 @@ SnapshotPeak peak_from_json(const Json& j) {
   return p;
 }
 
-Snapshot snapshot_from_json(const Json& j) {
+Snapshot parse_snapshot(const Json& j) {
   if (!j.is_object()) LOOM_THROW(DataError, "expected a JSON object but got ", j.type_name());
   const Json* format = j.find("format");
   if (format == nullptr || !format->is_string() || format->as_string() != kFormat) {
@@ -226,18 +227,18 @@ const char* trace_event_kind_name(TraceEvent::Kind k) {
   return i < std::size(kKindNames) ? kKindNames[i] : "unknown";
 }
 
-Json MemoryStats::to_json() const {
+Json to_json(const MemoryStats& stats) {
   Json j = Json::object();
   for (const detail::StatField& f : detail::kStatFields)
-    j.set(f.name, stat_to_json(this->*(f.member)));
-  j.set("num_ooms", num_ooms);
-  j.set("num_alloc_retries", num_alloc_retries);
-  j.set("num_device_mallocs", num_device_mallocs);
-  j.set("num_device_frees", num_device_frees);
-  j.set("num_device_maps", num_device_maps);
-  j.set("num_device_unmaps", num_device_unmaps);
-  j.set("largest_free_block", largest_free_block);
-  j.set("fragmentation", fragmentation());  // derived; not read back
+    j.set(f.name, stat_to_json(stats.*(f.member)));
+  j.set("num_ooms", stats.num_ooms);
+  j.set("num_alloc_retries", stats.num_alloc_retries);
+  j.set("num_device_mallocs", stats.num_device_mallocs);
+  j.set("num_device_frees", stats.num_device_frees);
+  j.set("num_device_maps", stats.num_device_maps);
+  j.set("num_device_unmaps", stats.num_device_unmaps);
+  j.set("largest_free_block", stats.largest_free_block);
+  j.set("fragmentation", stats.fragmentation());  // derived; not read back
   return j;
 }
 
@@ -275,10 +276,11 @@ Json segments_to_json(const std::vector<SegmentInfo>& segments) {
 }
 }  // namespace
 
-Json Snapshot::to_json() const {
-  Json segs = segments_to_json(segments);
+Json to_json(const Snapshot& snapshot) {
+  const Snapshot& s = snapshot;
+  Json segs = segments_to_json(s.segments);
   Json events = Json::array();
-  for (const TraceEvent& e : history) {
+  for (const TraceEvent& e : s.history) {
     events.push_back(Json::object({{"kind", trace_event_kind_name(e.kind)},
                                    {"address", e.address},
                                    {"size", e.size},
@@ -289,17 +291,17 @@ Json Snapshot::to_json() const {
   }
   Json j = Json::object({{"format", kFormat},
                          {"version", kVersion},
-                         {"device", Json::object({{"name", device}, {"capacity", capacity}})},
-                         {"config", config},
-                         {"stats", stats.to_json()}});
+                         {"device", Json::object({{"name", s.device}, {"capacity", s.capacity}})},
+                         {"config", s.config},
+                         {"stats", to_json(s.stats)}});
   j.set("segments", std::move(segs));
   j.set("history", std::move(events));
-  if (peak) {
-    Json p = Json::object({{"step", peak->step},
-                           {"trace_event", peak->trace_event},
-                           {"allocated", peak->allocated},
-                           {"reserved", peak->reserved}});
-    p.set("segments", segments_to_json(peak->segments));
+  if (s.peak) {
+    Json p = Json::object({{"step", s.peak->step},
+                           {"trace_event", s.peak->trace_event},
+                           {"allocated", s.peak->allocated},
+                           {"reserved", s.peak->reserved}});
+    p.set("segments", segments_to_json(s.peak->segments));
     j.set("peak", std::move(p));
   }
   return j;
@@ -325,9 +327,9 @@ std::vector<OpUsage> usage_by_op(const std::vector<SegmentInfo>& segments) {
   return out;
 }
 
-Snapshot Snapshot::from_json(const Json& j, const std::string& source) {
+Snapshot snapshot_from_json(const Json& j, const std::string& source) {
   try {
-    return snapshot_from_json(j);
+    return parse_snapshot(j);
   } catch (const DataError& e) {
     LOOM_THROW(DataError, "[memory snapshot] ", source, ": ", e.what());
   }

@@ -79,6 +79,15 @@ int32_t RecordingAllocator::intern(const char* context) {
 
 DataPtr RecordingAllocator::allocate(size_t nbytes) {
   DataPtr inner = inner_.allocate(nbytes);  // OutOfMemoryError propagates: nothing logged
+  const StreamId stream = current_stream(inner.device()).id();
+  return log_alloc(std::move(inner), nbytes, stream);
+}
+
+DataPtr RecordingAllocator::allocate_on(size_t nbytes, const Stream& stream) {
+  return log_alloc(inner_.allocate_on(nbytes, stream), nbytes, stream.id());
+}
+
+DataPtr RecordingAllocator::log_alloc(DataPtr inner, size_t nbytes, StreamId stream) {
   void* data = inner.get();
   const Device device = inner.device();
   auto ctx = std::make_unique<Context>(Context{this, 0, std::move(inner)});
@@ -91,8 +100,8 @@ DataPtr RecordingAllocator::allocate(size_t nbytes) {
       ctx->id = free_ids_.back();
       free_ids_.pop_back();
     }
-    events_.push_back(AllocEvent{AllocEvent::Op::Alloc, ctx->id, static_cast<int64_t>(nbytes), 0,
-                                 intern(context)});
+    events_.push_back(AllocEvent{AllocEvent::Op::Alloc, ctx->id, static_cast<int64_t>(nbytes),
+                                 stream, intern(context)});
   }
   return DataPtr(data, ctx.release(), &RecordingAllocator::deleter, device);
 }

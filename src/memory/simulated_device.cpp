@@ -201,7 +201,8 @@ void SimulatedDevice::release(void* base, size_t bytes) {
   m.reserved.erase(it);
 }
 
-EventId SimulatedDevice::record_event(StreamId stream) {
+EventId SimulatedDevice::record_event(const Stream& s) {
+  const StreamId stream = s.id();
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   uint64_t seq = ++m.recorded[stream];
@@ -220,12 +221,18 @@ bool SimulatedDevice::query(EventId event) {
   return it != m.completed.end() && it->second >= e.seq;
 }
 
-void SimulatedDevice::complete(StreamId stream) {
+void SimulatedDevice::complete(const Stream& stream) {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mutex);
   for (auto& [s, n] : m.recorded) {
-    if (stream < 0 || s == stream) m.completed[s] = n;
+    if (s == stream.id()) m.completed[s] = n;
   }
+}
+
+void SimulatedDevice::complete() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (auto& [s, n] : m.recorded) m.completed[s] = n;
 }
 
 int64_t SimulatedDevice::malloc_calls() const {

@@ -100,7 +100,8 @@ Pass run_pass(const AllocTrace& trace, const std::vector<int64_t>& slots, size_t
         // A view of a whole std::string of trace.contexts, so NUL-terminated.
         const std::string_view op = trace.context_of(e);
         AllocContextGuard op_guard(o.contexts && !op.empty() ? op.data() : nullptr);
-        p = alloc.allocate(static_cast<size_t>(e.size), e.stream);
+        // A simulated device's streams are named as the CPU's (any one device would do).
+        p = alloc.allocate(static_cast<size_t>(e.size), Stream(kCPU, e.stream));
       } catch (const OutOfMemoryError&) {
         ++pass.ooms;
         p = nullptr;

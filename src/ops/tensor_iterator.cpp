@@ -63,9 +63,9 @@ void TensorIterator::compute_dtypes() {
     Tensor& t = operands_[static_cast<size_t>(noutputs_) + i];
     if (t.dtype() == common_dtype_) continue;
     if (t.impl()->is_wrapped_number() && t.is_cpu()) {
-      Tensor w = wrap_scalar(t.item(), kCPU);
+      // A C++ number already on the host: converted by copy_, not read back through item().
       Tensor c = empty_tensor({}, common_dtype_, kCPU);
-      c.copy_(w);
+      c.copy_(t);
       t = c;
     } else {
       t = t.to(common_dtype_);

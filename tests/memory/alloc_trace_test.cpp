@@ -12,6 +12,7 @@
 #include "loom/error.h"
 #include "loom/io.h"
 #include "loom/memory/alloc_trace.h"
+#include "training_trace.h"
 #include "loom/ops.h"
 #include "test_errors.h"
 

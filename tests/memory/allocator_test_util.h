@@ -17,6 +17,9 @@
 
 namespace loom::memory::testing {
 
+// Stream `id` of the simulated device (whose streams are named as the CPU's).
+inline Stream on(StreamId id) { return Stream(kCPU, id); }
+
 constexpr size_t KiB = size_t{1} << 10;
 constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t GiB = size_t{1} << 30;

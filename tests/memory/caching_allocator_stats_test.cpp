@@ -45,7 +45,7 @@ void run_random_workload(bool small_only, uint64_t seed) {
       size_t bytes = random_size(rng, small_only);
       StreamId stream = static_cast<StreamId>(rng() % 3);
       int64_t before = a.stats().allocated_bytes.current;
-      void* p = a.allocate(bytes, stream);
+      void* p = a.allocate(bytes, on(stream));
       ASSERT_NE(p, nullptr);
       size_t block = static_cast<size_t>(a.stats().allocated_bytes.current - before);
       // Blocks are the rounded request, exactly in the small pool; a large-pool block may keep a
@@ -57,7 +57,7 @@ void run_random_workload(bool small_only, uint64_t seed) {
         ASSERT_LE(block, rounded(bytes) + MiB);
       }
       ASSERT_TRUE(live.add(p, bytes, block, rng));
-      if (rng() % 10 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 3));
+      if (rng() % 10 == 0) a.record_stream(p, on(static_cast<StreamId>(rng() % 3)));
     } else {
       LiveBlocks::Block taken{};
       void* p = live.take_random(rng, &taken);
@@ -66,7 +66,7 @@ void run_random_workload(bool small_only, uint64_t seed) {
       a.free(p);
       ASSERT_EQ(before - a.stats().allocated_bytes.current, static_cast<int64_t>(taken.block));
     }
-    if (rng() % 50 == 0) dev.complete(static_cast<StreamId>(rng() % 3));
+    if (rng() % 50 == 0) dev.complete(on(static_cast<StreamId>(rng() % 3)));
     if (rng() % 2000 == 0) a.empty_cache();
     MemoryStats s = a.stats();
     ASSERT_EQ(s.requested_bytes.current, live.requested) << "op " << op;
@@ -107,7 +107,7 @@ TEST(CachingAllocatorStats, MatchReferenceModelUnderPolicies) {
     for (int op = 0; op < 3000; ++op) {
       if (live.empty() || rng() % 100 < 55) {
         size_t bytes = random_size(rng, false);
-        live.emplace_back(a.allocate(bytes, static_cast<StreamId>(rng() % 2)), bytes);
+        live.emplace_back(a.allocate(bytes, on(static_cast<StreamId>(rng() % 2))), bytes);
         requested += static_cast<int64_t>(bytes);
       } else {
         size_t i = rng() % live.size();
@@ -136,7 +136,7 @@ TEST(CachingAllocatorStats, ThreadsAllocateAndFreeConcurrently) {
       std::vector<void*> mine;
       for (int op = 0; op < 20000; ++op) {
         if (mine.empty() || rng() % 2 == 0) {
-          mine.push_back(a.allocate(random_size(rng, false), t % 2));
+          mine.push_back(a.allocate(random_size(rng, false), on(t % 2)));
         } else {
           size_t i = rng() % mine.size();
           a.free(mine[i]);

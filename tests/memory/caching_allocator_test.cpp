@@ -258,22 +258,22 @@ TEST(CachingAllocator, MaxSplitSizeKeepsLargeBlocksWhole) {
 TEST(CachingAllocator, BlocksAreReusedOnlyOnTheirStream) {
   SimulatedDevice dev(GiB);
   CachingAllocator a(dev);
-  void* p1 = a.allocate(4 * KiB, 1);
+  void* p1 = a.allocate(4 * KiB, on(1));
   a.free(p1);
-  void* p0 = a.allocate(4 * KiB, 0);
+  void* p0 = a.allocate(4 * KiB, on(0));
   EXPECT_EQ(a.stats().segments.current, 2);
   EXPECT_NE(p0, p1);
-  EXPECT_EQ(a.allocate(4 * KiB, 1), p1);
+  EXPECT_EQ(a.allocate(4 * KiB, on(1)), p1);
   expect_consistent(a);
 }
 
 TEST(CachingAllocator, CrossStreamReuseWaitsForEvents) {
   SimulatedDevice dev(GiB, /*backed=*/false, /*auto_complete=*/false);
   CachingAllocator a(dev);
-  void* p = a.allocate(4 * KiB, 0);
-  a.record_stream(p, 1);
-  a.record_stream(p, 2);
-  a.record_stream(p, 0);  // its own stream: nothing to wait for
+  void* p = a.allocate(4 * KiB, on(0));
+  a.record_stream(p, on(1));
+  a.record_stream(p, on(2));
+  a.record_stream(p, on(0));  // its own stream: nothing to wait for
   a.free(p);
   MemoryStats s = a.stats();
   EXPECT_EQ(s.allocated_bytes.current, 0);
@@ -283,22 +283,22 @@ TEST(CachingAllocator, CrossStreamReuseWaitsForEvents) {
   EXPECT_TRUE(snap.segments[0].blocks[0].pending);
   expect_consistent(a);
 
-  void* q = a.allocate(4 * KiB, 0);
+  void* q = a.allocate(4 * KiB, on(0));
   EXPECT_NE(q, p);
-  dev.complete(1);  // stream 2's work is still queued
-  void* r = a.allocate(4 * KiB, 0);
+  dev.complete(on(1));  // stream 2's work is still queued
+  void* r = a.allocate(4 * KiB, on(0));
   EXPECT_NE(r, p);
   EXPECT_NE(r, q);
-  dev.complete(2);
-  void* t = a.allocate(4 * KiB, 0);
+  dev.complete(on(2));
+  void* t = a.allocate(4 * KiB, on(0));
   EXPECT_EQ(t, p);
   EXPECT_EQ(a.stats().active_bytes.current, a.stats().allocated_bytes.current);
   for (void* x : {q, r, t}) a.free(x);
   expect_consistent(a);
 
   // empty_cache reclaims completed pending frees too.
-  void* u = a.allocate(4 * KiB, 0);
-  a.record_stream(u, 3);
+  void* u = a.allocate(4 * KiB, on(0));
+  a.record_stream(u, on(3));
   a.free(u);
   a.empty_cache();
   EXPECT_EQ(a.stats().segments.current, 1);  // still pending: the segment stays
@@ -395,8 +395,8 @@ TEST(CachingAllocator, BadFreesAreValueErrorsAndChangeNothing) {
   CachingAllocator a(dev);
   void* p = a.allocate(4 * KiB);
   void* q = a.allocate(8 * KiB);
-  void* r = a.allocate(4 * KiB, 1);
-  a.record_stream(r, 2);
+  void* r = a.allocate(4 * KiB, on(1));
+  a.record_stream(r, on(2));
   MemoryStats before = a.stats();
   int local = 0;
   std::string msg = error_of<ValueError>([&] { a.free(&local); });
@@ -418,12 +418,12 @@ TEST(CachingAllocator, BadFreesAreValueErrorsAndChangeNothing) {
   SimulatedDevice dev2(GiB, false, /*auto_complete=*/false);
   CachingAllocator b(dev2);
   void* x = b.allocate(KiB);
-  b.record_stream(x, 1);
+  b.record_stream(x, on(1));
   b.free(x);
   msg = error_of<ValueError>([&] { b.free(x); });
   EXPECT_CONTAINS(msg, "double free");
   EXPECT_CONTAINS(msg, "waiting for events");
-  msg = error_of<ValueError>([&] { a.record_stream(&local, 1); });
+  msg = error_of<ValueError>([&] { a.record_stream(&local, on(1)); });
   EXPECT_CONTAINS(msg, pointer_text(&local));
   // A segment returned to the device: its addresses are foreign now.
   a.free(r);
@@ -699,15 +699,15 @@ TEST(SimulatedDevice, AccountsCapacityAndEvents) {
   EXPECT_EQ(dev.malloc_calls(), 2);
   EXPECT_EQ(dev.free_calls(), 1);
 
-  EventId e1 = dev.record_event(1);
-  EventId e2 = dev.record_event(2);
-  EventId e3 = dev.record_event(1);
+  EventId e1 = dev.record_event(on(1));
+  EventId e2 = dev.record_event(on(2));
+  EventId e3 = dev.record_event(on(1));
   EXPECT_FALSE(dev.query(e1));
-  dev.complete(1);
+  dev.complete(on(1));
   EXPECT_TRUE(dev.query(e1));
   EXPECT_TRUE(dev.query(e3));
   EXPECT_FALSE(dev.query(e2));
-  EventId e4 = dev.record_event(1);
+  EventId e4 = dev.record_event(on(1));
   EXPECT_FALSE(dev.query(e4));
   dev.complete();
   EXPECT_TRUE(dev.query(e2));
@@ -718,7 +718,7 @@ TEST(SimulatedDevice, AccountsCapacityAndEvents) {
   void* a = fake.malloc(size_t{300} << 30);
   void* b = fake.malloc(size_t{100} << 30);
   EXPECT_EQ(addr(b), addr(a) + (size_t{300} << 30));
-  EXPECT_TRUE(fake.query(fake.record_event(0)));  // auto_complete
+  EXPECT_TRUE(fake.query(fake.record_event(on(0))));  // auto_complete
   fake.free(a, size_t{300} << 30);
   fake.free(b, size_t{100} << 30);
 }

@@ -15,6 +15,7 @@
 #include "loom/error.h"
 #include "loom/json.h"
 #include "loom/memory/caching_allocator.h"
+#include "loom/memory/snapshot_json.h"
 #include "memory/allocator_test_util.h"
 #include "test_errors.h"
 
@@ -195,23 +196,23 @@ TEST(ExpandablePages, SnapshotCarriesUnmappedRunsAndChecksThem) {
   EXPECT_EQ(s.segments[0].mapped_bytes(), 8 * MiB);
   EXPECT_EQ(s.stats.num_device_maps, 3);
   EXPECT_EQ(s.stats.num_device_unmaps, 1);
-  const std::string text = s.to_json().dump();
-  Snapshot back = Snapshot::from_json(Json::parse(text, "s.json"), "s.json");
+  const std::string text = to_json(s).dump();
+  Snapshot back = snapshot_from_json(Json::parse(text, "s.json"), "s.json");
   EXPECT_EQ(back.segments[0].unmapped, s.segments[0].unmapped);
   EXPECT_EQ(back.stats.num_device_unmaps, 1);
   // A run under an allocated block, a run outside the segment: DataError naming the run.
   Json doc = Json::parse(text, "s.json");
   Json& runs = doc.at("segments").as_array()[0].at("unmapped");
   runs.as_array()[0].as_array()[0] = Json(addr(p));
-  EXPECT_CONTAINS(error_of<DataError>([&] { Snapshot::from_json(doc, "bad.json"); }),
+  EXPECT_CONTAINS(error_of<DataError>([&] { snapshot_from_json(doc, "bad.json"); }),
                   "bad.json: segment 0: unmapped run 0");
-  EXPECT_CONTAINS(error_of<DataError>([&] { Snapshot::from_json(doc, "bad.json"); }),
+  EXPECT_CONTAINS(error_of<DataError>([&] { snapshot_from_json(doc, "bad.json"); }),
                   "which is in use");
   runs.as_array()[0].as_array()[0] = Json(addr(p) + 64 * MiB);
-  EXPECT_CONTAINS(error_of<DataError>([&] { Snapshot::from_json(doc, "bad.json"); }),
+  EXPECT_CONTAINS(error_of<DataError>([&] { snapshot_from_json(doc, "bad.json"); }),
                   "outside the segment");
   runs.as_array()[0] = Json::array({Json(1)});
-  EXPECT_CONTAINS(error_of<DataError>([&] { Snapshot::from_json(doc, "bad.json"); }),
+  EXPECT_CONTAINS(error_of<DataError>([&] { snapshot_from_json(doc, "bad.json"); }),
                   "is not [address, size > 0]");
   for (void* x : {p, r}) a.free(x);
 }
@@ -236,7 +237,7 @@ TEST(ExpandablePages, RandomWorkloadWritesEveryByte) {
         const StreamId stream = static_cast<StreamId>(rng() % 2);
         void* p = nullptr;
         try {
-          p = a.allocate(bytes, stream);
+          p = a.allocate(bytes, on(stream));
         } catch (const OutOfMemoryError&) {
           ++ooms;
           continue;
@@ -244,7 +245,7 @@ TEST(ExpandablePages, RandomWorkloadWritesEveryByte) {
         const uint8_t tag = static_cast<uint8_t>(rng());
         std::memset(p, tag, bytes);
         live[p] = Live{bytes, tag};
-        if (rng() % 8 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 2));
+        if (rng() % 8 == 0) a.record_stream(p, on(static_cast<StreamId>(rng() % 2)));
       } else {
         auto it = live.begin();
         std::advance(it, static_cast<long>(rng() % live.size()));
@@ -255,7 +256,7 @@ TEST(ExpandablePages, RandomWorkloadWritesEveryByte) {
         a.free(it->first);
         live.erase(it);
       }
-      if (rng() % 40 == 0) dev.complete(static_cast<StreamId>(rng() % 2));
+      if (rng() % 40 == 0) dev.complete(on(static_cast<StreamId>(rng() % 2)));
       if (rng() % 500 == 0) a.empty_cache();
       if (op % 250 == 0) {
         expect_consistent(a);

@@ -12,6 +12,7 @@
 
 #include "loom/error.h"
 #include "loom/memory/caching_allocator.h"
+#include "loom/memory/snapshot_json.h"
 #include "memory/allocator_test_util.h"
 #include "test_errors.h"
 
@@ -214,7 +215,7 @@ TEST(ExpandableSegments, OutOfMemoryReleasesCachedPagesAndRetries) {
   CachingAllocator a(dev, expandable());
   void* x = a.allocate(4 * MiB);
   void* y = a.allocate(4 * MiB);
-  void* z = a.allocate(6 * MiB, /*stream=*/1);
+  void* z = a.allocate(6 * MiB, on(/*stream=*/1));
   a.free(z);  // cached on stream 1
   a.free(y);  // cached at the end of stream 0's segment
   EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<int64_t>(14 * MiB));
@@ -229,7 +230,7 @@ TEST(ExpandableSegments, OutOfMemoryReleasesCachedPagesAndRetries) {
   EXPECT_EQ(s.segments.current, 1);
   expect_consistent(a);
   // Nothing left to release: the OOM error.
-  std::string msg = error_of<OutOfMemoryError>([&] { a.allocate(4 * MiB, /*stream=*/1); });
+  std::string msg = error_of<OutOfMemoryError>([&] { a.allocate(4 * MiB, on(/*stream=*/1)); });
   EXPECT_CONTAINS(msg, "out of memory: tried to allocate 4 MiB");
   EXPECT_CONTAINS(msg, "on stream 1");
   s = a.stats();
@@ -238,7 +239,7 @@ TEST(ExpandableSegments, OutOfMemoryReleasesCachedPagesAndRetries) {
   EXPECT_EQ(a.snapshot().history.back().kind, TraceEvent::Kind::Oom);
   expect_consistent(a);
   a.free(w);
-  void* v = a.allocate(12 * MiB, /*stream=*/0);  // the cached 10 MiB end grows by one page
+  void* v = a.allocate(12 * MiB, on(/*stream=*/0));  // the cached 10 MiB end grows by one page
   EXPECT_EQ(addr(v), addr(x) + 4 * MiB);
   EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<int64_t>(16 * MiB));
   expect_consistent(a);
@@ -252,8 +253,8 @@ TEST(ExpandableSegments, EachPoolAndStreamHasItsOwnSegment) {
   CachingAllocator a(dev, expandable());
   std::vector<void*> ptrs;
   for (StreamId s : {0, 1, 2}) {
-    ptrs.push_back(a.allocate(64 * KiB, s));
-    ptrs.push_back(a.allocate(3 * MiB, s));
+    ptrs.push_back(a.allocate(64 * KiB, on(s)));
+    ptrs.push_back(a.allocate(3 * MiB, on(s)));
   }
   Snapshot snap = a.snapshot();
   ASSERT_EQ(snap.segments.size(), 6u);
@@ -263,16 +264,16 @@ TEST(ExpandableSegments, EachPoolAndStreamHasItsOwnSegment) {
   }
   expect_consistent(a);
   // A block freed after use on another stream waits for it; the end grows past it meanwhile.
-  void* p = a.allocate(2 * MiB, 0);
-  a.record_stream(p, 1);
+  void* p = a.allocate(2 * MiB, on(0));
+  a.record_stream(p, on(1));
   a.free(p);
-  void* q = a.allocate(2 * MiB, 0);
+  void* q = a.allocate(2 * MiB, on(0));
   EXPECT_NE(q, p);
   EXPECT_EQ(addr(q), addr(p) + 2 * MiB);
   expect_consistent(a);
   a.free(q);
   dev.complete();
-  void* again = a.allocate(4 * MiB, 0);  // the pending block, now free, merged with q's
+  void* again = a.allocate(4 * MiB, on(0));  // the pending block, now free, merged with q's
   EXPECT_EQ(again, p);
   expect_consistent(a);
   a.free(again);
@@ -288,12 +289,12 @@ TEST(ExpandableSegments, SharedPagesMoveBetweenSegments) {
     SimulatedDevice dev(GiB);
     CachingAllocator a(dev, AllocatorConfig::policy(share ? "expandable-share" : "expandable"));
     std::vector<void*> small;
-    for (int i = 0; i < 3; ++i) small.push_back(a.allocate(512 * KiB, /*stream=*/0));
-    void* other = a.allocate(3 * MiB, /*stream=*/1);
+    for (int i = 0; i < 3; ++i) small.push_back(a.allocate(512 * KiB, on(/*stream=*/0)));
+    void* other = a.allocate(3 * MiB, on(/*stream=*/1));
     for (void* p : small) a.free(p);
     a.free(other);  // cached: 2 MiB in the small pool, 4 MiB on stream 1
     EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<int64_t>(6 * MiB));
-    void* p = a.allocate(3 * MiB, /*stream=*/0);
+    void* p = a.allocate(3 * MiB, on(/*stream=*/0));
     MemoryStats s = a.stats();
     EXPECT_EQ(s.reserved_bytes.current, static_cast<int64_t>(share ? 4 * MiB : 10 * MiB)) << share;
     EXPECT_EQ(s.segments.current, share ? 1 : 3) << share;
@@ -312,7 +313,7 @@ class PlainDevice final : public DeviceMemory {
   size_t free_bytes() const override { return inner_.free_bytes(); }
   void* malloc(size_t bytes) override { return inner_.malloc(bytes); }
   void free(void* p, size_t bytes) override { inner_.free(p, bytes); }
-  EventId record_event(StreamId stream) override { return inner_.record_event(stream); }
+  EventId record_event(const Stream& stream) override { return inner_.record_event(stream); }
   bool query(EventId event) override { return inner_.query(event); }
 
  private:
@@ -344,9 +345,9 @@ TEST(ExpandableSegments, SnapshotMarksExpandableSegments) {
   CachingAllocator a(dev, expandable());
   void* p = a.allocate(3 * MiB);
   Snapshot s = a.snapshot();
-  const Json j = s.to_json();
+  const Json j = to_json(s);
   EXPECT_TRUE(j.at("segments").at(size_t{0}).at("expandable").as_bool());
-  Snapshot back = Snapshot::from_json(Json::parse(j.dump(), "s.json"), "s.json");
+  Snapshot back = snapshot_from_json(Json::parse(j.dump(), "s.json"), "s.json");
   ASSERT_EQ(back.segments.size(), 1u);
   EXPECT_TRUE(back.segments[0].expandable);
   // A snapshot from before the field: not expandable.
@@ -354,7 +355,7 @@ TEST(ExpandableSegments, SnapshotMarksExpandableSegments) {
   const std::string field = "\"expandable\":true,";
   ASSERT_NE(old.find(field), std::string::npos) << old.substr(0, 400);
   old.erase(old.find(field), field.size());
-  Snapshot legacy = Snapshot::from_json(Json::parse(old, "old.json"), "old.json");
+  Snapshot legacy = snapshot_from_json(Json::parse(old, "old.json"), "old.json");
   ASSERT_EQ(legacy.segments.size(), 1u);
   EXPECT_FALSE(legacy.segments[0].expandable);
   a.free(p);
@@ -384,7 +385,7 @@ void run_random_workload(uint64_t seed, size_t capacity, AllocatorConfig c, Memo
       int64_t before = a.stats().allocated_bytes.current;
       void* p = nullptr;
       try {
-        p = a.allocate(bytes, stream);
+        p = a.allocate(bytes, on(stream));
       } catch (const OutOfMemoryError&) {
         ++ooms;
         continue;
@@ -395,13 +396,13 @@ void run_random_workload(uint64_t seed, size_t capacity, AllocatorConfig c, Memo
       ASSERT_GE(block, rounded);
       ASSERT_LE(block, rounded + MiB);
       ASSERT_TRUE(live.add(p, bytes, block, rng));
-      if (rng() % 10 == 0) a.record_stream(p, static_cast<StreamId>(rng() % 3));
+      if (rng() % 10 == 0) a.record_stream(p, on(static_cast<StreamId>(rng() % 3)));
     } else {
       void* p = live.take_random(rng);
       ASSERT_NE(p, nullptr);
       a.free(p);
     }
-    if (rng() % 50 == 0) dev.complete(static_cast<StreamId>(rng() % 3));
+    if (rng() % 50 == 0) dev.complete(on(static_cast<StreamId>(rng() % 3)));
     if (rng() % 1000 == 0) a.empty_cache();
     MemoryStats s = a.stats();
     ASSERT_EQ(s.requested_bytes.current, live.requested) << "op " << op;

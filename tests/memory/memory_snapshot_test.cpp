@@ -7,6 +7,7 @@
 #include "loom/error.h"
 #include "loom/json.h"
 #include "loom/memory/caching_allocator.h"
+#include "loom/memory/snapshot_json.h"
 #include "memory/allocator_test_util.h"
 #include "test_errors.h"
 
@@ -77,10 +78,10 @@ Snapshot busy_snapshot() {
   int n = 0;
   a.set_context_provider([&n] { return "op \"" + std::to_string(n++) + "\"\n\t\\"; });
   void* p = a.allocate(3000);
-  void* q = a.allocate(5 * MiB, 1);
+  void* q = a.allocate(5 * MiB, on(1));
   void* r = a.allocate(100);
   void* k = a.allocate(KiB);
-  a.record_stream(r, 2);
+  a.record_stream(r, on(2));
   a.free(p);
   a.free(r);  // pending
   EXPECT_THROW(a.allocate(60 * MiB), OutOfMemoryError);
@@ -105,7 +106,7 @@ TEST(MemorySnapshot, JsonRoundTrip) {
   EXPECT_TRUE(pending);
   EXPECT_TRUE(oom);
 
-  Json j = s.to_json();
+  Json j = to_json(s);
   EXPECT_EQ(j.at("format").as_string(), "loom-memory-snapshot");
   EXPECT_EQ(j.at("version").as_int(), 1);
   EXPECT_EQ(j.at("device").at("name").as_string(), "simulated device (64 MiB)");
@@ -113,9 +114,9 @@ TEST(MemorySnapshot, JsonRoundTrip) {
             s.stats.allocated_bytes.current);
   EXPECT_NEAR(j.at("stats").at("fragmentation").as_double(), s.stats.fragmentation(), 1e-12);
   std::string text = j.dump(1);
-  Snapshot back = Snapshot::from_json(Json::parse(text, "snapshot.json"), "snapshot.json");
+  Snapshot back = snapshot_from_json(Json::parse(text, "snapshot.json"), "snapshot.json");
   expect_same(s, back);
-  EXPECT_TRUE(back.to_json() == j);
+  EXPECT_TRUE(to_json(back) == j);
 
   // An empty allocator's snapshot too.
   SimulatedDevice dev(MiB);
@@ -124,11 +125,11 @@ TEST(MemorySnapshot, JsonRoundTrip) {
   Snapshot e = empty.snapshot();
   EXPECT_TRUE(e.segments.empty());
   EXPECT_CONTAINS(e.config, "policy=gc-0.8");
-  expect_same(e, Snapshot::from_json(e.to_json(), "empty"));
+  expect_same(e, snapshot_from_json(to_json(e), "empty"));
 }
 
 TEST(MemorySnapshot, CorruptDocumentsAreDataErrors) {
-  const Json good = busy_snapshot().to_json();
+  const Json good = to_json(busy_snapshot());
   struct Case {
     const char* what;
     std::function<void(Json&)> corrupt;
@@ -181,7 +182,7 @@ TEST(MemorySnapshot, CorruptDocumentsAreDataErrors) {
     SCOPED_TRACE(c.what);
     Json j = good;
     c.corrupt(j);
-    std::string msg = error_of<DataError>([&] { Snapshot::from_json(j, "bad.json"); });
+    std::string msg = error_of<DataError>([&] { snapshot_from_json(j, "bad.json"); });
     EXPECT_CONTAINS(msg, "[memory snapshot] bad.json: ");
     EXPECT_CONTAINS(msg, c.message);
   }
@@ -189,7 +190,7 @@ TEST(MemorySnapshot, CorruptDocumentsAreDataErrors) {
   std::string text = good.dump();
   for (size_t cut : {size_t{0}, size_t{1}, text.size() / 3, text.size() - 1}) {
     std::string msg = error_of<DataError>(
-        [&] { Snapshot::from_json(Json::parse(text.substr(0, cut), "cut.json"), "cut.json"); });
+        [&] { snapshot_from_json(Json::parse(text.substr(0, cut), "cut.json"), "cut.json"); });
     EXPECT_CONTAINS(msg, "cut.json");
   }
 }

@@ -20,6 +20,8 @@
 #include "loom/io.h"
 #include "loom/json.h"
 #include "loom/memory/alloc_trace.h"
+#include "loom/memory/snapshot_json.h"
+#include "training_trace.h"
 #include "loom/profiler.h"
 #include "mem_train_child.h"
 #include "mem_viz.h"
@@ -278,7 +280,7 @@ int run_snapshot(const std::vector<std::string>& argv) {
   o.keep_snapshot = true;
   o.peak_snapshot = true;
   ReplayResult r = memory::replay_trace(trace, o);
-  io::atomic_write_file(out, r.snapshot.to_json().dump() + "\n");
+  io::atomic_write_file(out, memory::to_json(r.snapshot).dump() + "\n");
   size_t blocks = 0;
   for (const auto& seg : r.snapshot.segments) blocks += seg.blocks.size();
   std::printf("wrote %s: %zu segments, %zu blocks, %zu history events (trace %s, policy %s)\n",
@@ -308,7 +310,7 @@ memory::Snapshot read_snapshot(const std::string& path) {
     if (msg.rfind("[json] ", 0) == 0) msg.remove_prefix(7);
     LOOM_THROW(DataError, "[memory snapshot] ", msg, " (file of ", text.size(), " bytes)");
   }
-  return memory::Snapshot::from_json(doc, path);
+  return memory::snapshot_from_json(doc, path);
 }
 
 int run_viz(const std::vector<std::string>& argv_in) {
@@ -320,7 +322,7 @@ int run_viz(const std::vector<std::string>& argv_in) {
   if (args.flag("help") || args.positionals().size() != 1) {
     std::printf(
         "usage: loom mem viz SNAPSHOT [-o OUT.html]\n"
-        "  Draws a snapshot (from `loom mem snapshot` or Snapshot::to_json) as one self-contained\n"
+        "  Draws a snapshot (from `loom mem snapshot` or memory::to_json) as one self-contained\n"
         "  HTML page: allocated and reserved bytes over the history, the segments and their "
         "blocks,\n"
         "  and the statistics. OUT defaults to SNAPSHOT with .html in place of .json.\n");

@@ -98,7 +98,10 @@ class LOOM_API RecordingAllocator final : public Allocator {
  public:
   explicit RecordingAllocator(Allocator& inner, std::string source = "RecordingAllocator");
   ~RecordingAllocator() override;
+  // Each allocation is logged with its stream: allocate_on's, or the current stream of the device
+  // of what `inner` handed out.
   DataPtr allocate(size_t nbytes) override;
+  DataPtr allocate_on(size_t nbytes, const Stream& stream) override;
   // A copy of the events so far.
   AllocTrace trace() const;
   // Logs a step marker numbered from 1 for this recorder (mark_step() calls it on every live one).
@@ -108,6 +111,7 @@ class LOOM_API RecordingAllocator final : public Allocator {
   struct Context;
   static void deleter(void* ctx);
   void log_free(int64_t id);
+  DataPtr log_alloc(DataPtr inner, size_t nbytes, StreamId stream);
   int32_t intern(const char* context);  // under mutex_
 
   Allocator& inner_;
@@ -136,27 +140,9 @@ LOOM_API void start_process_recording(const std::string& path);
 // Writes the trace so far (atomically replacing the file); false when the process does not record.
 LOOM_API bool flush_process_recording();
 
-// Note [training trace]
-//   record_training_trace runs `steps` training steps of a transformer-block-like MLP on CPU under
-//   a RecordingAllocator: Linear(784 -> H), LayerNorm(H), GELU, Linear(H -> H), GELU,
-//   Linear(H -> 10) with H = hidden (1024 by default), cross-entropy, Adam (so parameters,
-//   gradients and two moments per parameter are live). Each step draws its batch size uniformly
-//   from 32..512 (any integer, as with variable sequence lengths or ragged last batches) and makes
-//   a fresh random batch, then zero_grad(set_to_none), forward, backward and step. The trace holds
-//   everything loom allocated from model construction on (parameters, optimizer state created on
-//   the first step, inputs, activations saved for backward, gradients, temporaries of the
-//   optimizer). Requests range from a few bytes (scalars) to several MiB (with H = 1024, a 512 x
-//   1024 float32 activation is 2 MiB, the 1024 x 1024 weight 4 MiB), so both pools of the caching
-//   allocator are exercised. Single-threaded (intra-op threads set to 1 while recording) so that
-//   the trace is deterministic for a seed.
-struct TrainingTraceOptions {
-  int steps = 20;
-  uint64_t seed = 0;
-  int64_t min_batch = 32;
-  int64_t max_batch = 512;
-  int64_t hidden = 1024;  // fixed for the whole trace
-};
-LOOM_API AllocTrace record_training_trace(const TrainingTraceOptions& options = {});
+// The recorded training workload of the memory tools (record_training_trace) is in
+// tools/loom/training_trace.h (Note [training trace]): it uses nn and optim, above this layer.
+
 
 // Replays a trace against a fresh CachingAllocator over a SimulatedDevice (not backed) of
 // `capacity` bytes. An allocation that raises OutOfMemoryError is counted and its free skipped.

@@ -67,12 +67,15 @@
 #include <vector>
 
 #include "loom/export.h"
-#include "loom/json.h"
 #include "loom/memory.h"
+#include "loom/stream.h"
 
 namespace loom::memory {
 
-using StreamId = int64_t;  // 0: the default stream
+// Streams are loom::Stream values (loom/stream.h). One allocator serves one device: every stream
+// given to it must be on the device of the first (ValueError otherwise), and the snapshots, history
+// and observer events name a stream by its id on that device.
+using loom::StreamId;
 using EventId = uint64_t;
 
 constexpr size_t kRoundBytes = 512;
@@ -89,7 +92,7 @@ class LOOM_API DeviceMemory {
   virtual void* malloc(size_t bytes) = 0;
   virtual void free(void* p, size_t bytes) = 0;
   // Records an event on `stream` after all work queued on it so far; query() says whether it passed.
-  virtual EventId record_event(StreamId stream) = 0;
+  virtual EventId record_event(const Stream& stream) = 0;
   virtual bool query(EventId event) = 0;
 
   // Optional: virtual memory, for expandable segments (Note [expandable segments]). A device
@@ -120,7 +123,7 @@ class LOOM_API SimulatedDevice final : public DeviceMemory {
   size_t free_bytes() const override;
   void* malloc(size_t bytes) override;
   void free(void* p, size_t bytes) override;
-  EventId record_event(StreamId stream) override;
+  EventId record_event(const Stream& stream) override;
   bool query(EventId event) override;
   // Virtual memory: fake address ranges when !backed, mmap'ed PROT_NONE ranges whose pages are
   // committed by map() when backed; mapped bytes count against the capacity.
@@ -129,8 +132,9 @@ class LOOM_API SimulatedDevice final : public DeviceMemory {
   bool map(void* address, size_t bytes) override;
   void unmap(void* address, size_t bytes) override;
   void release(void* base, size_t bytes) override;
-  // Completes every event recorded so far on `stream` (all streams when stream < 0).
-  void complete(StreamId stream = -1);
+  // Completes every event recorded so far on `stream`, or on every stream.
+  void complete(const Stream& stream);
+  void complete();
   int64_t malloc_calls() const;
   int64_t free_calls() const;
 
@@ -195,7 +199,6 @@ struct LOOM_API MemoryStats {
   size_t free_reserved_bytes() const {
     return static_cast<size_t>(reserved_bytes.current - allocated_bytes.current);
   }
-  Json to_json() const;
 };
 
 struct BlockInfo {
@@ -254,8 +257,8 @@ struct SnapshotPeak {
 // Segments, blocks and the history, with the stats and the configuration: what `loom mem viz`
 // draws. JSON format {"format": "loom-memory-snapshot", "version": 1, "device": {...}, "config":
 // "...", "stats": {...}, "segments": [...], "history": [...], "peak": {...} (optional)}; blocks and
-// history events carry "op" (optional when read). from_json throws DataError naming the file and
-// what is wrong for a corrupt or truncated snapshot.
+// history events carry "op" (optional when read). The JSON conversions are in
+// loom/memory/snapshot_json.h, so that this header needs no JSON.
 struct LOOM_API Snapshot {
   std::string device;
   size_t capacity = 0;
@@ -264,8 +267,6 @@ struct LOOM_API Snapshot {
   std::vector<SegmentInfo> segments;
   std::vector<TraceEvent> history;
   std::optional<SnapshotPeak> peak;
-  Json to_json() const;
-  static Snapshot from_json(const Json& j, const std::string& source);
 };
 
 // Live (allocated) bytes of segments grouped by BlockInfo::op, largest first ("" for unknown):
@@ -290,12 +291,13 @@ class LOOM_API CachingAllocator {
   // A block of at least `bytes` for use on `stream`. bytes == 0 gives nullptr. OutOfMemoryError
   // (see Note [caching allocator]) when the device cannot provide it; ValueError when bytes exceeds
   // the device's capacity, naming both.
-  void* allocate(size_t bytes, StreamId stream = 0);
+  // Without a stream: the CPU's default stream (what a SimulatedDevice in tests and tools uses).
+  void* allocate(size_t bytes, const Stream& stream = Stream());
   // Returns a block. ValueError naming the pointer for a pointer this allocator did not hand out
   // (foreign) or one already freed (double free).
   void free(void* p);
   // Marks that `p` is also used by work on `stream`: its reuse after free waits for that work.
-  void record_stream(void* p, StreamId stream);
+  void record_stream(void* p, const Stream& stream);
   // Returns every segment without allocated blocks to the device.
   void empty_cache();
 
@@ -340,11 +342,13 @@ inline void notify_allocator_observer(const AllocatorEvent& event) {
 
 // An Allocator (memory.h) for loom tensors backed by a CachingAllocator over a backed
 // SimulatedDevice or a real device: set_allocator(DeviceType::CPU, &adapter) makes CPU tensors come
-// from the caching allocator (used to record real traces of loom workloads).
+// from the caching allocator (used to record real traces of loom workloads). allocate() takes the
+// calling thread's current stream of `device`.
 class LOOM_API CachingAllocatorAdapter final : public Allocator {
  public:
   CachingAllocatorAdapter(CachingAllocator& a, Device device);
   DataPtr allocate(size_t nbytes) override;
+  DataPtr allocate_on(size_t nbytes, const Stream& stream) override;
 
  private:
   CachingAllocator& a_;

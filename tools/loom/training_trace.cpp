@@ -1,16 +1,15 @@
 // record_training_trace: a real loom training workload recorded under a RecordingAllocator (see
-// Note [training trace] in loom/memory/alloc_trace.h). It uses the nn and optim layers, above this
-// one; it lives here because it is the memory tools' standard workload, not part of nn.
+// Note [training trace] in training_trace.h).
 #include <memory>
 #include <random>
 
 #include "loom/autograd.h"
 #include "loom/error.h"
-#include "loom/memory/alloc_trace.h"
 #include "loom/nn.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "loom/parallel.h"
+#include "training_trace.h"
 
 namespace loom::memory {
 namespace {

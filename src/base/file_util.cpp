@@ -1,5 +1,5 @@
 // POSIX file helpers: atomic replacement of a file and positional reads. See file_util.h.
-#include "io/file_util.h"
+#include "base/file_util.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "loom/error.h"
-#include "loom/io.h"
+#include "loom/file.h"
 
 namespace loom::io::detail {
 namespace {

@@ -1,4 +1,5 @@
-// PyTorch-style printing: tensor([[1.0000, 2.5000], [3.0000, 4.0000]], dtype=float64).
+// PyTorch-style printing: tensor([[1.0000, 2.5000], [3.0000, 4.0000]], dtype=float64). Values of
+// another device are read through the dispatcher (Note [Host reads] in host_read.cpp).
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -119,14 +120,11 @@ std::string Tensor::str() const {
   if (is_meta()) {
     os << "...";
     suffix += ", device='meta', size=" + shape_str();
-  } else if (!is_cpu()) {
-    os << "...";
-    suffix += ", device='" + device().str() + "'";
   } else if (numel() == 0) {
     os << "[]";
     if (dim() != 1) suffix += ", size=" + shape_str();
   } else {
-    // Gather the values, with only the edges of each long dimension when summarising.
+    // The values, read on the host (a copy for another device: Note [Host reads]).
     std::vector<double> vals = to_vector<double>(*this);
     Formatter f(vals, dtype());
     if (dim() == 0) {
@@ -135,6 +133,7 @@ std::string Tensor::str() const {
       print_dim(os, vals, sizes(), 0, 0, f, 7, numel() > kSummarizeThreshold);
     }
   }
+  if (!is_cpu() && !is_meta()) suffix += ", device='" + device().str() + "'";
   if (!default_type) suffix += std::string(", dtype=") + dtype_name(dtype());
   os << suffix << ")";
   return os.str();

@@ -1,4 +1,4 @@
-// Internal to the io layer: POSIX file helpers shared by the safetensors reader/writer and the
+// Internal to the base layer: POSIX file helpers shared by the safetensors reader/writer and the
 // public atomic_write_file / read_file. Not thread-safe per object; distinct objects are
 // independent.
 #pragma once
