@@ -347,15 +347,10 @@ CachingAllocator::~CachingAllocator() {
   m.release_expandables();
 }
 
-[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::adopt_stream_device(const Stream& stream,
-                                                                          const char* method) {
-  if (!has_stream_device) {
-    stream_device = stream.device();
-    has_stream_device = true;
-    return;
-  }
+[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::throw_wrong_device(const Stream& stream,
+                                                                         const char* method) const {
   LOOM_THROW(ValueError, "[caching allocator] ", method, " on ", stream,
-             ": this allocator serves the streams of ", stream_device);
+             ": this allocator serves the streams of ", stream_device, " (", device.name(), ")");
 }
 
 void* CachingAllocator::allocate(size_t bytes, const Stream& stream) {

@@ -130,7 +130,7 @@ struct CachingAllocator::Impl {
   using Expandable = detail::Expandable;
 
   Impl(DeviceMemory& d, AllocatorConfig c)
-      : device(d), config(std::move(c)), capacity(d.capacity()) {}
+      : device(d), config(std::move(c)), capacity(d.capacity()), stream_device(d.device()) {}
 
   DeviceMemory& device;
   const AllocatorConfig config;
@@ -162,18 +162,15 @@ struct CachingAllocator::Impl {
   std::vector<TraceEvent> history;  // a ring once it holds history_capacity events
   size_t history_oldest = 0;
   std::function<std::string()> context_provider;
-  // The device of the streams this allocator serves: set by the first stream it sees (see
-  // StreamId in loom/memory/caching_allocator.h). Last, so that the members above keep the
-  // offsets (and cache lines) they had.
-  Device stream_device;
-  bool has_stream_device = false;
-  void check_stream(const Stream& stream, const char* method) {
-    if (LOOM_LIKELY(stream.device() == stream_device && has_stream_device)) return;
-    adopt_stream_device(stream, method);
+  // The device whose streams this allocator serves (DeviceMemory::device()). Last, so that the
+  // members above keep the offsets (and cache lines) they had.
+  const Device stream_device;
+  void check_stream(const Stream& stream, const char* method) const {
+    if (LOOM_LIKELY(stream.device() == stream_device)) return;
+    throw_wrong_device(stream, method);
   }
-  // The first stream's device, or ValueError for a stream of another device. Out of line: the
-  // allocation path keeps only the comparison above.
-  void adopt_stream_device(const Stream& stream, const char* method);
+  // Out of line: the allocation path keeps only the comparison above.
+  [[noreturn]] void throw_wrong_device(const Stream& stream, const char* method) const;
 
   // ---- blocks ----
   Block* new_block() {

@@ -105,7 +105,7 @@ TEST(CachingAllocatorStreams, OneAllocatorServesOneDevice) {
   void* p = a.allocate(KiB, Stream(kCPU, 1));
   EXPECT_CONTAINS(error_of<ValueError>([&] { a.allocate(KiB, Stream(cuda_device(0), 1)); }),
                   "[caching allocator] allocate on cuda:0 stream 1: this allocator serves the "
-                  "streams of cpu");
+                  "streams of cpu (simulated device");
   EXPECT_CONTAINS(error_of<ValueError>([&] { a.record_stream(p, Stream(kMeta, 2)); }),
                   "record_stream on meta stream 2");
   a.free(p);

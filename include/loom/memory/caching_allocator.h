@@ -72,9 +72,9 @@
 
 namespace loom::memory {
 
-// Streams are loom::Stream values (loom/stream.h). One allocator serves one device: every stream
-// given to it must be on the device of the first (ValueError otherwise), and the snapshots, history
-// and observer events name a stream by its id on that device.
+// Streams are loom::Stream values (loom/stream.h). One allocator serves one device, its
+// DeviceMemory's device(): every stream given to it must be on that device (ValueError otherwise),
+// and the snapshots, history and observer events name a stream by its id on that device.
 using loom::StreamId;
 using EventId = uint64_t;
 
@@ -86,6 +86,9 @@ class LOOM_API DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
   virtual std::string name() const = 0;
+  // Optional: the device whose memory this is (its streams are the allocator's). A simulated
+  // device keeps this default: the CPU.
+  virtual Device device() const { return kCPU; }
   virtual size_t capacity() const = 0;  // total bytes
   virtual size_t free_bytes() const = 0;
   // A new segment of exactly `bytes`, or nullptr when the device has not enough memory.
@@ -291,7 +294,7 @@ class LOOM_API CachingAllocator {
   // A block of at least `bytes` for use on `stream`. bytes == 0 gives nullptr. OutOfMemoryError
   // (see Note [caching allocator]) when the device cannot provide it; ValueError when bytes exceeds
   // the device's capacity, naming both.
-  // Without a stream: the CPU's default stream (what a SimulatedDevice in tests and tools uses).
+  // Without a stream: the CPU's default stream (a SimulatedDevice's, in tests and tools).
   void* allocate(size_t bytes, const Stream& stream = Stream());
   // Returns a block. ValueError naming the pointer for a pointer this allocator did not hand out
   // (foreign) or one already freed (double free).
