@@ -1,10 +1,10 @@
-// Benchmark suites for `loom bench <suite>`. A suite is a list of measurements; each has a loom side
-// (a function run in this process) and the same measurement by name in an anchor process (e.g.
+// Benchmark suites for `loom bench <suite>`. A suite is a list of measurements; each has a loom
+// side (a function run in this process) and the same measurement by name in an anchor process (e.g.
 // loom-anchor-torch, linked with libtorch). The driver keeps the anchor running as a co-process and
 // alternates loom and anchor measurement by measurement, round after round, so both see the same
-// machine conditions (this machine is shared and noisy); then it prints medians, ratios, spreads and
-// verdicts in the format of report.h (Note [bench verdicts]). Anchor queries run under a deadline
-// (Note [bench deadlines] in job.h).
+// machine conditions (this machine is shared and noisy); then it prints medians, ratios, spreads
+// and verdicts in the format of report.h (Note [bench verdicts]). Anchor queries run under a
+// deadline (Note [bench deadlines] in job.h).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,8 @@ struct Measure {
   double target = 0;  // target ratio loom/anchor (0: none); <= for lower, >= for higher is better
   int threads = 1;    // intra-op (and BLAS) threads for both sides
   std::function<double()> loom;  // runs once and returns the figure in `unit`
-  double value_target = 0;  // a bound on loom's own figure instead (0: none), for rows with no anchor
+  double value_target =
+      0;  // a bound on loom's own figure instead (0: none), for rows with no anchor
 };
 
 struct SuiteOptions {
@@ -37,8 +38,8 @@ struct Suite {
   std::string anchor_name;    // e.g. "libtorch 1.13 (OpenBLAS)"
   std::function<std::vector<Measure>(const SuiteOptions&)> setup;
   // Optional: a suite with its own command line and table (collectives). When set, `loom bench NAME
-  // ARGS...` calls run({NAME, ARGS...}) and returns its exit status; setup and the anchor fields are
-  // unused.
+  // ARGS...` calls run({NAME, ARGS...}) and returns its exit status; setup and the anchor fields
+  // are unused.
   std::function<int(const std::vector<std::string>& args)> run;
   // For a suite without an anchor process: what its rows say instead of an anchor figure.
   std::string no_anchor = "";

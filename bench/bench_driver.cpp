@@ -21,8 +21,8 @@
 #include "cli.h"
 #include "job.h"
 #include "loom/error.h"
-#include "loom/parse.h"
 #include "loom/parallel.h"
+#include "loom/parse.h"
 #include "report.h"
 
 namespace loom::bench {
@@ -306,7 +306,8 @@ int run_bench(const std::vector<std::string>& argv) {
   if (auto t = args.get("threads")) {
     opt.threads.clear();
     for (const std::string& item : split_commas(*t)) {
-      opt.threads.push_back(static_cast<int>(parse_int(item, "[bench] --threads (thread counts like 1,2)", 1, 1024)));
+      opt.threads.push_back(
+          static_cast<int>(parse_int(item, "[bench] --threads (thread counts like 1,2)", 1, 1024)));
     }
   }
   const double deadline_s = args.get_double("deadline", 300, 0.001, 86400);

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -311,7 +311,8 @@ struct RankBuffers {
 //   exit   says so on stderr and exits with status 5
 //   abort  says so on stderr and aborts (SIGABRT)
 // A malformed value stops the rank with status 2 and a message.
-inline void test_fault(const std::string& spec, const std::string& config, int rank, int64_t bytes) {
+inline void test_fault(const std::string& spec, const std::string& config, int rank,
+                       int64_t bytes) {
   if (spec.empty()) return;
   std::stringstream all(spec);
   std::string entry;

@@ -36,10 +36,11 @@
 namespace loom::bench {
 namespace {
 
-const config::StringSetting kTestFault("LOOM_BENCH_TEST_FAULT", "",
-                                       "test hook of `loom bench collectives`: ranks that misbehave on "
-                                       "purpose, CONFIG:RANK:BYTES:hang|stuck|exit|abort (Note [sweep "
-                                       "test hook] in bench/collective_sweep.h)");
+const config::StringSetting kTestFault(
+    "LOOM_BENCH_TEST_FAULT", "",
+    "test hook of `loom bench collectives`: ranks that misbehave on "
+    "purpose, CONFIG:RANK:BYTES:hang|stuck|exit|abort (Note [sweep "
+    "test hook] in bench/collective_sweep.h)");
 
 using coll::Op;
 

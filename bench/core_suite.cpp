@@ -43,10 +43,12 @@ std::vector<Measure> setup_core(const SuiteOptions& opt) {
   for (int th : opt.threads) {
     const std::string sfx = "_t" + std::to_string(th);
     m.push_back({"add_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
-                   return 3.0 * 4 * kBig / median_seconds([&] { add_out(s->out, s->x, s->y); }, reps) / 1e9;
+                   return 3.0 * 4 * kBig /
+                          median_seconds([&] { add_out(s->out, s->x, s->y); }, reps) / 1e9;
                  }});
     m.push_back({"exp_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
-                   return 2.0 * 4 * kBig / median_seconds([&] { exp_out(s->out, s->x); }, reps) / 1e9;
+                   return 2.0 * 4 * kBig / median_seconds([&] { exp_out(s->out, s->x); }, reps) /
+                          1e9;
                  }});
     m.push_back({"sum_16M" + sfx, "GB/s", false, 1.0, th, [s, reps] {
                    return 4.0 * kBig / median_seconds([&] { sum(s->x); }, reps) / 1e9;
@@ -61,14 +63,16 @@ std::vector<Measure> setup_core(const SuiteOptions& opt) {
                  }});
     // Last in its group: OpenBLAS workers spin for a while after a call.
     m.push_back({"matmul_1024" + sfx, "GFLOP/s", false, 1.0, th, [s, reps] {
-                   return 2.0 * 1024 * 1024 * 1024 / median_seconds([&] { mm(s->m1, s->m2); }, reps) / 1e9;
+                   return 2.0 * 1024 * 1024 * 1024 /
+                          median_seconds([&] { mm(s->m1, s->m2); }, reps) / 1e9;
                  }});
   }
   return m;
 }
 
-const RegisterSuite kCore(Suite{"core", "eager overhead, matmul, add/exp/sum throughput vs libtorch",
-                                "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_core, nullptr});
+const RegisterSuite kCore(Suite{
+    "core", "eager overhead, matmul, add/exp/sum throughput vs libtorch", "loom-anchor-torch",
+    "libtorch 1.13 (OpenBLAS)", setup_core, nullptr});
 
 }  // namespace
 }  // namespace loom::bench

@@ -3,8 +3,8 @@
 // padding 2, horizontal flip with p = 0.5, scale and normalise), same batch (128), 0 and 2 workers.
 // Both sides start their workers outside the timed region and drop each batch at once.
 //
-// overhead_w0 is loom's loader cost per batch beyond decoding: the time per batch of the loader with
-// no workers minus the time the same decode + transform work takes in a bare loop.
+// overhead_w0 is loom's loader cost per batch beyond decoding: the time per batch of the loader
+// with no workers minus the time the same decode + transform work takes in a bare loop.
 #include <chrono>
 #include <memory>
 
@@ -41,7 +41,8 @@ data::LoaderOptions options(int workers) {
 }
 
 // samples/s over one epoch (a fifth when quick).
-double loader_rate(const std::shared_ptr<const data::ShardReader>& ds, int workers, bool quick, int64_t epoch) {
+double loader_rate(const std::shared_ptr<const data::ShardReader>& ds, int workers, bool quick,
+                   int64_t epoch) {
   data::Loader l(ds, options(workers));
   l.set_epoch(epoch);
   const int64_t batches = quick ? l.batches_in_epoch() / 5 : l.batches_in_epoch();
@@ -92,29 +93,32 @@ double overhead_us(const std::shared_ptr<const data::ShardReader>& ds, bool quic
 }
 
 std::vector<Measure> setup_data(const SuiteOptions& opt) {
-  const std::string dir = data::fashion_mnist_shards(data::default_fashion_mnist_dir(), /*train=*/true);
+  const std::string dir =
+      data::fashion_mnist_shards(data::default_fashion_mnist_dir(), /*train=*/true);
   auto ds = std::make_shared<data::ShardReader>(dir);
-  std::printf("data: %s (%lld samples, %zu shard(s)); batch %lld; transforms: random crop 28 pad 2, "
-              "flip 0.5, normalise\n",
-              dir.c_str(), static_cast<long long>(ds->size()), ds->shards().size(),
-              static_cast<long long>(kBatch));
+  std::printf(
+      "data: %s (%lld samples, %zu shard(s)); batch %lld; transforms: random crop 28 pad 2, "
+      "flip 0.5, normalise\n",
+      dir.c_str(), static_cast<long long>(ds->size()), ds->shards().size(),
+      static_cast<long long>(kBatch));
   std::shared_ptr<const data::ShardReader> cds = ds;
   auto epoch = std::make_shared<int64_t>(0);
   const bool quick = opt.quick;
   std::vector<Measure> m;
   for (int workers : {0, 2}) {
-    m.push_back({"loader_w" + std::to_string(workers), "samples/s", false, 5.0, 1,
-                 [cds, workers, quick, epoch] { return loader_rate(cds, workers, quick, ++*epoch); }});
+    m.push_back(
+        {"loader_w" + std::to_string(workers), "samples/s", false, 5.0, 1,
+         [cds, workers, quick, epoch] { return loader_rate(cds, workers, quick, ++*epoch); }});
   }
-  m.push_back({"overhead_w0", "us/batch", true, 0, 1, [cds, quick] { return overhead_us(cds, quick); }});
+  m.push_back(
+      {"overhead_w0", "us/batch", true, 0, 1, [cds, quick] { return overhead_us(cds, quick); }});
   m.back().value_target = 50;  // loom's own cost; the anchor has no such row
   return m;
 }
 
-const RegisterSuite kData(Suite{"data",
-                                "loom's loader vs PyTorch's DataLoader on Fashion-MNIST (0 and 2 workers)",
-                                "loom-anchor-dataloader", "PyTorch 1.13 DataLoader (python3-torch)", setup_data,
-                                nullptr});
+const RegisterSuite kData(Suite{
+    "data", "loom's loader vs PyTorch's DataLoader on Fashion-MNIST (0 and 2 workers)",
+    "loom-anchor-dataloader", "PyTorch 1.13 DataLoader (python3-torch)", setup_data, nullptr});
 
 }  // namespace
 }  // namespace loom::bench

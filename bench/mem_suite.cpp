@@ -34,8 +34,8 @@ std::vector<Measure> setup_mem(const SuiteOptions& opt) {
   std::vector<Measure> m;
   // With the default history ring (two clock reads per pair) and without it.
   for (bool history : {true, false}) {
-    m.push_back({history ? "alloc_free_pair_4k" : "alloc_free_pair_4k_nohist", "ns/pair", true, 0, 1,
-                 [iters, reps, history] {
+    m.push_back({history ? "alloc_free_pair_4k" : "alloc_free_pair_4k_nohist", "ns/pair", true, 0,
+                 1, [iters, reps, history] {
                    memory::SimulatedDevice device(size_t{1} << 30);
                    memory::AllocatorConfig config;
                    if (!history) config.history_capacity = 0;

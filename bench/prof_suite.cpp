@@ -1,9 +1,9 @@
 // `loom bench prof`: what the profiler costs. The training step of `loom bench train` (MLP
 // 784-512-256-10, batch 128, SGD with momentum, 1 thread) with a Profile recording operators, input
 // shapes and allocator events, against the same step with no profile — the "anchor" is loom itself.
-// Off and on alternate step by step (a schedule of wait 1, active 1) and every figure is a median over
-// rounds of per-round medians, so drift on this shared machine hits both sides alike. The cost of one
-// event is measured apart, on loom::add of 8 floats.
+// Off and on alternate step by step (a schedule of wait 1, active 1) and every figure is a median
+// over rounds of per-round medians, so drift on this shared machine hits both sides alike. The cost
+// of one event is measured apart, on loom::add of 8 floats.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -56,10 +56,10 @@ struct Mlp {
   }
 };
 
-// One round: `steps` training steps under a Profile whose schedule alternates a step not recorded and
-// a step recorded (wait 1, active 1, forever), so that on and off steps interleave one by one. A step
-// is timed on its own; the Profile's step() after it (which ends a recorded step's cycle and collects
-// its trace) is not — that cost belongs to the end of a recorded window, not to each step.
+// One round: `steps` training steps under a Profile whose schedule alternates a step not recorded
+// and a step recorded (wait 1, active 1, forever), so that on and off steps interleave one by one.
+// A step is timed on its own; the Profile's step() after it (which ends a recorded step's cycle and
+// collects its trace) is not — that cost belongs to the end of a recorded window, not to each step.
 struct Round {
   double off_ms = 0, on_ms = 0;  // medians of the round's steps
   double events = 0;             // events recorded per recorded step
@@ -122,8 +122,10 @@ int run_prof(const std::vector<std::string>& argv) {
   if (args.flag("help")) {
     std::printf(
         "usage: loom bench prof [--rounds N] [--steps K] [--quick] [--json FILE]\n"
-        "  Profiler overhead on the training step of `loom bench train` (MLP 784-512-256-10, batch 128,\n"
-        "  SGD momentum, 1 thread): loom with a Profile recording operators, shapes and memory vs loom\n"
+        "  Profiler overhead on the training step of `loom bench train` (MLP 784-512-256-10, batch "
+        "128,\n"
+        "  SGD momentum, 1 thread): loom with a Profile recording operators, shapes and memory vs "
+        "loom\n"
         "  without one, interleaved, medians over rounds. Target: <= 3%% overhead.\n");
     return 0;
   }
@@ -133,8 +135,10 @@ int run_prof(const std::vector<std::string>& argv) {
   const int adds = quick ? 5000 : 20000;
   const int saved_threads = get_num_threads();
   set_num_threads(1);
-  std::printf("loom bench prof: %d round(s) of %d steps off and %d on, alternating step by step\ncpu: %s, %u cores\n",
-              rounds, steps, steps, cpu_model().c_str(), std::thread::hardware_concurrency());
+  std::printf(
+      "loom bench prof: %d round(s) of %d steps off and %d on, alternating step by step\ncpu: %s, "
+      "%u cores\n",
+      rounds, steps, steps, cpu_model().c_str(), std::thread::hardware_concurrency());
   std::fflush(stdout);
   Mlp m;
   for (int i = 0; i < 3; ++i) m.step();
@@ -148,7 +152,9 @@ int run_prof(const std::vector<std::string>& argv) {
     const auto [off, on] = add_cost(adds);
     off_add.push_back(off);
     on_add.push_back(on);
-    std::fprintf(stderr, "bench: round %d/%d: step %.3f ms off, %.3f ms on (%+.2f%%); add_8 %.0f ns off, %.0f ns on\n",
+    std::fprintf(stderr,
+                 "bench: round %d/%d: step %.3f ms off, %.3f ms on (%+.2f%%); add_8 %.0f ns off, "
+                 "%.0f ns on\n",
                  r + 1, rounds, x.off_ms, x.on_ms, 100.0 * (x.on_ms / x.off_ms - 1.0), off, on);
   }
   set_num_threads(saved_threads);
@@ -196,8 +202,8 @@ int run_prof(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const RegisterSuite kProf(Suite{"prof", "profiler overhead on the MLP training step (loom on vs off)", "", "", {},
-                                run_prof});
+const RegisterSuite kProf(Suite{
+    "prof", "profiler overhead on the MLP training step (loom on vs off)", "", "", {}, run_prof});
 
 }  // namespace
 }  // namespace loom::bench

@@ -57,7 +57,8 @@ std::vector<Measure> setup_train(const SuiteOptions& opt) {
   // none (loom's and PyTorch 2's default), so backward writes them fresh instead of adding.
   for (bool none : {false, true}) {
     for (int th : opt.threads) {
-      const std::string name = std::string(none ? "mlp_step_none_t" : "mlp_step_t") + std::to_string(th);
+      const std::string name =
+          std::string(none ? "mlp_step_none_t" : "mlp_step_t") + std::to_string(th);
       m.push_back({name, "ms/step", true, 0.8, th, [s, reps, k, none] {
                      for (int i = 0; i < 3; ++i) s->step(none);
                      double t = median_seconds(
@@ -73,7 +74,8 @@ std::vector<Measure> setup_train(const SuiteOptions& opt) {
 }
 
 const RegisterSuite kTrain(Suite{"train", "MLP training step and autograd overhead vs libtorch",
-                                 "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_train, nullptr});
+                                 "loom-anchor-torch", "libtorch 1.13 (OpenBLAS)", setup_train,
+                                 nullptr});
 
 }  // namespace
 }  // namespace loom::bench

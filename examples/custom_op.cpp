@@ -35,9 +35,15 @@ Tensor scaled_add_meta(const Tensor& a, const Tensor& b, double) {
 
 }  // namespace
 
-LOOM_LIBRARY(myops, m) { m.def("scaled_add(Tensor a, Tensor b, float scale=1.0) -> Tensor"); }
-LOOM_LIBRARY_IMPL(myops, CPU, m) { m.impl("scaled_add", scaled_add_cpu); }
-LOOM_LIBRARY_IMPL(myops, Meta, m) { m.impl("scaled_add", scaled_add_meta); }
+LOOM_LIBRARY(myops, m) {
+  m.def("scaled_add(Tensor a, Tensor b, float scale=1.0) -> Tensor");
+}
+LOOM_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("scaled_add", scaled_add_cpu);
+}
+LOOM_LIBRARY_IMPL(myops, Meta, m) {
+  m.impl("scaled_add", scaled_add_meta);
+}
 
 int main() {
   auto& d = loom::Dispatcher::singleton();

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# Formatting, settings and error macros: a tool keeps the conventions (fails listing offenders).
+bash scripts/check-conventions.sh
 build=build
 extra=()
 if [ -n "${LOOM_SANITIZE:-}" ]; then

@@ -1,4 +1,5 @@
-// A fresh directory under $TMPDIR (or /tmp) for a test, removed with everything in it at destruction.
+// A fresh directory under $TMPDIR (or /tmp) for a test, removed with everything in it at
+// destruction.
 #pragma once
 
 #include <stdlib.h>

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -53,9 +53,11 @@ double core(const std::string& name, bool quick) {
   static auto a8 = torch::rand({8}), b8 = torch::rand({8});
   static auto x = torch::rand({big}), y = torch::rand({big}), out = torch::empty({big});
   static auto m1 = torch::rand({1024, 1024}), m2 = torch::rand({1024, 1024});
-  static auto act = torch::rand({128, 784}), w = torch::rand({512, 784}), g = torch::rand({128, 512});
+  static auto act = torch::rand({128, 784}), w = torch::rand({512, 784}),
+              g = torch::rand({128, 512});
   const int reps = quick ? 2 : 5;
-  auto base = name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
+  auto base =
+      name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
   if (name == "eager_add_8") {
     const int iters = quick ? 20000 : 100000;
     double t = median_seconds(
@@ -74,8 +76,10 @@ double core(const std::string& name, bool quick) {
   if (base == "mm_mlp_wgrad") {
     return 2.0 * 128 * 784 * 512 / median_seconds([&] { torch::mm(g.t(), act); }, reps) / 1e9;
   }
-  if (base == "add_16M") return 3.0 * 4 * big / median_seconds([&] { torch::add_out(out, x, y); }, reps) / 1e9;
-  if (base == "exp_16M") return 2.0 * 4 * big / median_seconds([&] { torch::exp_out(out, x); }, reps) / 1e9;
+  if (base == "add_16M")
+    return 3.0 * 4 * big / median_seconds([&] { torch::add_out(out, x, y); }, reps) / 1e9;
+  if (base == "exp_16M")
+    return 2.0 * 4 * big / median_seconds([&] { torch::exp_out(out, x); }, reps) / 1e9;
   if (base == "sum_16M") return 4.0 * big / median_seconds([&] { torch::sum(x); }, reps) / 1e9;
   return NAN;
 }
@@ -84,25 +88,28 @@ double core(const std::string& name, bool quick) {
 // Note [train suite model]
 // What `loom bench train` measures; the loom side must build exactly this.
 //  * Model: Linear(784, 512) -> ReLU -> Linear(512, 256) -> ReLU -> Linear(256, 10), float32, with
-//    biases, libtorch's default init (kaiming-uniform weights, uniform(+-1/sqrt(fan_in)) biases; the
-//    values do not affect the time).
+//    biases, libtorch's default init (kaiming-uniform weights, uniform(+-1/sqrt(fan_in)) biases;
+//    the values do not affect the time).
 //  * Data: one fixed batch, x = rand([128, 784]) (uniform [0, 1)), y = randint(0, 10, [128]) int64,
 //    reused by every step. No data loading or shuffling is timed.
 //  * Loss: cross_entropy(logits, y), mean over the batch (log_softmax + nll_loss in libtorch).
 //  * Optimizer: SGD lr 0.01, momentum 0.9, dampening 0, weight decay 0, not Nesterov; the momentum
 //    buffer is created (as a copy of the gradient) on the first step.
 //  * One step = optimizer.zero_grad() (grads zeroed in place, not set to none: libtorch 1.13's
-//    Optimizer::zero_grad) ; loss = cross_entropy(model(x), y) ; loss.backward() ; optimizer.step().
+//    Optimizer::zero_grad) ; loss = cross_entropy(model(x), y) ; loss.backward() ;
+//    optimizer.step().
 //  * Timing: model and optimizer live for the whole process and keep training across queries. Each
-//    query runs 3 warm-up steps, then 5 repetitions of K = 10 steps (--quick: 2 of 3); the figure is
-//    the median over repetitions of (time of K steps) / K, in ms. Autograd is on (no InferenceMode,
-//    no NoGradGuard); nothing reads the loss inside the timed loop (no item() per step).
+//    query runs 3 warm-up steps, then 5 repetitions of K = 10 steps (--quick: 2 of 3); the figure
+//    is the median over repetitions of (time of K steps) / K, in ms. Autograd is on (no
+//    InferenceMode, no NoGradGuard); nothing reads the loss inside the timed loop (no item() per
+//    step).
 //  * mlp_step_tN: N threads; libtorch runs its best configuration, 1 intra-op thread + N OpenBLAS
 //    threads (loom: its one pool of N). mlp_step_none_tN: the same with gradients set to
-//    none instead of zeroed before each step (PyTorch >= 2.0's default zero_grad). autograd_add_8: 1 thread, ns per `a + b` where a, b
-//    are 8-element float32 tensors with requires_grad=true; the result (which records an AddBackward
-//    node) is dropped each iteration, as in eager_add_8 of the core suite (100000 iterations, median
-//    of 5 repetitions after one warm-up; --quick: 20000 and 2).
+//    none instead of zeroed before each step (PyTorch >= 2.0's default zero_grad). autograd_add_8:
+//    1 thread, ns per `a + b` where a, b are 8-element float32 tensors with requires_grad=true; the
+//    result (which records an AddBackward node) is dropped each iteration, as in eager_add_8 of the
+//    core suite (100000 iterations, median of 5 repetitions after one warm-up; --quick: 20000 and
+//    2).
 struct Mlp : torch::nn::Module {
   Mlp()
       : fc1(register_module("fc1", torch::nn::Linear(784, 512))),
@@ -137,9 +144,11 @@ struct TrainState {
 
 double train(const std::string& name, bool quick) {
   static TrainState st;
-  static auto a8 = torch::rand({8}, torch::requires_grad()), b8 = torch::rand({8}, torch::requires_grad());
+  static auto a8 = torch::rand({8}, torch::requires_grad()),
+              b8 = torch::rand({8}, torch::requires_grad());
   const int reps = quick ? 2 : 5;
-  auto base = name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
+  auto base =
+      name.substr(0, name.rfind("_t") == std::string::npos ? name.size() : name.rfind("_t"));
   if (name == "autograd_add_8") {
     if (!at::GradMode::is_enabled() || !(a8 + b8).requires_grad()) return NAN;  // not recording
     const int iters = quick ? 20000 : 100000;

@@ -1,6 +1,7 @@
-// ArrayRef<T> and DimVector (core layer): a non-owning view of a contiguous array (like std::span but
-// constructible from a braced list for call arguments), and a small vector with inline room for the
-// common number of dimensions. IntArrayRef is how sizes, strides and dims are passed everywhere.
+// ArrayRef<T> and DimVector (core layer): a non-owning view of a contiguous array (like std::span
+// but constructible from a braced list for call arguments), and a small vector with inline room for
+// the common number of dimensions. IntArrayRef is how sizes, strides and dims are passed
+// everywhere.
 #pragma once
 
 #include <cstdint>
@@ -28,17 +29,39 @@ class ArrayRef {
   template <class A>
   ArrayRef(const std::vector<T, A>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
 
-  constexpr const T* data() const { return data_; }
-  constexpr size_t size() const { return size_; }
-  constexpr bool empty() const { return size_ == 0; }
-  constexpr const T* begin() const { return data_; }
-  constexpr const T* end() const { return data_ + size_; }
-  constexpr const T& operator[](size_t i) const { return data_[i]; }
-  constexpr const T& front() const { return data_[0]; }
-  constexpr const T& back() const { return data_[size_ - 1]; }
-  std::vector<T> vec() const { return std::vector<T>(data_, data_ + size_); }
-  constexpr ArrayRef slice(size_t start, size_t n) const { return ArrayRef(data_ + start, n); }
-  constexpr ArrayRef slice(size_t start) const { return ArrayRef(data_ + start, size_ - start); }
+  constexpr const T* data() const {
+    return data_;
+  }
+  constexpr size_t size() const {
+    return size_;
+  }
+  constexpr bool empty() const {
+    return size_ == 0;
+  }
+  constexpr const T* begin() const {
+    return data_;
+  }
+  constexpr const T* end() const {
+    return data_ + size_;
+  }
+  constexpr const T& operator[](size_t i) const {
+    return data_[i];
+  }
+  constexpr const T& front() const {
+    return data_[0];
+  }
+  constexpr const T& back() const {
+    return data_[size_ - 1];
+  }
+  std::vector<T> vec() const {
+    return std::vector<T>(data_, data_ + size_);
+  }
+  constexpr ArrayRef slice(size_t start, size_t n) const {
+    return ArrayRef(data_ + start, n);
+  }
+  constexpr ArrayRef slice(size_t start) const {
+    return ArrayRef(data_ + start, size_ - start);
+  }
 
   bool equals(ArrayRef o) const {
     if (size_ != o.size_) return false;
@@ -55,8 +78,12 @@ class ArrayRef {
 
 using IntArrayRef = ArrayRef<int64_t>;
 
-inline bool operator==(IntArrayRef a, IntArrayRef b) { return a.equals(b); }
-inline bool operator!=(IntArrayRef a, IntArrayRef b) { return !a.equals(b); }
+inline bool operator==(IntArrayRef a, IntArrayRef b) {
+  return a.equals(b);
+}
+inline bool operator!=(IntArrayRef a, IntArrayRef b) {
+  return !a.equals(b);
+}
 
 // Prints "[2, 3]".
 LOOM_API std::ostream& operator<<(std::ostream& os, IntArrayRef a);

@@ -1,11 +1,12 @@
 // Reverse-mode automatic differentiation (autograd layer).
 //
 // Recording. Autograd is a dispatch key. A tensor that requires grad (a leaf made with
-// requires_grad_(), or the output of a recorded operation) carries the Autograd key, so any operator
-// that touches it runs the autograd kernel first: one boxed fallback for every operator. It looks up
-// the operator's derivative (declared next to the operator with LOOM_DERIVATIVES, see derivatives.h),
-// saves what the derivative needs, runs the operator below Autograd, and makes its outputs point to a
-// new graph Node (their grad_fn). Tensors that do not require grad never pay for any of this.
+// requires_grad_(), or the output of a recorded operation) carries the Autograd key, so any
+// operator that touches it runs the autograd kernel first: one boxed fallback for every operator.
+// It looks up the operator's derivative (declared next to the operator with LOOM_DERIVATIVES, see
+// derivatives.h), saves what the derivative needs, runs the operator below Autograd, and makes its
+// outputs point to a new graph Node (their grad_fn). Tensors that do not require grad never pay for
+// any of this.
 //
 // The graph. A Node has one input per forward output and one next edge per differentiable forward
 // input; an Edge is (node, which input of that node). A leaf that requires grad ends in an
@@ -16,17 +17,17 @@
 // its AccumulateGrad] in variable.cpp).
 //
 // The engine (Engine::execute, reached from backward() and grad()) counts, for every node reachable
-// from the roots, how many edges point at it; then runs nodes from a ready queue, most recently created
-// first (highest sequence number, as PyTorch does), summing the gradients that arrive for each node's
-// inputs. CPU nodes run on the calling thread; the ready queue is per device so a worker per CUDA
-// device can be added without changing the graph.
+// from the roots, how many edges point at it; then runs nodes from a ready queue, most recently
+// created first (highest sequence number, as PyTorch does), summing the gradients that arrive for
+// each node's inputs. CPU nodes run on the calling thread; the ready queue is per device so a
+// worker per CUDA device can be added without changing the graph.
 //
 // Saved tensors are checked through the storage version counter: modifying in place a tensor that a
 // node saved makes backward throw, naming the operator that saved it.
 //
 // Thread-safety: building graphs on different threads is safe (sequence numbers are per thread).
-// Running backward through one graph from two threads at once, or mutating a tensor's autograd state
-// (requires_grad_, grad, hooks) while another thread uses it, is not.
+// Running backward through one graph from two threads at once, or mutating a tensor's autograd
+// state (requires_grad_, grad, hooks) while another thread uses it, is not.
 #pragma once
 
 #include <cstdint>
@@ -149,8 +150,9 @@ class LOOM_API NoGradGuard : public AutoGradMode {
 };
 
 // Inference mode: no graph is recorded and in-place writes do not bump version counters' checks of
-// saved tensors (nothing is saved). Tensors made inside cannot later be used in a recorded operation
-// that needs to save them. Cheaper than NoGradGuard only by what it skips; same scoping rules.
+// saved tensors (nothing is saved). Tensors made inside cannot later be used in a recorded
+// operation that needs to save them. Cheaper than NoGradGuard only by what it skips; same scoping
+// rules.
 class LOOM_API InferenceMode {
  public:
   explicit InferenceMode(bool enabled = true);
@@ -164,8 +166,8 @@ class LOOM_API InferenceMode {
   bool prev_inference_;
 };
 
-// Anomaly mode: every node remembers the forward operator (and user scopes) that created it, and the
-// engine checks each backward output for NaN, naming that forward operator. Global.
+// Anomaly mode: every node remembers the forward operator (and user scopes) that created it, and
+// the engine checks each backward output for NaN, naming that forward operator. Global.
 class LOOM_API AnomalyMode {
  public:
   static bool is_enabled();
@@ -211,8 +213,8 @@ LOOM_API void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulate
 // rather than written into.
 LOOM_API void zero_grads(const std::vector<Tensor>& params, bool set_to_none = true);
 
-// Computes gradients of `outputs` and accumulates them into the leaves' .grad(). grad_outputs may be
-// empty for scalar outputs (a gradient of 1 is used). retain_graph defaults to create_graph. If
+// Computes gradients of `outputs` and accumulates them into the leaves' .grad(). grad_outputs may
+// be empty for scalar outputs (a gradient of 1 is used). retain_graph defaults to create_graph. If
 // `inputs` is non-empty, only those tensors accumulate.
 LOOM_API void backward(const std::vector<Tensor>& outputs,
                        const std::vector<Tensor>& grad_outputs = {},
@@ -239,23 +241,24 @@ struct GradcheckOptions {
 // Compares the analytic Jacobian (from backward, one output element at a time) of fn at `inputs`
 // (float64 tensors; those that require grad are differentiated) with central finite differences.
 // Returns an empty string when they agree, else a report naming the input, output and element.
-LOOM_API std::string gradcheck(const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
-                               const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
+LOOM_API std::string gradcheck(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 // The same for the second derivative: checks the gradient of (grad of fn · random v) w.r.t. inputs.
 LOOM_API std::string gradgradcheck(
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
     const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 
-// The backward graph reachable from t, one node per line, indented by depth (a node reached twice is
-// printed once and referenced by its sequence number): name, forward operator, sequence number,
+// The backward graph reachable from t, one node per line, indented by depth (a node reached twice
+// is printed once and referenced by its sequence number): name, forward operator, sequence number,
 // and each next edge. For `loom autograd` and debugging.
 LOOM_API std::string describe_graph(const Tensor& t);
 
 // Number of nodes created on this thread (the next sequence number); for tests and the profiler.
 LOOM_API uint64_t peek_sequence_nr();
 
-// How many gradients a derivative has added straight into a leaf's existing .grad() in this process,
-// skipping the separate add (Note [Accumulating into .grad] in src/autograd/engine.cpp).
+// How many gradients a derivative has added straight into a leaf's existing .grad() in this
+// process, skipping the separate add (Note [Accumulating into .grad] in src/autograd/engine.cpp).
 LOOM_API uint64_t grads_accumulated_in_place();
 
 }  // namespace loom::autograd

@@ -11,9 +11,9 @@
 namespace loom {
 
 struct BuildPart {
-  std::string name;       // "cuda", "cublasLt", "cudnn", "io_uring", ...
-  bool built = false;     // compiled into this build
-  std::string detail;     // when built: e.g. the CUDA architectures; otherwise how to enable it
+  std::string name;    // "cuda", "cublasLt", "cudnn", "io_uring", ...
+  bool built = false;  // compiled into this build
+  std::string detail;  // when built: e.g. the CUDA architectures; otherwise how to enable it
 };
 
 LOOM_API std::vector<BuildPart> build_parts();

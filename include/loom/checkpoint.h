@@ -3,9 +3,9 @@
 //
 // A checkpoint of step S is DIR/step-<S>.safetensors + DIR/step-<S>.json, each written atomically
 // (temporary file, fsync, rename); then DIR/latest is atomically replaced by the name "step-<S>".
-// A crash at any moment leaves `latest` naming a complete checkpoint (or no checkpoint at all), never
-// a torn one. Older checkpoints beyond `keep` are removed after `latest` moves; temporaries that a
-// killed writer left behind are removed by the next save (remove_orphan_temp_files, io.h).
+// A crash at any moment leaves `latest` naming a complete checkpoint (or no checkpoint at all),
+// never a torn one. Older checkpoints beyond `keep` are removed after `latest` moves; temporaries
+// that a killed writer left behind are removed by the next save (remove_orphan_temp_files, io.h).
 //
 // Note [Checkpoint checksums]: the sidecar's "checkpoint" member lists every tensor with its dtype,
 // shape and the CRC32C of its bytes, and carries the CRC32C of the sidecar itself (of its compact
@@ -31,13 +31,14 @@ namespace loom::io {
 struct Checkpoint {
   int64_t step = 0;
   TensorMap tensors;
-  Json sidecar;      // as given to save_checkpoint, plus the "checkpoint" member
-  std::string path;  // DIR/step-<S> (without extension)
+  Json sidecar;           // as given to save_checkpoint, plus the "checkpoint" member
+  std::string path;       // DIR/step-<S> (without extension)
   bool verified = false;  // checksums present and checked (false only for version-1 checkpoints)
 };
 
 // Writes checkpoint `step` and returns the path prefix written. Creates dir if needed. Keeps the
-// newest `keep` checkpoints (at least 1). `sidecar` must be an object without a "checkpoint" member.
+// newest `keep` checkpoints (at least 1). `sidecar` must be an object without a "checkpoint"
+// member.
 LOOM_API std::string save_checkpoint(const std::string& dir, int64_t step, const TensorMap& tensors,
                                      const Json& sidecar, int keep = 2);
 // The checkpoint `latest` names, or nullopt if the directory has none. A corrupt, truncated or

@@ -1,12 +1,12 @@
 // Runtime configuration (base layer).
 //
-// Every knob is a LOOM_* environment variable, also settable through this API (the API wins). Each is
-// declared once, with its type, default and description, by a Setting object at namespace scope in
-// the file that owns it; these register when libloom loads, so `loom info` lists every setting before
-// any has been read. A value is read when asked for (from the environment as it is then) and checked
-// against its type: a bad one is a ValueError naming the variable, the value, where it came from and
-// what is expected. Thread-safe: values are read and written under a mutex; hot paths cache what they
-// need and read again when generation() moves.
+// Every knob is a LOOM_* environment variable, also settable through this API (the API wins). Each
+// is declared once, with its type, default and description, by a Setting object at namespace scope
+// in the file that owns it; these register when libloom loads, so `loom info` lists every setting
+// before any has been read. A value is read when asked for (from the environment as it is then) and
+// checked against its type: a bad one is a ValueError naming the variable, the value, where it came
+// from and what is expected. Thread-safe: values are read and written under a mutex; hot paths
+// cache what they need and read again when generation() moves.
 #pragma once
 
 #include <cstdint>
@@ -33,24 +33,24 @@ LOOM_API const char* type_name(Type t);  // "int", "real", ...
 struct LOOM_API Spec {
   std::string name;
   Type type = Type::String;
-  std::string default_value;  // "" when the code decides (the description then says how)
-  std::string description;    // one line
-  double min = 0, max = 0;            // Int, Real: inclusive range
-  std::vector<std::string> choices;   // Choice, in lower case
-  bool secret = false;                // list() shows whether it is set, never the value
+  std::string default_value;         // "" when the code decides (the description then says how)
+  std::string description;           // one line
+  double min = 0, max = 0;           // Int, Real: inclusive range
+  std::vector<std::string> choices;  // Choice, in lower case
+  bool secret = false;               // list() shows whether it is set, never the value
   // "an integer from 1 to 64", "one of auto, tcp, shm", ...
   std::string expected() const;
 };
 
 struct Entry {
-  std::string name;           // e.g. "LOOM_NUM_THREADS"
-  std::string value;          // current value ("" when unset; "(set)" for a secret)
-  std::string source;         // "default", "env" or "api"
-  std::string description;    // one line
-  std::string type;           // type_name()
-  std::string expected;       // Spec::expected()
+  std::string name;         // e.g. "LOOM_NUM_THREADS"
+  std::string value;        // current value ("" when unset; "(set)" for a secret)
+  std::string source;       // "default", "env" or "api"
+  std::string description;  // one line
+  std::string type;         // type_name()
+  std::string expected;     // Spec::expected()
   std::string default_value;
-  std::string error;          // why the current value is not valid; "" when it is
+  std::string error;  // why the current value is not valid; "" when it is
 };
 
 // Registers a setting (the first declaration of a name wins). Setting objects call this.
@@ -76,7 +76,8 @@ struct Knob;
 }
 
 // A declared setting. Define one per LOOM_* variable at namespace scope, in the file that owns it:
-//   const config::IntSetting kTcpChannels("LOOM_TCP_CHANNELS", 2, 1, 64, "TCP connections per peer");
+//   const config::IntSetting kTcpChannels("LOOM_TCP_CHANNELS", 2, 1, 64, "TCP connections per
+//   peer");
 // and read it with kTcpChannels.get().
 class LOOM_API Setting {
  public:
@@ -88,13 +89,14 @@ class LOOM_API Setting {
 
  protected:
   explicit Setting(Spec spec);
-  const char* name_;     // the spec's name, owned by the registry (lives for the process)
-  detail::Knob* knob_;   // owned by the registry (lives for the process)
+  const char* name_;    // the spec's name, owned by the registry (lives for the process)
+  detail::Knob* knob_;  // owned by the registry (lives for the process)
 };
 
 class LOOM_API StringSetting : public Setting {
  public:
-  StringSetting(const char* name, const char* default_value, const char* description, bool secret = false);
+  StringSetting(const char* name, const char* default_value, const char* description,
+                bool secret = false);
   std::string get() const { return value(); }
 };
 
@@ -106,7 +108,8 @@ class LOOM_API PathSetting : public Setting {
 
 class LOOM_API IntSetting : public Setting {
  public:
-  IntSetting(const char* name, int64_t default_value, int64_t min, int64_t max, const char* description);
+  IntSetting(const char* name, int64_t default_value, int64_t min, int64_t max,
+             const char* description);
   // A setting whose default the code computes (say so in the description): read it with get_or().
   IntSetting(const char* name, std::nullopt_t, int64_t min, int64_t max, const char* description);
   int64_t get() const;
@@ -115,7 +118,8 @@ class LOOM_API IntSetting : public Setting {
 
 class LOOM_API RealSetting : public Setting {
  public:
-  RealSetting(const char* name, double default_value, double min, double max, const char* description);
+  RealSetting(const char* name, double default_value, double min, double max,
+              const char* description);
   double get() const;
 };
 
@@ -127,8 +131,8 @@ class LOOM_API FlagSetting : public Setting {
 
 class LOOM_API ChoiceSetting : public Setting {
  public:
-  ChoiceSetting(const char* name, const char* default_value, std::initializer_list<const char*> choices,
-                const char* description);
+  ChoiceSetting(const char* name, const char* default_value,
+                std::initializer_list<const char*> choices, const char* description);
   std::string get() const;  // one of the choices, in lower case
 };
 

@@ -1,5 +1,6 @@
-// CRC32C (Castagnoli) checksums (base layer): shards, checkpoints and anything else that must notice
-// a flipped bit. Hardware-accelerated where the build targets SSE4.2. Pure functions, thread-safe.
+// CRC32C (Castagnoli) checksums (base layer): shards, checkpoints and anything else that must
+// notice a flipped bit. Hardware-accelerated where the build targets SSE4.2. Pure functions,
+// thread-safe.
 #pragma once
 
 #include <cstddef>

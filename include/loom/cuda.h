@@ -1,6 +1,6 @@
 // CUDA availability (base layer seam). The CUDA backend is chosen in CMake (LOOM_CUDA); in a build
-// without it these report no devices and device work throws NotImplementedError saying how to enable
-// it. Thread-safe.
+// without it these report no devices and device work throws NotImplementedError saying how to
+// enable it. Thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -19,8 +19,8 @@ LOOM_API int device_count();
 // True when this build was compiled with the CUDA backend (devices may still be absent).
 LOOM_API bool is_built();
 
-// Page-locks host memory [p, p + n) for asynchronous copies (cudaHostRegister). False when no device
-// is present or the runtime refuses; the memory is then left as it was.
+// Page-locks host memory [p, p + n) for asynchronous copies (cudaHostRegister). False when no
+// device is present or the runtime refuses; the memory is then left as it was.
 LOOM_API bool host_register(void* p, size_t n);
 // Undoes host_register (no-op for memory that was not registered).
 LOOM_API void host_unregister(void* p);

@@ -14,10 +14,10 @@
 
 namespace loom::data {
 
-// Reads an IDX file: magic 0x00 0x00 TYPE NDIMS, NDIMS big-endian uint32 sizes, then the elements in
-// row-major order, big-endian. TYPE 0x08 -> uint8, 0x09 -> int8, 0x0B -> int16, 0x0C -> int32,
-// 0x0D -> float32, 0x0E -> float64. gzip-compressed files (recognised by their content, whatever the
-// name) are decompressed transparently. Bytes after the last element are an error.
+// Reads an IDX file: magic 0x00 0x00 TYPE NDIMS, NDIMS big-endian uint32 sizes, then the elements
+// in row-major order, big-endian. TYPE 0x08 -> uint8, 0x09 -> int8, 0x0B -> int16, 0x0C -> int32,
+// 0x0D -> float32, 0x0E -> float64. gzip-compressed files (recognised by their content, whatever
+// the name) are decompressed transparently. Bytes after the last element are an error.
 LOOM_API Tensor read_idx(const std::string& path);
 
 // The same parser over bytes already in memory; `source` names them in error messages.

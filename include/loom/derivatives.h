@@ -7,22 +7,23 @@
 // inputs. It is written with ordinary operators, so when backward runs with create_graph the
 // derivative itself is recorded and can be differentiated again.
 //
-// Tensor inputs are numbered by "slot": every Tensor / Tensor? argument of the schema is one slot, in
-// order, and every element of a Tensor[] argument is one slot. Arguments are numbered by their schema
-// position. A derivative returns one tensor per slot (undefined = no gradient); gradients may have the
-// broadcast (larger) shape, the engine sums them down to the input's shape.
+// Tensor inputs are numbered by "slot": every Tensor / Tensor? argument of the schema is one slot,
+// in order, and every element of a Tensor[] argument is one slot. Arguments are numbered by their
+// schema position. A derivative returns one tensor per slot (undefined = no gradient); gradients
+// may have the broadcast (larger) shape, the engine sums them down to the input's shape.
 //
 //   LOOM_DERIVATIVES(m) {
 //     m.def("mul", saves({0, 1}), [](const BackwardContext& c) -> GradList {
 //       Tensor g = c.grad(0);
-//       return {c.needs(0) ? mul(g, c.input(1)) : Tensor(), c.needs(1) ? mul(g, c.input(0)) : Tensor()};
+//       return {c.needs(0) ? mul(g, c.input(1)) : Tensor(), c.needs(1) ? mul(g, c.input(0)) :
+//       Tensor()};
 //     });
 //     m.nondifferentiable("eq");
 //   }
 //
 // In-place variants ("mul_") and out variants use the derivative of the operator without the
-// trailing underscore unless they have their own. Registration happens at static-initialisation time;
-// the registry is read-only afterwards (lookups are lock-free).
+// trailing underscore unless they have their own. Registration happens at static-initialisation
+// time; the registry is read-only afterwards (lookups are lock-free).
 #pragma once
 
 #include <initializer_list>
@@ -134,11 +135,10 @@ LOOM_API Tensor as_strided_backward(const Tensor& grad, IntArrayRef input_sizes,
 
 }  // namespace loom::autograd
 
-#define LOOM_DERIVATIVES_BODY_(m, uid)                                                          \
+#define LOOM_DERIVATIVES_BODY_(m, uid)                                                           \
   static void LOOM_DCONCAT(loom_derivatives_init_, uid)(::loom::autograd::DerivativeRegistrar&); \
-  static const ::loom::autograd::detail::DerivativesInit LOOM_DCONCAT(loom_derivatives_static_,  \
-                                                                      uid)(                       \
-      &LOOM_DCONCAT(loom_derivatives_init_, uid), __FILE__);                                      \
+  static const ::loom::autograd::detail::DerivativesInit LOOM_DCONCAT(                           \
+      loom_derivatives_static_, uid)(&LOOM_DCONCAT(loom_derivatives_init_, uid), __FILE__);      \
   void LOOM_DCONCAT(loom_derivatives_init_, uid)(::loom::autograd::DerivativeRegistrar & m)
 #define LOOM_DCONCAT_(a, b) a##b
 #define LOOM_DCONCAT(a, b) LOOM_DCONCAT_(a, b)

@@ -48,7 +48,9 @@ class LOOM_API Device {
   constexpr bool is_meta() const { return type_ == DeviceType::Meta; }
   std::string str() const;
 
-  constexpr bool operator==(const Device& o) const { return type_ == o.type_ && index_ == o.index_; }
+  constexpr bool operator==(const Device& o) const {
+    return type_ == o.type_ && index_ == o.index_;
+  }
   constexpr bool operator!=(const Device& o) const { return !(*this == o); }
 
  private:
@@ -67,7 +69,9 @@ class LOOM_API Device {
 
 constexpr Device kCPU{DeviceType::CPU};
 constexpr Device kMeta{DeviceType::Meta};
-inline Device cuda_device(int index = 0) { return Device(DeviceType::CUDA, index); }
+inline Device cuda_device(int index = 0) {
+  return Device(DeviceType::CUDA, index);
+}
 
 LOOM_API std::ostream& operator<<(std::ostream& os, const Device& d);
 

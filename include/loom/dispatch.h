@@ -3,9 +3,9 @@
 // Every operator has a schema and a table of kernels, one per dispatch key. A call computes the key
 // set of its arguments (tensors' keys, the backend of a Device argument), adds the thread-local
 // included keys, removes the excluded ones and the keys whose kernel is a fallthrough, and runs the
-// kernel of the highest remaining key. A kernel may redispatch to the keys below its own. Kernels are
-// registered unboxed (a typed function pointer, the fast path) and are callable boxed (a Stack of
-// IValues) through a generated wrapper; a boxed kernel (e.g. a per-key fallback that handles any
+// kernel of the highest remaining key. A kernel may redispatch to the keys below its own. Kernels
+// are registered unboxed (a typed function pointer, the fast path) and are callable boxed (a Stack
+// of IValues) through a generated wrapper; a boxed kernel (e.g. a per-key fallback that handles any
 // operator) is callable from typed calls by boxing the arguments.
 //
 // Thread-safety: calls are lock-free and may run on any thread. Registration takes a lock, but a
@@ -110,8 +110,8 @@ class LOOM_API OperatorHandle {
 template <class Sig>
 class TypedOperatorHandle;
 
-// The unboxed fast path for one signature. Obtain with Dispatcher::find_typed, which checks that the
-// signature matches the schema.
+// The unboxed fast path for one signature. Obtain with Dispatcher::find_typed, which checks that
+// the signature matches the schema.
 template <class Ret, class... Args>
 class TypedOperatorHandle<Ret(Args...)> : public OperatorHandle {
  public:
@@ -285,29 +285,32 @@ class LOOM_API LibraryInit {
 }  // namespace detail
 
 // A kernel that makes the dispatcher skip this key and go on to the next one.
-inline KernelFunction fallthrough_kernel() { return KernelFunction::fallthrough(); }
+inline KernelFunction fallthrough_kernel() {
+  return KernelFunction::fallthrough();
+}
 
 }  // namespace loom
 
 #define LOOM_CONCAT_(a, b) a##b
 #define LOOM_CONCAT(a, b) LOOM_CONCAT_(a, b)
 
-#define LOOM_LIBRARY_BODY_(kind, ns, key, m, uid)                                          \
-  static void LOOM_CONCAT(loom_library_init_, uid)(::loom::Library&);                      \
-  static const ::loom::detail::LibraryInit LOOM_CONCAT(loom_library_static_, uid)(         \
-      kind, #ns, key, &LOOM_CONCAT(loom_library_init_, uid), __FILE__, __LINE__);          \
+#define LOOM_LIBRARY_BODY_(kind, ns, key, m, uid)                                  \
+  static void LOOM_CONCAT(loom_library_init_, uid)(::loom::Library&);              \
+  static const ::loom::detail::LibraryInit LOOM_CONCAT(loom_library_static_, uid)( \
+      kind, #ns, key, &LOOM_CONCAT(loom_library_init_, uid), __FILE__, __LINE__);  \
   void LOOM_CONCAT(loom_library_init_, uid)(::loom::Library & m)
 
 // Defines operators of namespace `ns` (once per namespace in a program).
-#define LOOM_LIBRARY(ns, m) \
-  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Def, ns, std::nullopt, m, LOOM_CONCAT(ns##_, __COUNTER__))
+#define LOOM_LIBRARY(ns, m)                                           \
+  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Def, ns, std::nullopt, m, \
+                     LOOM_CONCAT(ns##_, __COUNTER__))
 // Defines more operators of a namespace (any number of times).
-#define LOOM_LIBRARY_FRAGMENT(ns, m)                                                          \
-  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Fragment, ns, std::nullopt, m,                   \
+#define LOOM_LIBRARY_FRAGMENT(ns, m)                                       \
+  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Fragment, ns, std::nullopt, m, \
                      LOOM_CONCAT(ns##_frag_, __COUNTER__))
 // Registers kernels of namespace `ns` for one dispatch key: LOOM_LIBRARY_IMPL(myops, CPU, m).
-#define LOOM_LIBRARY_IMPL(ns, KEY, m)                                                           \
-  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Impl, ns, ::loom::DispatchKey::KEY, m,             \
+#define LOOM_LIBRARY_IMPL(ns, KEY, m)                                              \
+  LOOM_LIBRARY_BODY_(::loom::Library::Kind::Impl, ns, ::loom::DispatchKey::KEY, m, \
                      LOOM_CONCAT(ns##_##KEY##_, __COUNTER__))
 
 // ---------------------------------------------------------------------------------------------
@@ -393,14 +396,14 @@ inline DispatchKeySet finalize_keys(DispatchKeySet ks) {
 template <class Ret, class... Args>
 LOOM_NOINLINE Ret call_recorded(const TypedOperatorHandle<Ret(Args...)>& op, DispatchKeySet ks,
                                 Args... args) {
-  RecordFunctionGuard guard(op.name(), op.schema(), [&](OpEvent& ev) {
-    (record_input(ev, args), ...);
-  });
+  RecordFunctionGuard guard(op.name(), op.schema(),
+                            [&](OpEvent& ev) { (record_input(ev, args), ...); });
   return op.redispatch(ks, args...);
 }
 
 template <class... Args>
-[[noreturn]] LOOM_NOINLINE void throw_undefined_argument(const OperatorEntry& e, const Args&... args) {
+[[noreturn]] LOOM_NOINLINE void throw_undefined_argument(const OperatorEntry& e,
+                                                         const Args&... args) {
   const UndefinedArgument u = first_undefined(args...);
   report_undefined_argument(e, u.position, u.element);
 }

@@ -1,10 +1,10 @@
 // Dispatch keys (core layer; the dispatcher itself is in dispatch.h).
 //
 // A DispatchKey names one layer of operator handling. Keys are ordered by priority: the dispatcher
-// runs the kernel of the highest-priority key present in (tensors' keys | thread-local included) minus
-// thread-local excluded. Backends are the lowest keys; Capture (compile tracing) sits below Autograd so
-// that backward operators are captured too (the joint graph). A DispatchKeySet is a 64-bit mask where
-// bit k is key k. Plain values; thread-safe.
+// runs the kernel of the highest-priority key present in (tensors' keys | thread-local included)
+// minus thread-local excluded. Backends are the lowest keys; Capture (compile tracing) sits below
+// Autograd so that backward operators are captured too (the joint graph). A DispatchKeySet is a
+// 64-bit mask where bit k is key k. Plain values; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +54,8 @@ class DispatchKeySet {
   }
   // Every key strictly below k in priority (used to redispatch past the current layer).
   static constexpr DispatchKeySet below(DispatchKey k) {
-    return from_raw((uint64_t{1} << static_cast<int>(k)) - 1) - DispatchKeySet(DispatchKey::Undefined);
+    return from_raw((uint64_t{1} << static_cast<int>(k)) - 1) -
+           DispatchKeySet(DispatchKey::Undefined);
   }
   static constexpr DispatchKeySet backends() {
     return from_raw((uint64_t{1} << static_cast<int>(DispatchKey::Meta)) |

@@ -80,10 +80,12 @@ constexpr bool is_floating(DType t) {
 constexpr bool is_integral(DType t, bool include_bool) {
   return (t >= DType::UInt8 && t <= DType::Int64) || (include_bool && t == DType::Bool);
 }
-constexpr bool is_reduced_float(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+constexpr bool is_reduced_float(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
 
-// PyTorch's torch.promote_types: the smallest type both values fit in (u8+i8 -> i16, f16+bf16 -> f32,
-// integers+floats -> the float type, bool+x -> x).
+// PyTorch's torch.promote_types: the smallest type both values fit in (u8+i8 -> i16, f16+bf16 ->
+// f32, integers+floats -> the float type, bool+x -> x).
 LOOM_API DType promote_types(DType a, DType b);
 
 // The default floating type (float32 unless changed); used for factories and int/float promotion.
@@ -91,17 +93,48 @@ LOOM_API DType default_dtype();
 LOOM_API void set_default_dtype(DType t);
 
 // Maps a C++ element type to its DType.
-template <class T> struct DTypeOf;
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::UInt8; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::Int8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::Int16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::Float16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::Float64; };
+template <class T>
+struct DTypeOf;
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::Bool;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::UInt8;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::Int8;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::Int16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::Float16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::Float64;
+};
 
 }  // namespace loom
 
@@ -113,31 +146,31 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::Float
     break;                          \
   }
 
-#define LOOM_DISPATCH_ALL_TYPES(dtype, opname, ...)                                          \
-  [&] {                                                                                      \
-    switch (dtype) {                                                                         \
-      LOOM_DTYPE_CASE(Bool, bool, __VA_ARGS__)                                               \
-      LOOM_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Int8, int8_t, __VA_ARGS__)                                             \
-      LOOM_DTYPE_CASE(Int16, int16_t, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Float16, ::loom::Half, __VA_ARGS__)                                    \
-      LOOM_DTYPE_CASE(BFloat16, ::loom::BFloat16, __VA_ARGS__)                               \
-      LOOM_DTYPE_CASE(Float32, float, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Float64, double, __VA_ARGS__)                                          \
-    }                                                                                        \
+#define LOOM_DISPATCH_ALL_TYPES(dtype, opname, ...)            \
+  [&] {                                                        \
+    switch (dtype) {                                           \
+      LOOM_DTYPE_CASE(Bool, bool, __VA_ARGS__)                 \
+      LOOM_DTYPE_CASE(UInt8, uint8_t, __VA_ARGS__)             \
+      LOOM_DTYPE_CASE(Int8, int8_t, __VA_ARGS__)               \
+      LOOM_DTYPE_CASE(Int16, int16_t, __VA_ARGS__)             \
+      LOOM_DTYPE_CASE(Int32, int32_t, __VA_ARGS__)             \
+      LOOM_DTYPE_CASE(Int64, int64_t, __VA_ARGS__)             \
+      LOOM_DTYPE_CASE(Float16, ::loom::Half, __VA_ARGS__)      \
+      LOOM_DTYPE_CASE(BFloat16, ::loom::BFloat16, __VA_ARGS__) \
+      LOOM_DTYPE_CASE(Float32, float, __VA_ARGS__)             \
+      LOOM_DTYPE_CASE(Float64, double, __VA_ARGS__)            \
+    }                                                          \
   }()
 
-#define LOOM_DISPATCH_FLOAT_TYPES(dtype, opname, ...)                                        \
-  [&] {                                                                                      \
-    switch (dtype) {                                                                         \
-      LOOM_DTYPE_CASE(Float16, ::loom::Half, __VA_ARGS__)                                    \
-      LOOM_DTYPE_CASE(BFloat16, ::loom::BFloat16, __VA_ARGS__)                               \
-      LOOM_DTYPE_CASE(Float32, float, __VA_ARGS__)                                           \
-      LOOM_DTYPE_CASE(Float64, double, __VA_ARGS__)                                          \
-      default:                                                                               \
-        LOOM_THROW(::loom::TypeError, "[", opname, "] expected a floating dtype but got ",   \
-                   ::loom::dtype_name(dtype));                                               \
-    }                                                                                        \
+#define LOOM_DISPATCH_FLOAT_TYPES(dtype, opname, ...)                                      \
+  [&] {                                                                                    \
+    switch (dtype) {                                                                       \
+      LOOM_DTYPE_CASE(Float16, ::loom::Half, __VA_ARGS__)                                  \
+      LOOM_DTYPE_CASE(BFloat16, ::loom::BFloat16, __VA_ARGS__)                             \
+      LOOM_DTYPE_CASE(Float32, float, __VA_ARGS__)                                         \
+      LOOM_DTYPE_CASE(Float64, double, __VA_ARGS__)                                        \
+      default:                                                                             \
+        LOOM_THROW(::loom::TypeError, "[", opname, "] expected a floating dtype but got ", \
+                   ::loom::dtype_name(dtype));                                             \
+    }                                                                                      \
   }()

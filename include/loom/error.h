@@ -2,8 +2,8 @@
 //
 // User errors throw a typed exception derived from loom::Error; the message starts with "[op]" or
 // "[component]" and names the shapes, dtypes, ranks, files or offsets involved. LOOM_CHECK* are for
-// user-facing conditions; LOOM_INTERNAL_ASSERT is for invariants of loom itself (a failure is a bug and
-// throws InternalError). Everything here is thread-safe.
+// user-facing conditions; LOOM_INTERNAL_ASSERT is for invariants of loom itself (a failure is a bug
+// and throws InternalError). Everything here is thread-safe.
 #pragma once
 
 #include <sstream>
@@ -21,11 +21,11 @@ class LOOM_API Error : public std::runtime_error {
   virtual const char* kind() const noexcept { return "Error"; }
 };
 
-#define LOOM_DECLARE_ERROR(Name)                                   \
-  class LOOM_API Name : public Error {                             \
-   public:                                                         \
-    using Error::Error;                                            \
-    const char* kind() const noexcept override { return #Name; }   \
+#define LOOM_DECLARE_ERROR(Name)                                 \
+  class LOOM_API Name : public Error {                           \
+   public:                                                       \
+    using Error::Error;                                          \
+    const char* kind() const noexcept override { return #Name; } \
   };
 
 LOOM_DECLARE_ERROR(ValueError)
@@ -62,11 +62,11 @@ template <class E>
 }  // namespace loom
 
 // LOOM_CHECK(cond, "[op] expected ... but got ", x): throws ValueError.
-#define LOOM_CHECK_AS(E, cond, ...)                                        \
-  do {                                                                     \
-    if (LOOM_UNLIKELY(!(cond))) {                                          \
+#define LOOM_CHECK_AS(E, cond, ...)                                         \
+  do {                                                                      \
+    if (LOOM_UNLIKELY(!(cond))) {                                           \
       ::loom::detail::throw_error<E>(::loom::detail::str_cat(__VA_ARGS__)); \
-    }                                                                      \
+    }                                                                       \
   } while (0)
 
 #define LOOM_CHECK(cond, ...) LOOM_CHECK_AS(::loom::ValueError, cond, __VA_ARGS__)
@@ -74,10 +74,10 @@ template <class E>
 #define LOOM_CHECK_INDEX(cond, ...) LOOM_CHECK_AS(::loom::IndexError, cond, __VA_ARGS__)
 #define LOOM_THROW(E, ...) ::loom::detail::throw_error<E>(::loom::detail::str_cat(__VA_ARGS__))
 
-#define LOOM_INTERNAL_ASSERT(cond, ...)                                                        \
-  do {                                                                                         \
-    if (LOOM_UNLIKELY(!(cond))) {                                                              \
-      ::loom::detail::throw_internal(__FILE__, __LINE__, #cond,                                \
+#define LOOM_INTERNAL_ASSERT(cond, ...)                                                       \
+  do {                                                                                        \
+    if (LOOM_UNLIKELY(!(cond))) {                                                             \
+      ::loom::detail::throw_internal(__FILE__, __LINE__, #cond,                               \
                                      ::loom::detail::str_cat("" __VA_OPT__(, ) __VA_ARGS__)); \
-    }                                                                                          \
+    }                                                                                         \
   } while (0)

@@ -1,5 +1,6 @@
-// Symbol visibility for libloom (base layer). Everything is hidden by default (-fvisibility=hidden); the public API
-// is exported with LOOM_API. Keep this header tiny: every other header includes it.
+// Symbol visibility for libloom (base layer). Everything is hidden by default
+// (-fvisibility=hidden); the public API is exported with LOOM_API. Keep this header tiny: every
+// other header includes it.
 #pragma once
 
 #if defined(_WIN32)

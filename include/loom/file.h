@@ -34,7 +34,8 @@ struct OrphanSweep {
 // that no live process holds are removed: never a write in progress. A file whose pid is alive but
 // unlocked (the pid was reused) goes once it is min_age_seconds old. A missing directory is not an
 // error.
-LOOM_API OrphanSweep remove_orphan_temp_files(const std::string& dir, double min_age_seconds = 60.0);
+LOOM_API OrphanSweep remove_orphan_temp_files(const std::string& dir,
+                                              double min_age_seconds = 60.0);
 
 // The whole content of a file; DataError naming the path and the system error when it cannot be
 // read.

@@ -1,10 +1,10 @@
 // Random numbers (core layer): a counter-based Philox4x32-10 generator.
 //
 // The state is just (seed, offset): the i-th 32-bit draw of a request is Philox(key = seed,
-// counter = offset + i / 4) lane i % 4, and a request of n values advances the offset by ceil(n / 4).
-// So any element can be computed independently (parallel and GPU friendly), and saving or restoring
-// the state is copying two integers. A Generator is a shared handle; its methods lock, so one
-// generator may be used from several threads (each request is atomic).
+// counter = offset + i / 4) lane i % 4, and a request of n values advances the offset by ceil(n /
+// 4). So any element can be computed independently (parallel and GPU friendly), and saving or
+// restoring the state is copying two integers. A Generator is a shared handle; its methods lock, so
+// one generator may be used from several threads (each request is atomic).
 #pragma once
 
 #include <array>
@@ -58,7 +58,9 @@ inline uint32_t philox_draw(const GeneratorState& s, uint64_t i) {
   return block[i % 4];
 }
 // Uniform float in [0, 1) from a 32-bit draw (24 random bits), and double from two draws (53 bits).
-inline float uint32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline float uint32_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 inline double uint64_to_unit_double(uint64_t x) {
   return static_cast<double>(x >> 11) * (1.0 / 9007199254740992.0);
 }

@@ -50,5 +50,4 @@ struct SafetensorsFile {
 // "[safetensors]" and naming the path, the tensor and the byte offset where they apply.
 LOOM_API SafetensorsFile load_safetensors(const std::string& path);
 
-
 }  // namespace loom::io

@@ -1,6 +1,6 @@
 // IValue (dispatch layer): one boxed value of any type an operator schema can name, and Stack, the
-// vector of IValues that boxed kernels (fallbacks, profiler, graph capture) read their arguments from
-// and push their results to. Plain value type; not synchronised.
+// vector of IValues that boxed kernels (fallbacks, profiler, graph capture) read their arguments
+// from and push their results to. Plain value type; not synchronised.
 #pragma once
 
 #include <iosfwd>
@@ -22,26 +22,37 @@ class LOOM_API IValue {
  public:
   // Order matches the variant alternatives below.
   enum class Tag : uint8_t {
-    None, Tensor, Int, Double, Bool, Scalar, IntList, DoubleList, TensorList, String, DType, Device,
+    None,
+    Tensor,
+    Int,
+    Double,
+    Bool,
+    Scalar,
+    IntList,
+    DoubleList,
+    TensorList,
+    String,
+    DType,
+    Device,
     Generator,
   };
 
   IValue() = default;
-  IValue(std::nullopt_t) {}                                         // NOLINT
-  IValue(Tensor t) : v_(std::move(t)) {}                            // NOLINT
-  IValue(int64_t i) : v_(i) {}                                      // NOLINT
-  IValue(int i) : v_(static_cast<int64_t>(i)) {}                    // NOLINT
-  IValue(double d) : v_(d) {}                                       // NOLINT
-  IValue(bool b) : v_(b) {}                                         // NOLINT
-  IValue(const Scalar& s) : v_(s) {}                                // NOLINT
-  IValue(std::vector<int64_t> l) : v_(std::move(l)) {}              // NOLINT
-  IValue(std::vector<double> l) : v_(std::move(l)) {}               // NOLINT
-  IValue(std::vector<Tensor> l) : v_(std::move(l)) {}               // NOLINT
-  IValue(std::string s) : v_(std::move(s)) {}                       // NOLINT
-  IValue(const char* s) : v_(std::string(s)) {}                     // NOLINT
-  IValue(DType t) : v_(t) {}                                        // NOLINT
-  IValue(Device d) : v_(d) {}                                       // NOLINT
-  IValue(Generator g) : v_(std::move(g)) {}                         // NOLINT
+  IValue(std::nullopt_t) {}                             // NOLINT
+  IValue(Tensor t) : v_(std::move(t)) {}                // NOLINT
+  IValue(int64_t i) : v_(i) {}                          // NOLINT
+  IValue(int i) : v_(static_cast<int64_t>(i)) {}        // NOLINT
+  IValue(double d) : v_(d) {}                           // NOLINT
+  IValue(bool b) : v_(b) {}                             // NOLINT
+  IValue(const Scalar& s) : v_(s) {}                    // NOLINT
+  IValue(std::vector<int64_t> l) : v_(std::move(l)) {}  // NOLINT
+  IValue(std::vector<double> l) : v_(std::move(l)) {}   // NOLINT
+  IValue(std::vector<Tensor> l) : v_(std::move(l)) {}   // NOLINT
+  IValue(std::string s) : v_(std::move(s)) {}           // NOLINT
+  IValue(const char* s) : v_(std::string(s)) {}         // NOLINT
+  IValue(DType t) : v_(t) {}                            // NOLINT
+  IValue(Device d) : v_(d) {}                           // NOLINT
+  IValue(Generator g) : v_(std::move(g)) {}             // NOLINT
 
   Tag tag() const { return static_cast<Tag>(v_.index()); }
   const char* tag_name() const;

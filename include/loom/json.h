@@ -1,6 +1,6 @@
-// JSON values (base layer): a small document type for checkpoint sidecars (optimizer, scheduler, RNG
-// and training-loop state), safetensors headers and memory snapshots. It sits in base, not io, because
-// layers below io (memory's snapshots and traces) write JSON too.
+// JSON values (base layer): a small document type for checkpoint sidecars (optimizer, scheduler,
+// RNG and training-loop state), safetensors headers and memory snapshots. It sits in base, not io,
+// because layers below io (memory's snapshots and traces) write JSON too.
 //
 // A Json owns its children by value; copies are deep. Objects keep insertion order. Integers that
 // fit in int64 are kept exact; other numbers are doubles. NaN and +-Infinity are written and read

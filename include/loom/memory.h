@@ -1,9 +1,9 @@
 // Memory (memory layer): the Allocator interface and DataPtr.
 //
-// A DataPtr owns one allocation: it carries the pointer, an opaque context and the deleter that frees
-// it, plus the device the memory lives on. It is move-only; destroying it frees the memory. An
-// Allocator hands out DataPtrs; one allocator is registered per device type (CPU: 64-byte aligned
-// host memory; Meta: no memory at all). Allocators must be thread-safe.
+// A DataPtr owns one allocation: it carries the pointer, an opaque context and the deleter that
+// frees it, plus the device the memory lives on. It is move-only; destroying it frees the memory.
+// An Allocator hands out DataPtrs; one allocator is registered per device type (CPU: 64-byte
+// aligned host memory; Meta: no memory at all). Allocators must be thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -76,8 +76,12 @@ LOOM_API Allocator* get_allocator(Device device);
 // nullptr restores the built-in one (memory it handed out keeps its own deleter).
 LOOM_API void set_allocator(Device device, Allocator* allocator);
 // The same for Device(type): the CPU, Meta, or the current CUDA device (Note [Canonical devices]).
-inline Allocator* get_allocator(DeviceType type) { return get_allocator(Device(type)); }
-inline void set_allocator(DeviceType type, Allocator* allocator) { set_allocator(Device(type), allocator); }
+inline Allocator* get_allocator(DeviceType type) {
+  return get_allocator(Device(type));
+}
+inline void set_allocator(DeviceType type, Allocator* allocator) {
+  set_allocator(Device(type), allocator);
+}
 
 // Alignment of CPU allocations, in bytes (a cache line; enough for AVX-512 loads).
 constexpr size_t kCpuAlignment = 64;

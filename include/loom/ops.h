@@ -1,9 +1,9 @@
 // Operators (ops layer): the eager tensor API, as free functions. Every function here goes through
-// the dispatcher (so autograd, graph capture and the profiler see it); `loom ops` lists the schemas.
-// Names, arguments and semantics follow PyTorch (torch.* / at::*). In-place variants end in `_` and
-// return their first argument; `*_out` variants write into `out` (resized if it has the wrong shape)
-// and return it. Bad input throws a typed loom::Error whose message starts with "[op]".
-// Thread-safe in the same sense as PyTorch: concurrent calls on different tensors are fine.
+// the dispatcher (so autograd, graph capture and the profiler see it); `loom ops` lists the
+// schemas. Names, arguments and semantics follow PyTorch (torch.* / at::*). In-place variants end
+// in `_` and return their first argument; `*_out` variants write into `out` (resized if it has the
+// wrong shape) and return it. Bad input throws a typed loom::Error whose message starts with
+// "[op]". Thread-safe in the same sense as PyTorch: concurrent calls on different tensors are fine.
 #pragma once
 
 #include <array>
@@ -33,7 +33,8 @@ LOOM_API Tensor arange(const Scalar& start, const Scalar& end, const Scalar& ste
 LOOM_API Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps,
                          TensorOptions options = {});
 LOOM_API Tensor eye(int64_t n, std::optional<int64_t> m = std::nullopt, TensorOptions options = {});
-// Uniform [0, 1), standard normal, and integers in [low, high), from `gen` or the default generator.
+// Uniform [0, 1), standard normal, and integers in [low, high), from `gen` or the default
+// generator.
 LOOM_API Tensor rand(IntArrayRef size, TensorOptions options = {},
                      const std::optional<Generator>& gen = std::nullopt);
 LOOM_API Tensor randn(IntArrayRef size, TensorOptions options = {},
@@ -59,12 +60,13 @@ LOOM_API Tensor contiguous(const Tensor& self);
 LOOM_API Tensor to(const Tensor& self, TensorOptions options, bool copy = false);
 
 // ---- views (share storage with self) ----
-LOOM_API Tensor view(const Tensor& self, IntArrayRef size);  // one size may be -1
+LOOM_API Tensor view(const Tensor& self, IntArrayRef size);     // one size may be -1
 LOOM_API Tensor reshape(const Tensor& self, IntArrayRef size);  // a view when possible, else a copy
 LOOM_API Tensor permute(const Tensor& self, IntArrayRef dims);
 LOOM_API Tensor transpose(const Tensor& self, int64_t dim0, int64_t dim1);
 LOOM_API Tensor t(const Tensor& self);  // 2-D transpose (0-D and 1-D unchanged)
-LOOM_API Tensor slice(const Tensor& self, int64_t dim = 0, std::optional<int64_t> start = std::nullopt,
+LOOM_API Tensor slice(const Tensor& self, int64_t dim = 0,
+                      std::optional<int64_t> start = std::nullopt,
                       std::optional<int64_t> end = std::nullopt, int64_t step = 1);
 LOOM_API Tensor narrow(const Tensor& self, int64_t dim, int64_t start, int64_t length);
 LOOM_API Tensor select(const Tensor& self, int64_t dim, int64_t index);
@@ -81,14 +83,15 @@ LOOM_API std::vector<int64_t> broadcast_shapes(IntArrayRef a, IntArrayRef b);
 LOOM_API Tensor cat(TensorList tensors, int64_t dim = 0);
 LOOM_API Tensor stack(TensorList tensors, int64_t dim = 0);
 LOOM_API std::vector<Tensor> split(const Tensor& self, int64_t split_size, int64_t dim = 0);
-LOOM_API std::vector<Tensor> split_with_sizes(const Tensor& self, IntArrayRef sizes, int64_t dim = 0);
+LOOM_API std::vector<Tensor> split_with_sizes(const Tensor& self, IntArrayRef sizes,
+                                              int64_t dim = 0);
 LOOM_API std::vector<Tensor> chunk(const Tensor& self, int64_t chunks, int64_t dim = 0);
 LOOM_API std::vector<Tensor> unbind(const Tensor& self, int64_t dim = 0);
 
 // ---- pointwise unary (each also has name_ in place and name_out) ----
-#define LOOM_DECLARE_UNARY(name)                                   \
-  LOOM_API Tensor name(const Tensor& self);                        \
-  LOOM_API const Tensor& name##_(const Tensor& self);              \
+#define LOOM_DECLARE_UNARY(name)                      \
+  LOOM_API Tensor name(const Tensor& self);           \
+  LOOM_API const Tensor& name##_(const Tensor& self); \
   LOOM_API const Tensor& name##_out(const Tensor& out, const Tensor& self);
 LOOM_DECLARE_UNARY(neg)
 LOOM_DECLARE_UNARY(abs)
@@ -133,11 +136,11 @@ LOOM_API const Tensor& sub_(const Tensor& self, const Tensor& other, const Scala
 LOOM_API const Tensor& sub_(const Tensor& self, const Scalar& other, const Scalar& alpha = 1);
 LOOM_API const Tensor& sub_out(const Tensor& out, const Tensor& self, const Tensor& other,
                                const Scalar& alpha = 1);
-#define LOOM_DECLARE_BINARY(name)                                                            \
-  LOOM_API Tensor name(const Tensor& self, const Tensor& other);                             \
-  LOOM_API Tensor name(const Tensor& self, const Scalar& other);                             \
-  LOOM_API const Tensor& name##_(const Tensor& self, const Tensor& other);                   \
-  LOOM_API const Tensor& name##_(const Tensor& self, const Scalar& other);                   \
+#define LOOM_DECLARE_BINARY(name)                                          \
+  LOOM_API Tensor name(const Tensor& self, const Tensor& other);           \
+  LOOM_API Tensor name(const Tensor& self, const Scalar& other);           \
+  LOOM_API const Tensor& name##_(const Tensor& self, const Tensor& other); \
+  LOOM_API const Tensor& name##_(const Tensor& self, const Scalar& other); \
   LOOM_API const Tensor& name##_out(const Tensor& out, const Tensor& self, const Tensor& other);
 LOOM_DECLARE_BINARY(mul)
 LOOM_DECLARE_BINARY(div)  // true division: integer inputs give the default float dtype
@@ -193,9 +196,9 @@ LOOM_API Tensor softmax(const Tensor& self, int64_t dim, std::optional<DType> dt
 LOOM_API Tensor log_softmax(const Tensor& self, int64_t dim,
                             std::optional<DType> dtype = std::nullopt);
 
-// ---- linear algebra (float32: loom's AVX-512 kernel where the CPU has one, else OpenBLAS; float64:
-// OpenBLAS; float16/bfloat16 computed in float32) ----
-// Which kernel runs float32 products in this process (LOOM_GEMM=blas forces OpenBLAS), in words.
+// ---- linear algebra (float32: loom's AVX-512 kernel where the CPU has one, else OpenBLAS;
+// float64: OpenBLAS; float16/bfloat16 computed in float32) ---- Which kernel runs float32 products
+// in this process (LOOM_GEMM=blas forces OpenBLAS), in words.
 LOOM_API std::string gemm_backend();
 struct GemmInfo {
   bool loom_kernel = false;  // loom's AVX-512 sgemm runs products in [min_macs, max_macs)
@@ -219,7 +222,8 @@ LOOM_API Tensor index_select(const Tensor& self, int64_t dim, const Tensor& inde
 LOOM_API Tensor gather(const Tensor& self, int64_t dim, const Tensor& index);
 LOOM_API Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
 LOOM_API Tensor scatter(const Tensor& self, int64_t dim, const Tensor& index, const Scalar& value);
-LOOM_API Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+LOOM_API Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index,
+                            const Tensor& src);
 LOOM_API const Tensor& scatter_(const Tensor& self, int64_t dim, const Tensor& index,
                                 const Tensor& src);
 LOOM_API const Tensor& scatter_add_(const Tensor& self, int64_t dim, const Tensor& index,
@@ -232,9 +236,9 @@ LOOM_API Tensor one_hot(const Tensor& self, int64_t num_classes = -1);
 // ---- neural network ----
 enum class Reduction : int64_t { None = 0, Mean = 1, Sum = 2 };
 LOOM_API Tensor conv2d(const Tensor& input, const Tensor& weight,
-                       const std::optional<Tensor>& bias = std::nullopt, IntArrayRef stride = {1, 1},
-                       IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
-                       int64_t groups = 1);
+                       const std::optional<Tensor>& bias = std::nullopt,
+                       IntArrayRef stride = {1, 1}, IntArrayRef padding = {0, 0},
+                       IntArrayRef dilation = {1, 1}, int64_t groups = 1);
 // stride {} means stride = kernel_size.
 LOOM_API Tensor max_pool2d(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride = {},
                            IntArrayRef padding = {0, 0}, IntArrayRef dilation = {1, 1},
@@ -250,15 +254,17 @@ LOOM_API Tensor layer_norm(const Tensor& input, IntArrayRef normalized_shape,
                            const std::optional<Tensor>& weight = std::nullopt,
                            const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5);
 // (output, mean, rstd) with mean/rstd shaped like input's leading dims, for the backward pass.
-LOOM_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm(
-    const Tensor& input, IntArrayRef normalized_shape, const std::optional<Tensor>& weight,
-    const std::optional<Tensor>& bias, double eps);
+LOOM_API std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
+                                                              IntArrayRef normalized_shape,
+                                                              const std::optional<Tensor>& weight,
+                                                              const std::optional<Tensor>& bias,
+                                                              double eps);
 // Zeroes elements with probability p and scales the rest by 1/(1-p) when train is true.
 LOOM_API Tensor dropout(const Tensor& input, double p, bool train,
                         const std::optional<Generator>& gen = std::nullopt);
 // (output, keep mask as bool), for the backward pass.
-LOOM_API std::tuple<Tensor, Tensor> native_dropout(const Tensor& input, double p, bool train,
-                                                   const std::optional<Generator>& gen = std::nullopt);
+LOOM_API std::tuple<Tensor, Tensor> native_dropout(
+    const Tensor& input, double p, bool train, const std::optional<Generator>& gen = std::nullopt);
 // input: (N, C) or (N, C, d1, ...) log-probabilities; target: class indices (N) or (N, d1, ...).
 LOOM_API Tensor nll_loss(const Tensor& input, const Tensor& target,
                          const std::optional<Tensor>& weight = std::nullopt,
@@ -319,15 +325,33 @@ LOOM_API Tensor native_dropout_backward(const Tensor& grad_output, const Tensor&
                                         double scale);
 
 // ---- operators as C++ operators ----
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, const Scalar& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Scalar& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Scalar& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Scalar& b) { return div(a, b); }
-inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, const Tensor& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Tensor& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Tensor& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Tensor& b) {
+  return div(a, b);
+}
+inline Tensor operator+(const Tensor& a, const Scalar& b) {
+  return add(a, b);
+}
+inline Tensor operator-(const Tensor& a, const Scalar& b) {
+  return sub(a, b);
+}
+inline Tensor operator*(const Tensor& a, const Scalar& b) {
+  return mul(a, b);
+}
+inline Tensor operator/(const Tensor& a, const Scalar& b) {
+  return div(a, b);
+}
+inline Tensor operator-(const Tensor& a) {
+  return neg(a);
+}
 
 // True when all elements of a and b (same shape) are within atol + rtol * |b|; NaNs compare equal
 // only if equal_nan.

@@ -10,8 +10,8 @@
 // Checkpoints: state_dict() returns every tensor of the state under "state.<param index>.<name>"
 // (parameter index = position across all groups, in order) and every hyperparameter as a double
 // under "param_groups.<group>.<name>" (plus "param_groups.<group>.num_params", checked on load),
-// so tensors can go to safetensors and scalars to JSON; loading them into an optimizer built the same
-// way resumes bit-exactly.
+// so tensors can go to safetensors and scalars to JSON; loading them into an optimizer built the
+// same way resumes bit-exactly.
 #pragma once
 
 #include <array>
@@ -225,8 +225,8 @@ class LOOM_API LRScheduler {
   // Settings for state_dict: subclasses list theirs and read them back.
   virtual void settings(SchedulerState& out) const {}
   virtual void load_settings(const SchedulerState& state) {}
-  static int64_t require_int(const SchedulerState& state, const std::string& key, const std::string& who,
-                             int64_t min);
+  static int64_t require_int(const SchedulerState& state, const std::string& key,
+                             const std::string& who, int64_t min);
   static double require(const SchedulerState& state, const std::string& key,
                         const std::string& who);
 

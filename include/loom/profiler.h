@@ -1,15 +1,15 @@
-// Profiler (profiler layer): records what loom did — operators with their input shapes, user scopes,
-// autograd backward nodes linked to the forward operators that recorded them, collectives, data
-// pipeline stages and allocator events — and turns it into a Chrome trace, tables and a per-step
-// breakdown of where the time went (compute, communication, data wait, idle).
+// Profiler (profiler layer): records what loom did — operators with their input shapes, user
+// scopes, autograd backward nodes linked to the forward operators that recorded them, collectives,
+// data pipeline stages and allocator events — and turns it into a Chrome trace, tables and a
+// per-step breakdown of where the time went (compute, communication, data wait, idle).
 //
 // Ownership: a Profile owns the Trace it collected; a Trace is a plain value (copies are deep) and
-// holds no tensor (input shapes are copied). Recording: each thread appends to its own chunked buffer,
-// registered once under a mutex; the hot path takes no lock. With no Profile recording, an operator
-// pays one predictable branch (record_function_active()).
-// Thread-safety: at most one Profile records at a time in a process (start() of a second throws
-// ValueError). Operators may run on any thread while it records; start/stop/step must be called from
-// one thread (the training loop's). Trace and the analysis functions are thread-compatible values.
+// holds no tensor (input shapes are copied). Recording: each thread appends to its own chunked
+// buffer, registered once under a mutex; the hot path takes no lock. With no Profile recording, an
+// operator pays one predictable branch (record_function_active()). Thread-safety: at most one
+// Profile records at a time in a process (start() of a second throws ValueError). Operators may run
+// on any thread while it records; start/stop/step must be called from one thread (the training
+// loop's). Trace and the analysis functions are thread-compatible values.
 #pragma once
 
 #include <atomic>
@@ -91,16 +91,17 @@ struct Trace {
 };
 
 // Sorts a trace's events and clamps each one within the event that encloses its start on the same
-// thread, so that every thread's events nest strictly (what trace viewers assume); drops events left
-// with a negative duration. Returns how many events were changed.
+// thread, so that every thread's events nest strictly (what trace viewers assume); drops events
+// left with a negative duration. Returns how many events were changed.
 LOOM_API int64_t make_nested(Trace& trace);
 
 // ---- recording ----
 
 // When to record, advanced by Profile::step(): skip `skip_first` steps, then cycles of `wait` steps
 // not recorded, `warmup` steps with the recording machinery on but events dropped (so that its
-// start-up cost stays out of the trace), `active` steps recorded; after `repeat` cycles (0: forever)
-// nothing more. At the end of each cycle the trace is handed to ProfileOptions::on_trace_ready.
+// start-up cost stays out of the trace), `active` steps recorded; after `repeat` cycles (0:
+// forever) nothing more. At the end of each cycle the trace is handed to
+// ProfileOptions::on_trace_ready.
 struct LOOM_API Schedule {
   int64_t wait = 0;
   int64_t warmup = 0;
@@ -115,8 +116,8 @@ struct LOOM_API Schedule {
 };
 
 struct ProfileOptions {
-  bool record_shapes = true;   // copy input shapes and dtypes of operators
-  bool profile_memory = true;  // take allocator events (record_memory)
+  bool record_shapes = true;         // copy input shapes and dtypes of operators
+  bool profile_memory = true;        // take allocator events (record_memory)
   std::optional<Schedule> schedule;  // none: record everything from start() to stop()
   // Called on the thread of step()/stop() with each finished cycle's trace.
   std::function<void(const Trace&)> on_trace_ready;
@@ -153,8 +154,9 @@ class LOOM_API Profile {
 };
 
 // A source of activities the profiler does not see through RecordFunction — CUPTI for CUDA kernels
-// and copies comes later. Sources are started when a cycle starts recording and stopped when it ends;
-// collect() then appends their events (times on the steady clock, like loom's) to the cycle's trace.
+// and copies comes later. Sources are started when a cycle starts recording and stopped when it
+// ends; collect() then appends their events (times on the steady clock, like loom's) to the cycle's
+// trace.
 class LOOM_API ActivitySource {
  public:
   virtual ~ActivitySource() = default;
@@ -166,11 +168,12 @@ class LOOM_API ActivitySource {
 // Sources stay registered for the life of the process; thread-safe.
 LOOM_API void register_activity_source(std::shared_ptr<ActivitySource> source);
 
-// Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0), and
-// with delta_bytes == 0 when only its reserved bytes changed (a segment returned), with its totals
-// afterwards. One relaxed load and branch when no profile records memory. The caching allocator of
-// src/memory reports through its observer seam instead (memory::set_allocator_observer), which the
-// profiler sets while it records memory: the memory layer does not know the profiler.
+// Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0),
+// and with delta_bytes == 0 when only its reserved bytes changed (a segment returned), with its
+// totals afterwards. One relaxed load and branch when no profile records memory. The caching
+// allocator of src/memory reports through its observer seam instead
+// (memory::set_allocator_observer), which the profiler sets while it records memory: the memory
+// layer does not know the profiler.
 namespace detail {
 extern LOOM_API std::atomic<bool> g_memory_active;
 LOOM_API void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
@@ -194,11 +197,11 @@ LOOM_API memory::AllocTrace alloc_trace_of(const Trace& trace, const std::string
 // ---- Chrome trace (chrome://tracing, ui.perfetto.dev) ----
 //
 // Complete events ("X", strictly nested per thread), flow arrows from each forward operator to its
-// backward node ("s"/"f", bp "e"), counters "allocated bytes" / "reserved bytes" ("C") and allocator
-// instants ("[memory]"), process and thread names ("M"). Times in microseconds.
+// backward node ("s"/"f", bp "e"), counters "allocated bytes" / "reserved bytes" ("C") and
+// allocator instants ("[memory]"), process and thread names ("M"). Times in microseconds.
 LOOM_API std::string chrome_trace_json(const Trace& trace);
-// Writes the trace to `path`, gzip-compressed when it ends in ".gz". ValueError naming the path when
-// it cannot be written.
+// Writes the trace to `path`, gzip-compressed when it ends in ".gz". ValueError naming the path
+// when it cannot be written.
 LOOM_API void write_chrome_trace(const Trace& trace, const std::string& path);
 // Reads a Chrome trace (plain or gzip) written by loom — or by another tool, as far as its events
 // fit. DataError naming the file (and the offset or event) for a corrupt or truncated one.
@@ -215,9 +218,11 @@ struct OpStats {
   std::string input_shapes;  // GroupBy::NameAndShapes only
   EventKind kind = EventKind::Operator;
   int64_t calls = 0;
-  int64_t self_ns = 0;   // duration minus the durations of its children on the same thread
+  int64_t self_ns = 0;  // duration minus the durations of its children on the same thread
   int64_t total_ns = 0;
-  double avg_ns() const { return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0; }
+  double avg_ns() const {
+    return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0;
+  }
 };
 
 // The name a table shows for a thread: its Trace::threads name ("training", "loader worker 0"; see
@@ -235,10 +240,10 @@ LOOM_API std::string format_table(const std::vector<OpStats>& stats, size_t rows
 // Where one step's wall time went (HTA's breakdown, on the CPU): compute is the time the step's
 // thread spent in operators and backward nodes, outside data.wait and outside communication on that
 // thread (its own collectives and CommWait ranges such as DDP's wait for gradient allreduce inside
-// backward); data wait the time in data.wait; communication the time a collective ran (on any thread)
-// or the step's thread waited for one, while that thread computed nothing and waited for no data;
-// overlapped_communication the time collectives ran under compute; idle the rest (the loop, the
-// optimizer's glue, anything not recorded).
+// backward); data wait the time in data.wait; communication the time a collective ran (on any
+// thread) or the step's thread waited for one, while that thread computed nothing and waited for no
+// data; overlapped_communication the time collectives ran under compute; idle the rest (the loop,
+// the optimizer's glue, anything not recorded).
 struct StepBreakdown {
   int64_t step = 0;
   int64_t start_ns = 0;
@@ -253,13 +258,13 @@ LOOM_API std::vector<StepBreakdown> step_breakdown(const Trace& trace);
 LOOM_API std::string format_step_breakdown(const std::vector<StepBreakdown>& steps);
 // "compute (83% of step time)" — the largest part over all steps; "" without steps.
 LOOM_API std::string dominant_part(const std::vector<StepBreakdown>& steps);
-// The summary `loom trace summarize` and `loom train --profile` print: per thread (the steps' thread
-// first), its top `top` operators by self time; the step breakdown and what dominates.
+// The summary `loom trace summarize` and `loom train --profile` print: per thread (the steps'
+// thread first), its top `top` operators by self time; the step breakdown and what dominates.
 LOOM_API std::string summarize(const Trace& trace, size_t top = 10);
 
-// Per-(thread, name) change of self time from `a` to `b`, sorted by absolute change. Threads match by
-// name (unnamed ones, "thread <tid>", all count as "other threads"). When both traces have steps,
-// times are per step so that traces of different lengths compare.
+// Per-(thread, name) change of self time from `a` to `b`, sorted by absolute change. Threads match
+// by name (unnamed ones, "thread <tid>", all count as "other threads"). When both traces have
+// steps, times are per step so that traces of different lengths compare.
 struct OpDelta {
   std::string thread;
   std::string name;

@@ -4,9 +4,9 @@
 // scope: the operator name, the shapes and dtypes of its inputs and a per-thread sequence number.
 // No tensor is held. Scopes of other kinds come from the autograd engine (backward nodes, linked to
 // their forward operators), the process group (collectives) and the data loader (stages). With no
-// callback registered, a call pays one predictable branch on a global flag. Registering and removing
-// callbacks is thread-safe (a recorded call takes no lock); callbacks run on the calling thread, must
-// be thread-safe themselves and must not register or remove callbacks.
+// callback registered, a call pays one predictable branch on a global flag. Registering and
+// removing callbacks is thread-safe (a recorded call takes no lock); callbacks run on the calling
+// thread, must be thread-safe themselves and must not register or remove callbacks.
 #pragma once
 
 #include <atomic>
@@ -27,9 +27,10 @@ namespace loom {
 class FunctionSchema;
 
 struct OpEvent {
-  // Operator: a dispatcher call. The others are scopes: UserScope (user code), Backward (an autograd
-  // node run by the engine), Collective (a ProcessGroup collective), DataStage (data loader stages),
-  // CommWait (a thread blocked on communication it started, e.g. DDP waiting for gradient allreduce).
+  // Operator: a dispatcher call. The others are scopes: UserScope (user code), Backward (an
+  // autograd node run by the engine), Collective (a ProcessGroup collective), DataStage (data
+  // loader stages), CommWait (a thread blocked on communication it started, e.g. DDP waiting for
+  // gradient allreduce).
   enum class Kind : uint8_t { Operator, UserScope, Backward, Collective, DataStage, CommWait };
   Kind kind = Kind::Operator;
   std::string_view name;  // "loom::add" (operators: full name with overload) or the scope name
@@ -65,7 +66,7 @@ LOOM_API void remove_record_callbacks(uint64_t handle);
 namespace detail {
 extern LOOM_API std::atomic<int> g_record_callbacks;
 struct SpareInputs;
-}
+}  // namespace detail
 inline bool record_function_active() {
   return detail::g_record_callbacks.load(std::memory_order_relaxed) != 0;
 }
@@ -96,7 +97,7 @@ class LOOM_API RecordFunctionGuard {
   void begin_operator(const std::string& name, const FunctionSchema& schema);
   void enter();
   OpEvent event_;
-  OpEvent* parent_op_ = nullptr;  // the enclosing recorded operator (operators only)
+  OpEvent* parent_op_ = nullptr;          // the enclosing recorded operator (operators only)
   detail::SpareInputs* spare_ = nullptr;  // recycled input vectors (record_function.cpp)
   std::string name_storage_;
   const char* saved_alloc_context_ = nullptr;  // Note [allocation context] (loom/memory)

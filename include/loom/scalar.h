@@ -1,6 +1,6 @@
 // Scalar (core layer): a number given to an operator (alpha, fill value, clamp bound). It remembers
-// whether it was a bool, an integer or a floating value, which decides type promotion the way a Python
-// number does in PyTorch. Plain value; thread-safe.
+// whether it was a bool, an integer or a floating value, which decides type promotion the way a
+// Python number does in PyTorch. Plain value; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@ class LOOM_API Scalar {
   Scalar(T v) : kind_(Kind::Float) {  // NOLINT
     v_.d = static_cast<double>(v);
   }
-  Scalar(bool v) : kind_(Kind::Bool) { v_.i = v ? 1 : 0; }  // NOLINT
+  Scalar(bool v) : kind_(Kind::Bool) { v_.i = v ? 1 : 0; }                    // NOLINT
   Scalar(Half v) : Scalar(static_cast<double>(static_cast<float>(v))) {}      // NOLINT
   Scalar(BFloat16 v) : Scalar(static_cast<double>(static_cast<float>(v))) {}  // NOLINT
 

@@ -16,7 +16,15 @@ namespace loom {
 
 struct LOOM_API SchemaType {
   enum class Kind : uint8_t {
-    Tensor, Int, Float, Bool, Scalar, ScalarType, Device, Str, Generator,
+    Tensor,
+    Int,
+    Float,
+    Bool,
+    Scalar,
+    ScalarType,
+    Device,
+    Str,
+    Generator,
   };
   Kind kind = Kind::Tensor;
   bool is_list = false;
@@ -57,8 +65,8 @@ class LOOM_API FunctionSchema {
   bool is_mutable() const;
 };
 
-// Parses a schema; throws ValueError naming the schema text and the character offset of the problem.
-// A string without a namespace gets `default_ns`.
+// Parses a schema; throws ValueError naming the schema text and the character offset of the
+// problem. A string without a namespace gets `default_ns`.
 LOOM_API FunctionSchema parse_schema(const std::string& text, const std::string& default_ns = "");
 
 }  // namespace loom

@@ -51,7 +51,9 @@ class LOOM_API Stream {
 
 LOOM_API std::ostream& operator<<(std::ostream& os, const Stream& s);
 
-inline Stream default_stream(Device device) { return Stream(device, 0); }
+inline Stream default_stream(Device device) {
+  return Stream(device, 0);
+}
 // The calling thread's current stream on `device` (its default stream until set).
 LOOM_API Stream current_stream(Device device);
 // Makes `stream` the calling thread's current stream on its device. ValueError for a stream its

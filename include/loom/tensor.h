@@ -1,10 +1,10 @@
 // Tensors (core layer): Storage, TensorImpl and the Tensor handle.
 //
 // A Storage owns one allocation (a DataPtr) and the version counter shared by every view of it. A
-// TensorImpl describes how to read a storage: sizes, strides, offset, dtype, device and dispatch keys;
-// views are TensorImpls sharing one Storage. Tensor is a cheap value handle with an intrusive reference
-// count: copying a Tensor never copies data. Reference counting is thread-safe; mutating one tensor
-// from several threads at once is not (as in PyTorch).
+// TensorImpl describes how to read a storage: sizes, strides, offset, dtype, device and dispatch
+// keys; views are TensorImpls sharing one Storage. Tensor is a cheap value handle with an intrusive
+// reference count: copying a Tensor never copies data. Reference counting is thread-safe; mutating
+// one tensor from several threads at once is not (as in PyTorch).
 #pragma once
 
 #include <atomic>
@@ -25,7 +25,8 @@
 
 namespace loom {
 
-// Base for intrusively reference-counted objects. The count starts at 0; IntrusivePtr takes it to 1.
+// Base for intrusively reference-counted objects. The count starts at 0; IntrusivePtr takes it
+// to 1.
 class LOOM_API RefCounted {
  public:
   RefCounted() = default;
@@ -148,7 +149,8 @@ class LOOM_API TensorImpl : public RefCounted {
 
   // Address of element 0 (storage data + offset). Null for Meta tensors.
   void* data() const {
-    return static_cast<char*>(storage_->data()) + storage_offset_ * static_cast<int64_t>(element_size(dtype_));
+    return static_cast<char*>(storage_->data()) +
+           storage_offset_ * static_cast<int64_t>(element_size(dtype_));
   }
 
   // Changes the view (sizes, strides, offset) in place; storage bounds are the caller's business.
@@ -190,8 +192,8 @@ struct TensorOptions {
   std::optional<DType> dtype;
   std::optional<Device> device;
   TensorOptions() = default;
-  TensorOptions(DType t) : dtype(t) {}      // NOLINT
-  TensorOptions(Device d) : device(d) {}    // NOLINT
+  TensorOptions(DType t) : dtype(t) {}                // NOLINT
+  TensorOptions(Device d) : device(d) {}              // NOLINT
   TensorOptions(DeviceType d) : device(Device(d)) {}  // NOLINT
   TensorOptions with_dtype(DType t) const {
     TensorOptions o = *this;
@@ -213,12 +215,12 @@ namespace detail {
 
 // Note [undefined tensors]
 //   A default-constructed Tensor holds no TensorImpl. defined(), impl(), impl_ptr(), use_count(),
-//   is_same() and str() answer for it (false, null, 0, ..., "tensor(undefined)"); every other method
-//   throws ValueError naming itself ("[Tensor::dim] called on an undefined tensor ..."), at the cost of
-//   one predictable branch. Operators reject an undefined Tensor (or Tensor[] element) argument at the
-//   dispatcher's entry, where it computes the arguments' dispatch keys (detail::keys_of in
-//   loom/detail/boxing.h), naming the operator and the argument; an undefined tensor passed for a
-//   Tensor? argument means "none", as in PyTorch.
+//   is_same() and str() answer for it (false, null, 0, ..., "tensor(undefined)"); every other
+//   method throws ValueError naming itself ("[Tensor::dim] called on an undefined tensor ..."), at
+//   the cost of one predictable branch. Operators reject an undefined Tensor (or Tensor[] element)
+//   argument at the dispatcher's entry, where it computes the arguments' dispatch keys
+//   (detail::keys_of in loom/detail/boxing.h), naming the operator and the argument; an undefined
+//   tensor passed for a Tensor? argument means "none", as in PyTorch.
 class LOOM_API Tensor {
  public:
   Tensor() = default;
@@ -230,7 +232,8 @@ class LOOM_API Tensor {
   int use_count() const { return impl_ ? impl_->use_count() : 0; }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
 
-  // Shape and type. size(d) and stride(d) accept negative dims and throw IndexError when out of range.
+  // Shape and type. size(d) and stride(d) accept negative dims and throw IndexError when out of
+  // range.
   LOOM_ALWAYS_INLINE IntArrayRef sizes() const { return checked("Tensor::sizes").sizes(); }
   LOOM_ALWAYS_INLINE IntArrayRef strides() const { return checked("Tensor::strides").strides(); }
   LOOM_ALWAYS_INLINE IntArrayRef shape() const { return checked("Tensor::shape").sizes(); }
@@ -244,17 +247,27 @@ class LOOM_API Tensor {
   LOOM_ALWAYS_INLINE bool is_cpu() const { return checked("Tensor::is_cpu").device().is_cpu(); }
   LOOM_ALWAYS_INLINE bool is_cuda() const { return checked("Tensor::is_cuda").device().is_cuda(); }
   LOOM_ALWAYS_INLINE bool is_meta() const { return checked("Tensor::is_meta").device().is_meta(); }
-  LOOM_ALWAYS_INLINE bool is_contiguous() const { return checked("Tensor::is_contiguous").is_contiguous(); }
-  LOOM_ALWAYS_INLINE bool is_floating_point() const { return is_floating(checked("Tensor::is_floating_point").dtype()); }
-  LOOM_ALWAYS_INLINE int64_t storage_offset() const { return checked("Tensor::storage_offset").storage_offset(); }
-  LOOM_ALWAYS_INLINE size_t element_size() const { return loom::element_size(checked("Tensor::element_size").dtype()); }
+  LOOM_ALWAYS_INLINE bool is_contiguous() const {
+    return checked("Tensor::is_contiguous").is_contiguous();
+  }
+  LOOM_ALWAYS_INLINE bool is_floating_point() const {
+    return is_floating(checked("Tensor::is_floating_point").dtype());
+  }
+  LOOM_ALWAYS_INLINE int64_t storage_offset() const {
+    return checked("Tensor::storage_offset").storage_offset();
+  }
+  LOOM_ALWAYS_INLINE size_t element_size() const {
+    return loom::element_size(checked("Tensor::element_size").dtype());
+  }
   LOOM_ALWAYS_INLINE size_t nbytes() const {
     const TensorImpl& i = checked("Tensor::nbytes");
     return static_cast<size_t>(i.numel()) * loom::element_size(i.dtype());
   }
   LOOM_ALWAYS_INLINE const Storage& storage() const { return checked("Tensor::storage").storage(); }
   LOOM_ALWAYS_INLINE DispatchKeySet key_set() const { return checked("Tensor::key_set").key_set(); }
-  LOOM_ALWAYS_INLINE uint32_t version() const { return checked("Tensor::version").storage()->version(); }
+  LOOM_ALWAYS_INLINE uint32_t version() const {
+    return checked("Tensor::version").storage()->version();
+  }
   // The options (dtype, device) that make a tensor like this one.
   LOOM_ALWAYS_INLINE TensorOptions options() const {
     const TensorImpl& i = checked("Tensor::options");
@@ -269,7 +282,8 @@ class LOOM_API Tensor {
     return static_cast<T*>(impl_->data());
   }
   // The value of a one-element tensor (ValueError otherwise), read by the dispatched operator
-  // _local_scalar_dense, which waits for a device's work (Note [Host reads] in src/ops/host_read.cpp).
+  // _local_scalar_dense, which waits for a device's work (Note [Host reads] in
+  // src/ops/host_read.cpp).
   Scalar item() const;
   template <class T>
   T item() const {
@@ -368,11 +382,11 @@ LOOM_API Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device = kCP
 //   Element counts and byte sizes are computed with overflow checks wherever a tensor is created,
 //   viewed or resized: a product of sizes that does not fit int64, or a byte size above INT64_MAX,
 //   would otherwise wrap to a small number and give a tensor whose storage is far smaller than its
-//   shape says. checked_numel and checked_nbytes throw ValueError naming the operator, the sizes and
-//   (for bytes) the dtype; TensorImpl checks its own sizes again as a backstop.
+//   shape says. checked_numel and checked_nbytes throw ValueError naming the operator, the sizes
+//   and (for bytes) the dtype; TensorImpl checks its own sizes again as a backstop.
 namespace detail {
-// The out-of-line rest of checked_numel / checked_nbytes when their fast loop saw a negative size or
-// an overflow: the count when a zero size makes the overflow harmless, else the ValueError.
+// The out-of-line rest of checked_numel / checked_nbytes when their fast loop saw a negative size
+// or an overflow: the count when a zero size makes the overflow harmless, else the ValueError.
 LOOM_API int64_t checked_numel_slow(IntArrayRef sizes, const char* op);
 [[noreturn]] LOOM_API void throw_too_many_bytes(IntArrayRef sizes, DType dtype, const char* op);
 }  // namespace detail

@@ -41,8 +41,8 @@ AutogradMeta& materialize_meta(const Tensor& t);
 // Sets t's history: it is output `output_nr` of `fn`, and carries the Autograd key. By value: a
 // caller done with its reference moves it in (no reference-count update).
 void set_history(const Tensor& t, std::shared_ptr<Node> fn, uint32_t output_nr);
-// The AccumulateGrad node of a leaf that requires grad (created on first use, then kept by the leaf).
-// An edge to it must also hold the leaf: use gradient_edge.
+// The AccumulateGrad node of a leaf that requires grad (created on first use, then kept by the
+// leaf). An edge to it must also hold the leaf: use gradient_edge.
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf);
 
 // Sums a leaf's incoming gradient into its .grad(); runs the leaf's hooks. Owned by the leaf, so it
@@ -54,7 +54,9 @@ class AccumulateGrad final : public Node {
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override;
   // The leaf, or an undefined tensor once the leaf is gone (only a node held outside any edge, e.g.
   // through grad_accumulator(), can outlive its leaf).
-  Tensor variable() const { return variable_ ? Tensor(IntrusivePtr<TensorImpl>(variable_)) : Tensor(); }
+  Tensor variable() const {
+    return variable_ ? Tensor(IntrusivePtr<TensorImpl>(variable_)) : Tensor();
+  }
   void forget_variable() { variable_ = nullptr; }
   // The node outlives the graphs that use it: an out= operator run on the leaf under NoGradGuard
   // may have resized it since the node recorded its shape.

@@ -7,7 +7,8 @@
 namespace loom::autograd {
 namespace {
 
-void describe(std::ostringstream& os, const Node* n, int depth, std::unordered_set<const Node*>& seen) {
+void describe(std::ostringstream& os, const Node* n, int depth,
+              std::unordered_set<const Node*>& seen) {
   os << std::string(static_cast<size_t>(depth) * 2, ' ');
   const bool acc = dynamic_cast<const AccumulateGrad*>(n) != nullptr;
   if (acc) {
@@ -39,7 +40,8 @@ std::string describe_graph(const Tensor& t) {
   std::ostringstream os;
   auto fn = grad_fn(t);
   if (!fn) {
-    os << (requires_grad(t) ? "leaf tensor that requires grad\n" : "tensor without autograd history\n");
+    os << (requires_grad(t) ? "leaf tensor that requires grad\n"
+                            : "tensor without autograd history\n");
     return os.str();
   }
   std::unordered_set<const Node*> seen;

@@ -72,9 +72,10 @@ void check_anomaly(const Node& node, const std::vector<Tensor>& outs) {
     if (!g.defined() || !is_floating(g.dtype())) continue;
     NoGradGuard ng;
     if (loom::any(ne(g, g)).item<bool>()) {  // NaN is the only value unequal to itself
-      LOOM_THROW(ValueError, "[autograd] anomaly: ", node.name(), " returned NaN values in its output ", i,
-                 " (the gradient of input ", i, " of ", node.forward_op().empty() ? node.name() : node.forward_op(),
-                 ")", node.anomaly_trace.empty() ? "" : "; recorded at " + node.anomaly_trace);
+      LOOM_THROW(ValueError, "[autograd] anomaly: ", node.name(),
+                 " returned NaN values in its output ", i, " (the gradient of input ", i, " of ",
+                 node.forward_op().empty() ? node.name() : node.forward_op(), ")",
+                 node.anomaly_trace.empty() ? "" : "; recorded at " + node.anomaly_trace);
     }
   }
 }
@@ -197,8 +198,9 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
       for (size_t k = 0; k < task.capture.size(); ++k) {
         const Edge& e = task.capture[k];
         if (e.fn.get() == node && e.input_nr < inputs.size() && inputs[e.input_nr].defined()) {
-          task.captured[k] = task.captured[k].defined() ? loom::add(task.captured[k], inputs[e.input_nr])
-                                                        : inputs[e.input_nr];
+          task.captured[k] = task.captured[k].defined()
+                                 ? loom::add(task.captured[k], inputs[e.input_nr])
+                                 : inputs[e.input_nr];
         }
       }
     }
@@ -206,7 +208,8 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
       // Run a node only if some node after it leads to a captured edge; a captured edge's own node
       // (e.g. a leaf's AccumulateGrad in grad()) does not run.
       bool child_needed = false;
-      for (const Edge& e : node->next_edges()) child_needed = child_needed || (e.valid() && task.needed.count(e.fn.get()));
+      for (const Edge& e : node->next_edges())
+        child_needed = child_needed || (e.valid() && task.needed.count(e.fn.get()));
       if (!child_needed) continue;
     }
     bool any_input = node == root.get();
@@ -217,10 +220,12 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
     if (any_input) {
       std::optional<RecordFunctionGuard> scope;  // the profiler links it to its forward operator
       if (LOOM_UNLIKELY(record_function_active())) {
-        scope.emplace(OpEvent::Kind::Backward, node->name(), -1, node->thread_id(), node->sequence_nr());
+        scope.emplace(OpEvent::Kind::Backward, node->name(), -1, node->thread_id(),
+                      node->sequence_nr());
       }
       std::optional<GradSinkOfferScope> offer_scope;  // only nodes that take sinks touch the TLS
-      if (node->accepts_grad_sinks() && !task.create_graph && !task.filter && !AnomalyMode::is_enabled()) {
+      if (node->accepts_grad_sinks() && !task.create_graph && !task.filter &&
+          !AnomalyMode::is_enabled()) {
         offer_grad_sinks(task, *node, offer);
         offer_scope.emplace(&offer);
       }
@@ -232,8 +237,8 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
     if (!task.keep_graph) node->release_variables();
 
     const auto& edges = node->next_edges();
-    LOOM_INTERNAL_ASSERT(outputs.size() == edges.size() || edges.empty(), node->name(), " returned ",
-                         outputs.size(), " gradients for ", edges.size(), " edges");
+    LOOM_INTERNAL_ASSERT(outputs.size() == edges.size() || edges.empty(), node->name(),
+                         " returned ", outputs.size(), " gradients for ", edges.size(), " edges");
     for (size_t i = 0; i < edges.size(); ++i) {
       const Edge& e = edges[i];
       if (!e.valid()) continue;
@@ -254,7 +259,8 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
 }
 
 std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
-                                    const std::vector<Tensor>& grad_outputs, std::vector<Edge>& edges) {
+                                    const std::vector<Tensor>& grad_outputs,
+                                    std::vector<Edge>& edges) {
   LOOM_CHECK(!outputs.empty(), "[autograd] backward of an empty list of tensors");
   LOOM_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(), "[autograd] got ",
              grad_outputs.size(), " gradients for ", outputs.size(), " outputs");
@@ -263,13 +269,16 @@ std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
     const Tensor& out = outputs[i];
     LOOM_CHECK(out.defined(), "[autograd] output ", i,
                " is an undefined tensor (a default-constructed Tensor holds no data)");
-    LOOM_CHECK(requires_grad(out), "[autograd] element ", i, " of the tensors does not require grad "
-               "and does not have a grad_fn (shape ", out.shape_str(), "); nothing to differentiate");
+    LOOM_CHECK(requires_grad(out), "[autograd] element ", i,
+               " of the tensors does not require grad "
+               "and does not have a grad_fn (shape ",
+               out.shape_str(), "); nothing to differentiate");
     Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
     if (!g.defined()) {
-      LOOM_CHECK(out.numel() == 1, "[autograd] a gradient can be created implicitly only for scalar "
-                 "outputs; output ", i, " has shape ", out.shape_str(),
-                 ": pass grad_outputs (a tensor of that shape)");
+      LOOM_CHECK(out.numel() == 1,
+                 "[autograd] a gradient can be created implicitly only for scalar "
+                 "outputs; output ",
+                 i, " has shape ", out.shape_str(), ": pass grad_outputs (a tensor of that shape)");
       g = ones_like(out);
     } else {
       LOOM_CHECK(g.sizes() == out.sizes(), "[autograd] grad_outputs[", i, "] has shape ",
@@ -283,10 +292,13 @@ std::vector<Tensor> make_root_grads(const std::vector<Tensor>& outputs,
 
 }  // namespace
 
-uint64_t grads_accumulated_in_place() { return g_accumulated_in_place.load(std::memory_order_relaxed); }
+uint64_t grads_accumulated_in_place() {
+  return g_accumulated_in_place.load(std::memory_order_relaxed);
+}
 
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
-              std::optional<bool> retain_graph, bool create_graph, const std::vector<Tensor>& inputs) {
+              std::optional<bool> retain_graph, bool create_graph,
+              const std::vector<Tensor>& inputs) {
   std::vector<Edge> edges;
   std::vector<Tensor> grads = make_root_grads(outputs, grad_outputs, edges);
   GraphTask task;
@@ -295,8 +307,10 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
   if (!inputs.empty()) {
     task.filter = true;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      LOOM_CHECK(requires_grad(inputs[i]) && is_leaf(inputs[i]), "[autograd] backward(inputs=...): "
-                 "input ", i, " must be a leaf tensor that requires grad");
+      LOOM_CHECK(requires_grad(inputs[i]) && is_leaf(inputs[i]),
+                 "[autograd] backward(inputs=...): "
+                 "input ",
+                 i, " must be a leaf tensor that requires grad");
       task.capture.push_back(gradient_edge(inputs[i]));
     }
     task.captured.resize(task.capture.size());
@@ -326,17 +340,18 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
   task.keep_graph = retain_graph.value_or(create_graph);
   task.filter = true;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    LOOM_CHECK(requires_grad(inputs[i]), "[autograd.grad] input ", i, " (shape ", inputs[i].shape_str(),
-               ") does not require grad");
+    LOOM_CHECK(requires_grad(inputs[i]), "[autograd.grad] input ", i, " (shape ",
+               inputs[i].shape_str(), ") does not require grad");
     task.capture.push_back(gradient_edge(inputs[i]));
   }
   task.captured.resize(inputs.size());
   execute(task, std::make_shared<GraphRoot>(std::move(edges), std::move(grads)));
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!task.captured[i].defined()) {
-      LOOM_CHECK(allow_unused, "[autograd.grad] input ", i, " (shape ", inputs[i].shape_str(),
-                 ") was not used to compute the outputs; pass allow_unused=true to get an undefined "
-                 "gradient for it");
+      LOOM_CHECK(
+          allow_unused, "[autograd.grad] input ", i, " (shape ", inputs[i].shape_str(),
+          ") was not used to compute the outputs; pass allow_unused=true to get an undefined "
+          "gradient for it");
     } else {
       task.captured[i] = validate_grad(*task.capture[i].fn, i, task.captured[i],
                                        task.capture[i].fn->input_meta()[task.capture[i].input_nr]);

@@ -30,7 +30,8 @@ std::vector<Tensor> float_outputs(const std::vector<Tensor>& outs) {
   return r;
 }
 
-// The outputs' values now: an output may be a view of an input, which the next perturbation changes.
+// The outputs' values now: an output may be a view of an input, which the next perturbation
+// changes.
 std::vector<Tensor> output_values(const Fn& fn, const std::vector<Tensor>& inputs) {
   std::vector<Tensor> r = float_outputs(fn(inputs));
   for (Tensor& t : r) t = clone(t);
@@ -59,7 +60,8 @@ Jacobian numeric(const Fn& fn, const std::vector<Tensor>& inputs, const std::vec
       for (size_t o = 0; o < outs0.size(); ++o) {
         auto vp = to_vector<double>(plus[o]);
         auto vm = to_vector<double>(minus[o]);
-        for (size_t j = 0; j < vp.size(); ++j) J[a][o][j * x.numel() + k] = (vp[j] - vm[j]) / (2 * eps);
+        for (size_t j = 0; j < vp.size(); ++j)
+          J[a][o][j * x.numel() + k] = (vp[j] - vm[j]) / (2 * eps);
       }
     }
   }
@@ -73,7 +75,8 @@ Jacobian analytic(const std::vector<Tensor>& outs, const std::vector<Tensor>& in
   Jacobian J(diff.size());
   for (size_t a = 0; a < diff.size(); ++a) {
     J[a].resize(outs.size());
-    for (size_t o = 0; o < outs.size(); ++o) J[a][o].assign(outs[o].numel() * inputs[diff[a]].numel(), 0.0);
+    for (size_t o = 0; o < outs.size(); ++o)
+      J[a][o].assign(outs[o].numel() * inputs[diff[a]].numel(), 0.0);
   }
   for (size_t o = 0; o < outs.size(); ++o) {
     if (!outs[o].requires_grad()) continue;
@@ -91,7 +94,8 @@ Jacobian analytic(const std::vector<Tensor>& outs, const std::vector<Tensor>& in
           usable_go.push_back(gos[q]);
         }
       }
-      auto g = grad(usable, diff_inputs, usable_go, /*retain_graph=*/true, false, /*allow_unused=*/true);
+      auto g =
+          grad(usable, diff_inputs, usable_go, /*retain_graph=*/true, false, /*allow_unused=*/true);
       for (size_t a = 0; a < diff.size(); ++a) {
         if (!g[a].defined()) continue;
         auto v = to_vector<double>(g[a]);
@@ -105,7 +109,8 @@ Jacobian analytic(const std::vector<Tensor>& outs, const std::vector<Tensor>& in
 
 }  // namespace
 
-std::string gradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+std::string gradcheck(const Fn& fn, const std::vector<Tensor>& inputs,
+                      const GradcheckOptions& opt) {
   std::vector<size_t> diff;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined() || !inputs[i].requires_grad()) continue;
@@ -125,9 +130,10 @@ std::string gradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const Gra
       for (size_t e = 0; e < A[a][o].size(); ++e) {
         const double x = A[a][o][e], y = N[a][o][e];
         if (!(std::abs(x - y) <= opt.atol + opt.rtol * std::abs(y))) {
-          report << "Jacobian mismatch for output " << o << " w.r.t. input " << diff[a] << " at (output element "
-                 << static_cast<int64_t>(e) / nin << ", input element " << static_cast<int64_t>(e) % nin
-                 << "): analytic " << x << ", numerical " << y << "\n";
+          report << "Jacobian mismatch for output " << o << " w.r.t. input " << diff[a]
+                 << " at (output element " << static_cast<int64_t>(e) / nin << ", input element "
+                 << static_cast<int64_t>(e) % nin << "): analytic " << x << ", numerical " << y
+                 << "\n";
           return report.str();
         }
       }
@@ -141,7 +147,8 @@ std::string gradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const Gra
   return std::string();
 }
 
-std::string gradgradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+std::string gradgradcheck(const Fn& fn, const std::vector<Tensor>& inputs,
+                          const GradcheckOptions& opt) {
   std::vector<Tensor> diff_inputs;
   for (const Tensor& t : inputs) {
     if (t.defined() && t.requires_grad()) diff_inputs.push_back(t);
@@ -161,7 +168,8 @@ std::string gradgradcheck(const Fn& fn, const std::vector<Tensor>& inputs, const
       AutoGradMode on(true);
       auto o2 = float_outputs(fn(in));
       auto r = grad(o2, di, vs, true, false, true);
-      for (size_t i = 0; i < r.size(); ++i) r[i] = r[i].defined() ? r[i].detach() : zeros_like(di[i]);
+      for (size_t i = 0; i < r.size(); ++i)
+        r[i] = r[i].defined() ? r[i].detach() : zeros_like(di[i]);
       return r;
     }
     auto r = grad(outs, di, vs, true, /*create_graph=*/true, true);

@@ -142,7 +142,9 @@ class FormulaNode final : public Node, public BackwardContext {
   int64_t input_storage_offset(size_t slot) const override { return slots_[slot].storage_offset; }
   size_t num_slots() const override { return slots_.size(); }
   const IValue& arg(size_t pos) const override { return args_[pos]; }
-  size_t list_size(size_t pos) const override { return pos < list_sizes_.size() ? list_sizes_[pos] : 0; }
+  size_t list_size(size_t pos) const override {
+    return pos < list_sizes_.size() ? list_sizes_[pos] : 0;
+  }
   bool create_graph() const override { return create_graph_; }
   bool accepts_grad_sinks() const override { return info_.deriv->spec.grad_sinks; }
   Tensor grad_sink(size_t slot) const override {
@@ -161,8 +163,9 @@ class FormulaNode final : public Node, public BackwardContext {
   // Sized for the common operator (two tensor inputs, a few arguments, what a binary op saves) so
   // that recording one allocates nothing but the node itself; longer lists spill to the heap.
   ::loom::detail::SmallVector<SlotMeta, 2> slots_;
-  ::loom::detail::SmallVector<IValue, 4> args_;  // non-tensor arguments by position (tensors left empty)
-  std::vector<size_t> list_sizes_;       // by position; empty when the op takes no Tensor[]
+  ::loom::detail::SmallVector<IValue, 4>
+      args_;                        // non-tensor arguments by position (tensors left empty)
+  std::vector<size_t> list_sizes_;  // by position; empty when the op takes no Tensor[]
   ::loom::detail::SmallVector<std::pair<size_t, SavedVariable>, 2> saved_inputs_;
   ::loom::detail::SmallVector<std::pair<size_t, SavedVariable>, 1> saved_outputs_;
   std::vector<Tensor> grads_;
@@ -173,19 +176,22 @@ void check_inplace(const Tensor& self, const OpInfo& info) {
   AutogradMeta* m = meta_of(self);
   if (!m) return;
   if (m->requires_grad_ && !m->grad_fn_ && !m->is_view_) {
-    LOOM_THROW(ValueError, "[", info.name, "] a leaf tensor that requires grad (shape ", self.shape_str(),
+    LOOM_THROW(ValueError, "[", info.name, "] a leaf tensor that requires grad (shape ",
+               self.shape_str(),
                ") is being used in an in-place operation; do it inside NoGradGuard, or on a clone");
   }
   if (m->is_view_) {
     AutogradMeta* bm = meta_of(m->base_);
     if (bm && bm->requires_grad_ && !bm->grad_fn_) {
-      LOOM_THROW(ValueError, "[", info.name, "] a view of a leaf tensor that requires grad (base shape ",
-                 m->base_.shape_str(), ") is being used in an in-place operation");
+      LOOM_THROW(ValueError, "[", info.name,
+                 "] a view of a leaf tensor that requires grad (base shape ", m->base_.shape_str(),
+                 ") is being used in an in-place operation");
     }
   }
 }
 
-// After an in-place op recorded as `node` (its input 0 is self's new value), self's history changes.
+// After an in-place op recorded as `node` (its input 0 is self's new value), self's history
+// changes.
 void rebase_history(const Tensor& self, const std::shared_ptr<Node>& node) {
   AutogradMeta& m = materialize_meta(self);
   if (m.is_view_ && requires_grad(m.base_)) {
@@ -226,7 +232,8 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
     op.redispatch_boxed(below, *stack);
     return;
   }
-  LOOM_CHECK_TYPE(!info.is_out, "[", info.name, "] out= arguments do not support automatic "
+  LOOM_CHECK_TYPE(!info.is_out, "[", info.name,
+                  "] out= arguments do not support automatic "
                   "differentiation, but one of the inputs requires grad");
   if (!info.deriv) {
     LOOM_THROW(NotImplementedError, "[autograd] the derivative of ", info.name,
@@ -304,7 +311,8 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
   }
 
   Tensor view_input;
-  if (info.view_of >= 0 && args[info.view_of].is_tensor()) view_input = args[info.view_of].to_tensor();
+  if (info.view_of >= 0 && args[info.view_of].is_tensor())
+    view_input = args[info.view_of].to_tensor();
   {
     ExcludeDispatchKeyGuard guard(DispatchKey::Autograd);
     op.redispatch_boxed(below, *stack);
@@ -350,13 +358,15 @@ void autograd_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* sta
     const Tensor& out = *outs[idx];
     const bool inplace_on_view = info.mutated_arg >= 0 && idx == 0 && out.defined() &&
                                  is_floating(out.dtype()) && grad_fn(out) != node;
-    node->saved_outputs_.emplace_back(idx, inplace_on_view ? SavedVariable(out, node, 0)
-                                                           : SavedVariable(out, true));
+    node->saved_outputs_.emplace_back(
+        idx, inplace_on_view ? SavedVariable(out, node, 0) : SavedVariable(out, true));
   }
 }
 
 }  // namespace
 
-LOOM_LIBRARY_IMPL(_, Autograd, m) { m.fallback(KernelFunction::from_boxed(&autograd_fallback)); }
+LOOM_LIBRARY_IMPL(_, Autograd, m) {
+  m.fallback(KernelFunction::from_boxed(&autograd_fallback));
+}
 
 }  // namespace loom::autograd

@@ -21,9 +21,11 @@ Tensor Tensor::grad() const {
   checked("Tensor::grad");
   return autograd::grad(*this);
 }
-void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph, bool create_graph) const {
+void Tensor::backward(const Tensor& gradient, std::optional<bool> retain_graph,
+                      bool create_graph) const {
   checked("Tensor::backward");
-  autograd::backward({*this}, gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{},
+  autograd::backward({*this},
+                     gradient.defined() ? std::vector<Tensor>{gradient} : std::vector<Tensor>{},
                      retain_graph, create_graph);
 }
 Tensor Tensor::detach() const {

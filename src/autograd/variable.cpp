@@ -27,7 +27,9 @@ uint64_t this_thread_id() {
 Node::Node() : sequence_nr_(tls_sequence_nr++), thread_id_(this_thread_id()) {}
 Node::~Node() = default;
 
-uint64_t peek_sequence_nr() { return tls_sequence_nr; }
+uint64_t peek_sequence_nr() {
+  return tls_sequence_nr;
+}
 
 uint32_t Node::add_input_meta(const Tensor& t) {
   // Filled in place: InputMeta holds a DimVector, whose move is a 48-byte copy.
@@ -56,7 +58,9 @@ void GradMode::set_enabled(bool enabled) {
 AutoGradMode::AutoGradMode(bool enabled) : prev_(GradMode::is_enabled()) {
   GradMode::set_enabled(enabled);
 }
-AutoGradMode::~AutoGradMode() { GradMode::set_enabled(prev_); }
+AutoGradMode::~AutoGradMode() {
+  GradMode::set_enabled(prev_);
+}
 
 namespace {
 thread_local bool tls_inference = false;
@@ -72,14 +76,22 @@ InferenceMode::~InferenceMode() {
   tls_inference = prev_inference_;
   GradMode::set_enabled(prev_grad_);
 }
-bool InferenceMode::is_enabled() { return tls_inference; }
+bool InferenceMode::is_enabled() {
+  return tls_inference;
+}
 
-bool AnomalyMode::is_enabled() { return g_anomaly.load(std::memory_order_relaxed); }
-void AnomalyMode::set_enabled(bool enabled) { g_anomaly.store(enabled); }
+bool AnomalyMode::is_enabled() {
+  return g_anomaly.load(std::memory_order_relaxed);
+}
+void AnomalyMode::set_enabled(bool enabled) {
+  g_anomaly.store(enabled);
+}
 DetectAnomalyGuard::DetectAnomalyGuard() : prev_(AnomalyMode::is_enabled()) {
   AnomalyMode::set_enabled(true);
 }
-DetectAnomalyGuard::~DetectAnomalyGuard() { AnomalyMode::set_enabled(prev_); }
+DetectAnomalyGuard::~DetectAnomalyGuard() {
+  AnomalyMode::set_enabled(prev_);
+}
 
 // ---- tensor state ----
 
@@ -104,14 +116,17 @@ void set_requires_grad(const Tensor& t, bool requires_grad) {
   LOOM_CHECK(t.defined(), "[requires_grad_] undefined tensor");
   AutogradMeta* m = meta_of(t);
   if (m && m->grad_fn_) {
-    LOOM_CHECK(requires_grad, "[requires_grad_] you can only change requires_grad flags of leaf tensors; "
-               "this tensor is the output of ", m->grad_fn_->name(),
-               ". Use detach() to get a tensor that does not require grad");
+    LOOM_CHECK(requires_grad,
+               "[requires_grad_] you can only change requires_grad flags of leaf tensors; "
+               "this tensor is the output of ",
+               m->grad_fn_->name(), ". Use detach() to get a tensor that does not require grad");
     return;
   }
   if (requires_grad) {
-    LOOM_CHECK_TYPE(is_floating(t.dtype()), "[requires_grad_] only floating-point tensors can require "
-                    "gradients; got dtype ", dtype_name(t.dtype()));
+    LOOM_CHECK_TYPE(is_floating(t.dtype()),
+                    "[requires_grad_] only floating-point tensors can require "
+                    "gradients; got dtype ",
+                    dtype_name(t.dtype()));
     materialize_meta(t).requires_grad_ = true;
     t.impl()->add_key(DispatchKey::Autograd);
   } else if (m) {
@@ -142,7 +157,9 @@ std::shared_ptr<Node> grad_fn(const Tensor& t) {
   return m->grad_fn_;
 }
 
-bool is_leaf(const Tensor& t) { return grad_fn(t) == nullptr; }
+bool is_leaf(const Tensor& t) {
+  return grad_fn(t) == nullptr;
+}
 
 uint32_t output_nr(const Tensor& t) {
   const AutogradMeta* m = meta_of(t);
@@ -155,7 +172,8 @@ Tensor grad(const Tensor& t) {
   if (m->retained_grad_) return *m->retained_grad_;
   if (m->grad_fn_) {
     LOOM_THROW(ValueError, "[grad] the .grad of a non-leaf tensor (output of ", m->grad_fn_->name(),
-               ", shape ", t.shape_str(), ") is not kept; call retain_grad() on it before backward, "
+               ", shape ", t.shape_str(),
+               ") is not kept; call retain_grad() on it before backward, "
                "or use autograd::grad(outputs, {tensor})");
   }
   return m->grad_;
@@ -177,7 +195,8 @@ void set_grad(const Tensor& t, const Tensor& g) {
 }
 
 void retain_grad(const Tensor& t) {
-  LOOM_CHECK(requires_grad(t), "[retain_grad] can't retain_grad on a tensor that does not require grad");
+  LOOM_CHECK(requires_grad(t),
+             "[retain_grad] can't retain_grad on a tensor that does not require grad");
   auto fn = grad_fn(t);
   if (!fn) return;  // leaves keep their grad anyway
   AutogradMeta& m = materialize_meta(t);
@@ -202,9 +221,9 @@ void retain_grad(const Tensor& t) {
 // Here the ownership is the other way round: the leaf's autograd meta owns the node, which points
 // back at the leaf without owning it, and every edge to the node (made by gradient_edge) also holds
 // the leaf. The graph still keeps its leaves alive (so gradients still reach a leaf the user
-// dropped, and its hooks still run), nothing forms a cycle, and the node is made once per leaf. When
-// the leaf dies it clears the node's pointer; only a node held outside any edge can see that, and
-// it then drops the gradients it gets.
+// dropped, and its hooks still run), nothing forms a cycle, and the node is made once per leaf.
+// When the leaf dies it clears the node's pointer; only a node held outside any edge can see that,
+// and it then drops the gradients it gets.
 std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
   AutogradMeta& m = materialize_meta(leaf);
   if (!m.grad_accumulator_) {
@@ -219,7 +238,8 @@ std::shared_ptr<Node> grad_accumulator(const Tensor& leaf) {
 
 void AccumulateGrad::refresh_input_meta(const Tensor& leaf) {
   const InputMeta& im = input_meta_[0];
-  if (im.sizes.ref() == leaf.sizes() && im.dtype == leaf.dtype() && im.device == leaf.device()) return;
+  if (im.sizes.ref() == leaf.sizes() && im.dtype == leaf.dtype() && im.device == leaf.device())
+    return;
   input_meta_.clear();
   add_input_meta(leaf);
 }
@@ -251,8 +271,10 @@ Tensor detach(const Tensor& t) {
 }
 
 void register_hook(const Tensor& t, GradHook hook) {
-  LOOM_CHECK(requires_grad(t), "[register_hook] cannot register a hook on a tensor that does not "
-             "require grad (shape ", t.shape_str(), ")");
+  LOOM_CHECK(requires_grad(t),
+             "[register_hook] cannot register a hook on a tensor that does not "
+             "require grad (shape ",
+             t.shape_str(), ")");
   if (auto fn = grad_fn(t)) {
     fn->add_pre_hook(output_nr(t), std::move(hook));
   } else {
@@ -261,8 +283,10 @@ void register_hook(const Tensor& t, GradHook hook) {
 }
 
 void register_post_accumulate_grad_hook(const Tensor& t, PostAccumulateGradHook hook) {
-  LOOM_CHECK(requires_grad(t) && is_leaf(t), "[register_post_accumulate_grad_hook] only leaf tensors "
-             "that require grad accumulate gradients (shape ", t.shape_str(), ")");
+  LOOM_CHECK(requires_grad(t) && is_leaf(t),
+             "[register_post_accumulate_grad_hook] only leaf tensors "
+             "that require grad accumulate gradients (shape ",
+             t.shape_str(), ")");
   materialize_meta(t).post_accumulate_hooks_.push_back(std::move(hook));
 }
 
@@ -333,10 +357,15 @@ namespace {
 thread_local const GradSinkOffer* tls_grad_sink_offer = nullptr;
 }  // namespace
 
-const GradSinkOffer* current_grad_sink_offer() { return tls_grad_sink_offer; }
-void set_current_grad_sink_offer(const GradSinkOffer* offer) { tls_grad_sink_offer = offer; }
+const GradSinkOffer* current_grad_sink_offer() {
+  return tls_grad_sink_offer;
+}
+void set_current_grad_sink_offer(const GradSinkOffer* offer) {
+  tls_grad_sink_offer = offer;
+}
 
-GraphRoot::GraphRoot(std::vector<Edge> edges, std::vector<Tensor> grads) : grads_(std::move(grads)) {
+GraphRoot::GraphRoot(std::vector<Edge> edges, std::vector<Tensor> grads)
+    : grads_(std::move(grads)) {
   next_edges_.reserve(edges.size());
   for (Edge& e : edges) next_edges_.push_back(std::move(e));
 }
@@ -379,7 +408,8 @@ std::vector<Tensor> AsStridedBackward::apply(std::vector<Tensor>&& grads) {
   return {result};
 }
 
-CopySlices::CopySlices(ViewGeometry g, std::shared_ptr<Node> fn) : geom_(std::move(g)), fn_(std::move(fn)) {}
+CopySlices::CopySlices(ViewGeometry g, std::shared_ptr<Node> fn)
+    : geom_(std::move(g)), fn_(std::move(fn)) {}
 
 std::vector<Tensor> CopySlices::apply(std::vector<Tensor>&& grads) {
   const Tensor& g = grads[0];
@@ -440,15 +470,19 @@ SavedVariable::SavedVariable(const Tensor& t, const std::shared_ptr<Node>& fn, u
 Tensor SavedVariable::unpack(const std::string& op, const char* what, size_t index) const {
   if (was_undefined_) return Tensor();
   if (released_ || !data_.defined()) {
-    LOOM_THROW(ValueError, "[autograd] trying to backward through the graph a second time (or to "
-               "use saved tensors after they were freed): the saved ", what, " ", index, " of ", op,
+    LOOM_THROW(ValueError,
+               "[autograd] trying to backward through the graph a second time (or to "
+               "use saved tensors after they were freed): the saved ",
+               what, " ", index, " of ", op,
                " was freed by the first backward. Pass retain_graph=true to the first backward");
   }
   if (data_.version() != version_) {
-    LOOM_THROW(ValueError, "[autograd] one of the tensors needed for gradient computation has been "
-               "modified by an in-place operation: ", what, " ", index, " of ", op, " (shape ",
-               data_.shape_str(), ", ", dtype_name(data_.dtype()), ") is at version ",
-               data_.version(), "; expected version ", version_,
+    LOOM_THROW(ValueError,
+               "[autograd] one of the tensors needed for gradient computation has been "
+               "modified by an in-place operation: ",
+               what, " ", index, " of ", op, " (shape ", data_.shape_str(), ", ",
+               dtype_name(data_.dtype()), ") is at version ", data_.version(),
+               "; expected version ", version_,
                ". Clone it before modifying it, or modify it out of place");
   }
   if (!is_output_) return data_;

@@ -37,11 +37,13 @@ std::vector<BuildPart> build_parts() {
     bool built = false;
     for (const std::string& f : found) built = built || f == lib;
     parts.push_back({lib, built,
-                     built ? "found" : LOOM_BUILD_CUDA ? "not found in the CUDA toolkit; install it and reconfigure"
-                                                       : "needs the CUDA backend"});
+                     built             ? "found"
+                     : LOOM_BUILD_CUDA ? "not found in the CUDA toolkit; install it and reconfigure"
+                                       : "needs the CUDA backend"});
   }
-  parts.push_back({"io_uring", LOOM_BUILD_URING != 0,
-                   LOOM_BUILD_URING ? "found" : "install liburing-dev and reconfigure (-DLOOM_URING=ON)"});
+  parts.push_back(
+      {"io_uring", LOOM_BUILD_URING != 0,
+       LOOM_BUILD_URING ? "found" : "install liburing-dev and reconfigure (-DLOOM_URING=ON)"});
   return parts;
 }
 

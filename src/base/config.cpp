@@ -103,7 +103,8 @@ bool valid(const Spec& spec, const std::string& v) {
       errno = 0;
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
-      return end == v.c_str() + v.size() && errno == 0 && std::isfinite(x) && x >= spec.min && x <= spec.max;
+      return end == v.c_str() + v.size() && errno == 0 && std::isfinite(x) && x >= spec.min &&
+             x <= spec.max;
     }
   }
   return false;
@@ -111,19 +112,22 @@ bool valid(const Spec& spec, const std::string& v) {
 
 std::string source_words(const char* source) {
   const std::string s = source;
-  return s == "env" ? "from the environment" : s == "api" ? "set through config::set" : "its default";
+  return s == "env"   ? "from the environment"
+         : s == "api" ? "set through config::set"
+                      : "its default";
 }
 
 [[noreturn]] void throw_invalid(const Spec& spec, const std::string& v, const char* source) {
   const std::string shown = spec.secret ? std::string("<hidden>") : "'" + v + "'";
-  LOOM_THROW(ValueError, "[config] ", spec.name, "=", shown, " (", source_words(source), ") is not valid: expected ",
-             spec.expected(), " (", spec.description, ")");
+  LOOM_THROW(ValueError, "[config] ", spec.name, "=", shown, " (", source_words(source),
+             ") is not valid: expected ", spec.expected(), " (", spec.description, ")");
 }
 
 // The checked value of a declared knob. Called with the registry's mutex held.
 std::string checked(const Knob& knob) {
   Resolved r = resolve(knob);
-  if (!r.value.empty() && knob.declared && !valid(knob.spec, r.value)) throw_invalid(knob.spec, r.value, r.source);
+  if (!r.value.empty() && knob.declared && !valid(knob.spec, r.value))
+    throw_invalid(knob.spec, r.value, r.source);
   return r.value;
 }
 
@@ -148,27 +152,37 @@ Knob* register_spec(Spec spec) {
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::String: return "string";
-    case Type::Int: return "int";
-    case Type::Real: return "real";
-    case Type::Flag: return "flag";
-    case Type::Choice: return "choice";
-    case Type::Path: return "path";
+    case Type::String:
+      return "string";
+    case Type::Int:
+      return "int";
+    case Type::Real:
+      return "real";
+    case Type::Flag:
+      return "flag";
+    case Type::Choice:
+      return "choice";
+    case Type::Path:
+      return "path";
   }
   return "?";
 }
 
 std::string Spec::expected() const {
   switch (type) {
-    case Type::String: return "a string";
-    case Type::Path: return "a path";
-    case Type::Flag: return "a flag: 1, true, yes, on or 0, false, no, off";
+    case Type::String:
+      return "a string";
+    case Type::Path:
+      return "a path";
+    case Type::Flag:
+      return "a flag: 1, true, yes, on or 0, false, no, off";
     case Type::Int:
     case Type::Real: {
       std::string what = type == Type::Int ? "an integer" : "a number";
       const bool no_max = max >= 9.2e18;
-      return no_max ? what + " of at least " + format_number(min, type)
-                    : what + " from " + format_number(min, type) + " to " + format_number(max, type);
+      return no_max
+                 ? what + " of at least " + format_number(min, type)
+                 : what + " from " + format_number(min, type) + " to " + format_number(max, type);
     }
     case Type::Choice: {
       std::string s = "one of ";
@@ -179,9 +193,12 @@ std::string Spec::expected() const {
   return "?";
 }
 
-void declare(Spec spec) { register_spec(std::move(spec)); }
+void declare(Spec spec) {
+  register_spec(std::move(spec));
+}
 
-std::string declare(const std::string& name, const std::string& default_value, const std::string& description) {
+std::string declare(const std::string& name, const std::string& default_value,
+                    const std::string& description) {
   Spec spec;
   spec.name = name;
   spec.default_value = default_value;
@@ -208,7 +225,8 @@ int64_t get_int(const std::string& name, int64_t fallback) {
   errno = 0;
   char* end = nullptr;
   long long x = std::strtoll(v.c_str(), &end, 10);
-  LOOM_CHECK(end == v.c_str() + v.size() && errno == 0, "[config] ", name, " must be an integer but is '", v, "'");
+  LOOM_CHECK(end == v.c_str() + v.size() && errno == 0, "[config] ", name,
+             " must be an integer but is '", v, "'");
   return x;
 }
 
@@ -222,7 +240,9 @@ void set(const std::string& name, const std::string& value) {
   g_generation.fetch_add(1, std::memory_order_release);
 }
 
-uint64_t generation() { return g_generation.load(std::memory_order_acquire); }
+uint64_t generation() {
+  return g_generation.load(std::memory_order_acquire);
+}
 
 std::vector<Entry> list() {
   Registry& r = registry();
@@ -238,7 +258,8 @@ std::vector<Entry> list() {
     e.type = type_name(knob.spec.type);
     e.expected = knob.spec.expected();
     e.default_value = knob.spec.default_value;
-    if (!v.value.empty() && knob.declared && !valid(knob.spec, v.value)) e.error = "expected " + e.expected;
+    if (!v.value.empty() && knob.declared && !valid(knob.spec, v.value))
+      e.error = "expected " + e.expected;
     out.push_back(std::move(e));
   }
   return out;
@@ -252,7 +273,8 @@ Setting::Setting(Spec spec) {
 }
 
 std::string Setting::value() const {
-  LOOM_INTERNAL_ASSERT(knob_ != nullptr, "[config] a setting was read before its declaration ran (static "
+  LOOM_INTERNAL_ASSERT(knob_ != nullptr,
+                       "[config] a setting was read before its declaration ran (static "
                        "initialisation order)");
   std::lock_guard<std::mutex> lock(registry().mu);
   return checked(*knob_);
@@ -275,7 +297,8 @@ Spec make_spec(const char* name, Type type, std::string default_value, const cha
 }
 }  // namespace
 
-StringSetting::StringSetting(const char* name, const char* default_value, const char* description, bool secret)
+StringSetting::StringSetting(const char* name, const char* default_value, const char* description,
+                             bool secret)
     : Setting([&] {
         Spec s = make_spec(name, Type::String, default_value, description);
         s.secret = secret;
@@ -285,7 +308,8 @@ StringSetting::StringSetting(const char* name, const char* default_value, const 
 PathSetting::PathSetting(const char* name, const char* default_value, const char* description)
     : Setting(make_spec(name, Type::Path, default_value, description)) {}
 
-IntSetting::IntSetting(const char* name, int64_t default_value, int64_t min, int64_t max, const char* description)
+IntSetting::IntSetting(const char* name, int64_t default_value, int64_t min, int64_t max,
+                       const char* description)
     : Setting([&] {
         Spec s = make_spec(name, Type::Int, std::to_string(default_value), description);
         s.min = static_cast<double>(min);
@@ -293,7 +317,8 @@ IntSetting::IntSetting(const char* name, int64_t default_value, int64_t min, int
         return s;
       }()) {}
 
-IntSetting::IntSetting(const char* name, std::nullopt_t, int64_t min, int64_t max, const char* description)
+IntSetting::IntSetting(const char* name, std::nullopt_t, int64_t min, int64_t max,
+                       const char* description)
     : Setting([&] {
         Spec s = make_spec(name, Type::Int, "", description);
         s.min = static_cast<double>(min);
@@ -312,7 +337,8 @@ int64_t IntSetting::get_or(int64_t computed_default) const {
   return v.empty() ? computed_default : std::strtoll(v.c_str(), nullptr, 10);
 }
 
-RealSetting::RealSetting(const char* name, double default_value, double min, double max, const char* description)
+RealSetting::RealSetting(const char* name, double default_value, double min, double max,
+                         const char* description)
     : Setting([&] {
         Spec s = make_spec(name, Type::Real, format_number(default_value, Type::Real), description);
         s.min = min;
@@ -320,7 +346,9 @@ RealSetting::RealSetting(const char* name, double default_value, double min, dou
         return s;
       }()) {}
 
-double RealSetting::get() const { return std::strtod(value().c_str(), nullptr); }
+double RealSetting::get() const {
+  return std::strtod(value().c_str(), nullptr);
+}
 
 FlagSetting::FlagSetting(const char* name, bool default_value, const char* description)
     : Setting(make_spec(name, Type::Flag, default_value ? "1" : "0", description)) {}
@@ -331,14 +359,16 @@ bool FlagSetting::get() const {
   return b;
 }
 
-ChoiceSetting::ChoiceSetting(const char* name, const char* default_value, std::initializer_list<const char*> choices,
-                             const char* description)
+ChoiceSetting::ChoiceSetting(const char* name, const char* default_value,
+                             std::initializer_list<const char*> choices, const char* description)
     : Setting([&] {
         Spec s = make_spec(name, Type::Choice, default_value, description);
         for (const char* c : choices) s.choices.push_back(lower(c));
         return s;
       }()) {}
 
-std::string ChoiceSetting::get() const { return lower(value()); }
+std::string ChoiceSetting::get() const {
+  return lower(value());
+}
 
 }  // namespace loom::config

@@ -14,7 +14,8 @@ CpuInfo cpu_info() {
   for (std::string line; std::getline(f, line);) {
     if (line.rfind("model name", 0) == 0) {
       const size_t colon = line.find(':');
-      if (colon != std::string::npos) c.model = line.substr(line.find_first_not_of(" \t", colon + 1));
+      if (colon != std::string::npos)
+        c.model = line.substr(line.find_first_not_of(" \t", colon + 1));
       break;
     }
   }

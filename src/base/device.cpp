@@ -9,9 +9,12 @@ namespace loom {
 
 const char* device_type_name(DeviceType t) {
   switch (t) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::CUDA: return "cuda";
-    case DeviceType::Meta: return "meta";
+    case DeviceType::CPU:
+      return "cpu";
+    case DeviceType::CUDA:
+      return "cuda";
+    case DeviceType::Meta:
+      return "meta";
   }
   return "?";
 }
@@ -19,8 +22,8 @@ const char* device_type_name(DeviceType t) {
 namespace detail {
 void throw_bad_device_index(DeviceType type, int index) {
   if (type != DeviceType::CUDA) {
-    LOOM_THROW(ValueError, "[device] a ", device_type_name(type), " device has only index 0 (or -1 for ",
-               "the current one) but got ", index);
+    LOOM_THROW(ValueError, "[device] a ", device_type_name(type),
+               " device has only index 0 (or -1 for ", "the current one) but got ", index);
   }
   LOOM_THROW(ValueError, "[device] a cuda device index must be -1 (the current device) or 0 .. ",
              kMaxDeviceIndex - 1, " but got ", index);
@@ -47,7 +50,8 @@ Device::Device(const std::string& spec) : type_(DeviceType::CPU), index_(0) {
   if (!idx.empty()) {
     char* end = nullptr;
     long v = std::strtol(idx.c_str(), &end, 10);
-    LOOM_CHECK(end && *end == '\0' && v >= 0 && v < kMaxDeviceIndex, "[device] bad device index in '", spec, "'");
+    LOOM_CHECK(end && *end == '\0' && v >= 0 && v < kMaxDeviceIndex,
+               "[device] bad device index in '", spec, "'");
     LOOM_CHECK(type_ == DeviceType::CUDA, "[device] only cuda devices take an index: '", spec, "'");
     index_ = static_cast<int8_t>(v);
   }
@@ -63,6 +67,8 @@ std::string Device::str() const {
   return s;
 }
 
-std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, const Device& d) {
+  return os << d.str();
+}
 
 }  // namespace loom

@@ -31,10 +31,10 @@ class HostLikeInterface : public DeviceInterface {
     return Stream(Device(type_, index), next_.fetch_add(1, std::memory_order_relaxed));
   }
   void check_stream(const Stream& s) const override {
-    LOOM_CHECK(s.device_type() == type_ && s.id() >= 0 &&
-                   s.id() < next_.load(std::memory_order_relaxed),
-               "[stream] ", s, " is not a stream of ", device_type_name(type_),
-               " (streams come from new_stream)");
+    LOOM_CHECK(
+        s.device_type() == type_ && s.id() >= 0 && s.id() < next_.load(std::memory_order_relaxed),
+        "[stream] ", s, " is not a stream of ", device_type_name(type_),
+        " (streams come from new_stream)");
   }
   bool query_stream(const Stream&) override { return true; }
   void synchronize_stream(const Stream&) override {}
@@ -64,8 +64,10 @@ class CpuInterface final : public HostLikeInterface {
     const long total = sysconf(_SC_PHYS_PAGES);
     const long avail = sysconf(_SC_AVPHYS_PAGES);
     DeviceMemoryInfo info;
-    if (page > 0 && total > 0) info.total_bytes = static_cast<size_t>(total) * static_cast<size_t>(page);
-    if (page > 0 && avail > 0) info.free_bytes = static_cast<size_t>(avail) * static_cast<size_t>(page);
+    if (page > 0 && total > 0)
+      info.total_bytes = static_cast<size_t>(total) * static_cast<size_t>(page);
+    if (page > 0 && avail > 0)
+      info.free_bytes = static_cast<size_t>(avail) * static_cast<size_t>(page);
     return info;
   }
 };
@@ -99,13 +101,16 @@ class CudaUnavailableInterface final : public DeviceInterface {
   bool query_event(void*) override { fail("query_event"); }
   void synchronize_event(void*) override { fail("synchronize_event"); }
   void destroy_event(void*) noexcept override {}
-  void copy(void*, Device, const void*, Device, size_t, const Stream&, bool) override { fail("copy"); }
+  void copy(void*, Device, const void*, Device, size_t, const Stream&, bool) override {
+    fail("copy");
+  }
   DeviceMemoryInfo memory_info(DeviceIndex) override { fail("memory_info"); }
 
  private:
   [[noreturn]] static void fail(const char* what) {
     if (cuda::is_built()) {
-      LOOM_THROW(NotImplementedError, "[cuda] ", what, ": no CUDA device is visible to this process");
+      LOOM_THROW(NotImplementedError, "[cuda] ", what,
+                 ": no CUDA device is visible to this process");
     }
     LOOM_THROW(NotImplementedError, "[cuda] ", what,
                ": CUDA is not available in this build (configure with -DLOOM_CUDA=ON on a machine "

@@ -48,7 +48,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(temp_nam
   struct flock lk {};
   lk.l_type = F_WRLCK;
   lk.l_whence = SEEK_SET;
-  ::fcntl(fd_, F_OFD_SETLK, &lk);  // best effort: a file system without locks falls back to pid checks
+  ::fcntl(fd_, F_OFD_SETLK,
+          &lk);  // best effort: a file system without locks falls back to pid checks
   // Replacing a file should not change who may read it.
   struct stat st;
   if (::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::fchmod(fd_, st.st_mode & 07777);
@@ -180,7 +181,9 @@ long temp_owner(const std::string& file) {
   return pid;
 }
 
-bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+bool process_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
 
 }  // namespace
 
@@ -207,7 +210,8 @@ OrphanSweep remove_orphan_temp_files(const std::string& dir, double min_age_seco
       struct flock lk {};
       lk.l_type = F_RDLCK;
       lk.l_whence = SEEK_SET;
-      const bool locked = ::fcntl(fd, F_OFD_GETLK, &lk) == 0 ? lk.l_type != F_UNLCK : process_alive(pid);
+      const bool locked =
+          ::fcntl(fd, F_OFD_GETLK, &lk) == 0 ? lk.l_type != F_UNLCK : process_alive(pid);
       const double age = difftime(now, st.st_mtime);
       orphan = !locked && (!process_alive(pid) || age >= min_age_seconds);
     }

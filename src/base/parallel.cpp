@@ -1,10 +1,11 @@
 // Note [Thread pool and BLAS]
 // The pool has get_num_threads() - 1 workers; the calling thread takes a share of every job, so a
 // width of 1 means "no workers at all". OpenBLAS is kept single-threaded and large matrix products
-// are split across this pool instead (Note [One pool for BLAS] in src/ops/blas.h), so at most `width`
-// threads compute at any time and no second pool spins on the cores. Two pools at full width on 2
-// cores made a quarter of libtorch's training steps 4x slower on our machines; OpenBLAS's workers
-// busy-waiting after each product slowed loom's elementwise ops between products up to 3x.
+// are split across this pool instead (Note [One pool for BLAS] in src/ops/blas.h), so at most
+// `width` threads compute at any time and no second pool spins on the cores. Two pools at full
+// width on 2 cores made a quarter of libtorch's training steps 4x slower on our machines;
+// OpenBLAS's workers busy-waiting after each product slowed loom's elementwise ops between products
+// up to 3x.
 #include "loom/parallel.h"
 
 #include <pthread.h>
@@ -27,10 +28,11 @@ extern "C" char* openblas_get_corename(void);
 namespace loom {
 namespace {
 
-const config::IntSetting kNumThreads("LOOM_NUM_THREADS", std::nullopt, 1, 4096,
-                                     "intra-op threads, the only compute pool (OpenBLAS runs single-"
-                                     "threaded and loom splits large products across the pool); "
-                                     "default: the number of cores");
+const config::IntSetting kNumThreads(
+    "LOOM_NUM_THREADS", std::nullopt, 1, 4096,
+    "intra-op threads, the only compute pool (OpenBLAS runs single-"
+    "threaded and loom splits large products across the pool); "
+    "default: the number of cores");
 
 thread_local bool t_in_parallel = false;
 
@@ -150,7 +152,7 @@ class ThreadPool {
   std::condition_variable cv_, done_cv_;
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> shutdown_{false};
-  Job job_;                // GUARDED_BY(mu_) while published
+  Job job_;  // GUARDED_BY(mu_) while published
   std::atomic<uint64_t> ticket_{0};
   std::atomic<int64_t> pending_{0};
   std::exception_ptr error_;  // GUARDED_BY(mu_)
@@ -162,8 +164,8 @@ int default_width() {
 }
 
 // The pool is created on first use. A child process made by fork() has none of the parent's worker
-// threads, so the child forgets the parent's pool (leaking it: its mutexes may be held by threads that
-// do not exist here) and makes its own on first use, as PyTorch does.
+// threads, so the child forgets the parent's pool (leaking it: its mutexes may be held by threads
+// that do not exist here) and makes its own on first use, as PyTorch does.
 std::atomic<ThreadPool*> g_pool{nullptr};
 std::mutex g_pool_mu;
 
@@ -190,7 +192,9 @@ ThreadPool& pool() {
 
 }  // namespace
 
-int get_num_threads() { return pool().width(); }
+int get_num_threads() {
+  return pool().width();
+}
 
 void set_num_threads(int n) {
   LOOM_CHECK(n >= 1, "[parallel] set_num_threads expects n >= 1 but got ", n);
@@ -199,9 +203,13 @@ void set_num_threads(int n) {
   openblas_set_num_threads(1);
 }
 
-bool in_parallel_region() { return t_in_parallel; }
+bool in_parallel_region() {
+  return t_in_parallel;
+}
 
-std::string blas_config() { return openblas_get_config(); }
+std::string blas_config() {
+  return openblas_get_config();
+}
 
 BlasInfo blas_info() {
   BlasInfo b;

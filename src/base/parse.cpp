@@ -1,10 +1,10 @@
 // Numbers from text: see parse.h.
 #include "loom/parse.h"
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cctype>
 #include <cstdlib>
 
 #include "loom/error.h"
@@ -31,7 +31,8 @@ std::string number_text(double v) {
 }  // namespace
 
 std::string describe_range(int64_t min, int64_t max) {
-  constexpr int64_t lo = std::numeric_limits<int64_t>::min(), hi = std::numeric_limits<int64_t>::max();
+  constexpr int64_t lo = std::numeric_limits<int64_t>::min(),
+                    hi = std::numeric_limits<int64_t>::max();
   if (min == lo && max == hi) return "any integer";
   if (max == hi) return "at least " + std::to_string(min);
   if (min == lo) return "at most " + std::to_string(max);
@@ -48,15 +49,18 @@ std::string describe_range(double min, double max) {
 
 int64_t parse_int(std::string_view text, std::string_view what, int64_t min, int64_t max) {
   std::string_view digits = text;
-  if (digits.size() > 1 && digits[0] == '+' && digits[1] >= '0' && digits[1] <= '9') digits.remove_prefix(1);
+  if (digits.size() > 1 && digits[0] == '+' && digits[1] >= '0' && digits[1] <= '9')
+    digits.remove_prefix(1);
   int64_t v = 0;
   const char* end = digits.data() + digits.size();
   auto [ptr, ec] = std::from_chars(digits.data(), end, v);
   if (digits.empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
-    LOOM_THROW(ValueError, what, " expects an integer (", describe_range(min, max), ") but got ", quoted(text));
+    LOOM_THROW(ValueError, what, " expects an integer (", describe_range(min, max), ") but got ",
+               quoted(text));
   }
   if (ec == std::errc::result_out_of_range || v < min || v > max) {
-    LOOM_THROW(ValueError, what, " must be an integer ", describe_range(min, max), " but got ", quoted(text),
+    LOOM_THROW(ValueError, what, " must be an integer ", describe_range(min, max), " but got ",
+               quoted(text),
                ec == std::errc::result_out_of_range ? " (too large for a 64-bit integer)" : "");
   }
   return v;
@@ -67,21 +71,25 @@ double parse_double(std::string_view text, std::string_view what, double min, do
   const std::string s(text);
   bool plain = !s.empty();
   for (char c : s) {
-    plain = plain && ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-');
+    plain = plain &&
+            ((c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-');
   }
   char* end = nullptr;
   errno = 0;
   const double v = plain ? std::strtod(s.c_str(), &end) : 0.0;
   if (!plain || end != s.c_str() + s.size()) {
-    LOOM_THROW(ValueError, what, " expects a number (", describe_range(min, max), ") but got ", quoted(text));
+    LOOM_THROW(ValueError, what, " expects a number (", describe_range(min, max), ") but got ",
+               quoted(text));
   }
   if (errno == ERANGE || !std::isfinite(v)) {
     const bool underflow = std::isfinite(v) && std::fabs(v) <= std::numeric_limits<double>::min();
-    LOOM_THROW(ValueError, what, " must be a number ", describe_range(min, max), " but got ", quoted(text),
-               underflow ? " (too small to represent: it would read as 0)" : " (too large to represent)");
+    LOOM_THROW(
+        ValueError, what, " must be a number ", describe_range(min, max), " but got ", quoted(text),
+        underflow ? " (too small to represent: it would read as 0)" : " (too large to represent)");
   }
   if (v < min || v > max) {
-    LOOM_THROW(ValueError, what, " must be a number ", describe_range(min, max), " but got ", quoted(text));
+    LOOM_THROW(ValueError, what, " must be a number ", describe_range(min, max), " but got ",
+               quoted(text));
   }
   return v;
 }
@@ -91,7 +99,8 @@ bool parse_bool(std::string_view text, std::string_view what) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  LOOM_THROW(ValueError, what, " expects a boolean (1/0, true/false, yes/no, on/off) but got ", quoted(text));
+  LOOM_THROW(ValueError, what, " expects a boolean (1/0, true/false, yes/no, on/off) but got ",
+             quoted(text));
 }
 
 }  // namespace loom

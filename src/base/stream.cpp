@@ -16,12 +16,20 @@ thread_local StreamId tls_current[kNumDeviceTypes][kMaxDeviceIndex];
 
 }  // namespace
 
-bool Stream::query() const { return device_interface(device_type()).query_stream(*this); }
-void Stream::synchronize() const { device_interface(device_type()).synchronize_stream(*this); }
+bool Stream::query() const {
+  return device_interface(device_type()).query_stream(*this);
+}
+void Stream::synchronize() const {
+  device_interface(device_type()).synchronize_stream(*this);
+}
 
-std::string Stream::str() const { return device_.str() + " stream " + std::to_string(id_); }
+std::string Stream::str() const {
+  return device_.str() + " stream " + std::to_string(id_);
+}
 
-std::ostream& operator<<(std::ostream& os, const Stream& s) { return os << s.str(); }
+std::ostream& operator<<(std::ostream& os, const Stream& s) {
+  return os << s.str();
+}
 
 Stream current_stream(Device device) {
   return Stream(device, tls_current[static_cast<int>(device.type())][device.index()]);
@@ -32,14 +40,18 @@ void set_current_stream(const Stream& stream) {
   tls_current[static_cast<int>(stream.device_type())][stream.device_index()] = stream.id();
 }
 
-Stream new_stream(Device device) { return device_interface(device.type()).new_stream(device.index()); }
+Stream new_stream(Device device) {
+  return device_interface(device.type()).new_stream(device.index());
+}
 
 Event::~Event() {
   if (handle_ != nullptr) device_interface(type_).destroy_event(handle_);
 }
 
 Event::Event(Event&& o) noexcept
-    : type_(o.type_), device_(o.device_), handle_(std::exchange(o.handle_, nullptr)),
+    : type_(o.type_),
+      device_(o.device_),
+      handle_(std::exchange(o.handle_, nullptr)),
       recorded_(std::exchange(o.recorded_, false)) {}
 
 Event& Event::operator=(Event&& o) noexcept {
@@ -70,7 +82,9 @@ void Event::block(const Stream& stream) const {
   device_interface(type_).block_stream(handle_, stream);
 }
 
-bool Event::query() const { return !recorded_ || device_interface(type_).query_event(handle_); }
+bool Event::query() const {
+  return !recorded_ || device_interface(type_).query_event(handle_);
+}
 
 void Event::synchronize() const {
   if (recorded_) device_interface(type_).synchronize_event(handle_);

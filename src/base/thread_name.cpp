@@ -22,7 +22,8 @@ Names& names() {
   return *n;
 }
 
-// Removes the thread's entry when it exits, so that a later thread given the same id starts unnamed.
+// Removes the thread's entry when it exits, so that a later thread given the same id starts
+// unnamed.
 struct Forget {
   uint64_t tid = 0;
   ~Forget() {
@@ -45,7 +46,8 @@ void set_thread_name(const std::string& name) {
   }
   t_forget.tid = tid;
   // Not the main thread's: its OS name is the process's (what ps and pgrep show).
-  if (tid != static_cast<uint64_t>(::getpid())) pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+  if (tid != static_cast<uint64_t>(::getpid()))
+    pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 std::string thread_name_of(uint64_t os_tid) {

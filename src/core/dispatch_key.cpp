@@ -8,18 +8,30 @@ namespace loom {
 
 const char* dispatch_key_name(DispatchKey k) {
   switch (k) {
-    case DispatchKey::Undefined: return "Undefined";
-    case DispatchKey::Meta: return "Meta";
-    case DispatchKey::CPU: return "CPU";
-    case DispatchKey::CUDA: return "CUDA";
-    case DispatchKey::Capture: return "Capture";
-    case DispatchKey::Functionalize: return "Functionalize";
-    case DispatchKey::Autograd: return "Autograd";
-    case DispatchKey::Autocast: return "Autocast";
-    case DispatchKey::Tracer: return "Tracer";
-    case DispatchKey::NumKeys: return "NumKeys";
-    case DispatchKey::CompositeExplicit: return "CompositeExplicit";
-    case DispatchKey::CompositeImplicit: return "CompositeImplicit";
+    case DispatchKey::Undefined:
+      return "Undefined";
+    case DispatchKey::Meta:
+      return "Meta";
+    case DispatchKey::CPU:
+      return "CPU";
+    case DispatchKey::CUDA:
+      return "CUDA";
+    case DispatchKey::Capture:
+      return "Capture";
+    case DispatchKey::Functionalize:
+      return "Functionalize";
+    case DispatchKey::Autograd:
+      return "Autograd";
+    case DispatchKey::Autocast:
+      return "Autocast";
+    case DispatchKey::Tracer:
+      return "Tracer";
+    case DispatchKey::NumKeys:
+      return "NumKeys";
+    case DispatchKey::CompositeExplicit:
+      return "CompositeExplicit";
+    case DispatchKey::CompositeImplicit:
+      return "CompositeImplicit";
   }
   return "Reserved";
 }
@@ -34,7 +46,9 @@ DispatchKey parse_dispatch_key(const std::string& name) {
   LOOM_THROW(ValueError, "[dispatch] unknown dispatch key '", name, "'");
 }
 
-std::ostream& operator<<(std::ostream& os, DispatchKey k) { return os << dispatch_key_name(k); }
+std::ostream& operator<<(std::ostream& os, DispatchKey k) {
+  return os << dispatch_key_name(k);
+}
 
 std::string DispatchKeySet::str() const {
   std::string s = "{";

@@ -14,7 +14,7 @@ uint16_t Half::from_float(float f) {
   std::memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {
     // Subnormal half (or zero): add the magic number so the FPU rounds to nearest even for us.
@@ -59,8 +59,8 @@ size_t element_size(DType t) {
 }
 
 const char* dtype_name(DType t) {
-  static constexpr const char* names[kNumDTypes] = {"bool",    "uint8",    "int8",    "int16",
-                                                    "int32",   "int64",    "float16", "bfloat16",
+  static constexpr const char* names[kNumDTypes] = {"bool",    "uint8",  "int8",    "int16",
+                                                    "int32",   "int64",  "float16", "bfloat16",
                                                     "float32", "float64"};
   int i = static_cast<int>(t);
   return (i >= 0 && i < kNumDTypes) ? names[i] : "?";
@@ -72,12 +72,12 @@ DType parse_dtype(const char* name) {
     DType t;
   };
   static constexpr Alias aliases[] = {
-      {"bool", kBool},       {"uint8", kUInt8},     {"u8", kUInt8},       {"int8", kInt8},
-      {"i8", kInt8},         {"int16", kInt16},     {"short", kInt16},    {"i16", kInt16},
-      {"int32", kInt32},     {"int", kInt32},       {"i32", kInt32},      {"int64", kInt64},
-      {"long", kInt64},      {"i64", kInt64},       {"float16", kFloat16}, {"half", kFloat16},
-      {"f16", kFloat16},     {"bfloat16", kBFloat16}, {"bf16", kBFloat16}, {"float32", kFloat32},
-      {"float", kFloat32},   {"f32", kFloat32},     {"float64", kFloat64}, {"double", kFloat64},
+      {"bool", kBool},     {"uint8", kUInt8},       {"u8", kUInt8},        {"int8", kInt8},
+      {"i8", kInt8},       {"int16", kInt16},       {"short", kInt16},     {"i16", kInt16},
+      {"int32", kInt32},   {"int", kInt32},         {"i32", kInt32},       {"int64", kInt64},
+      {"long", kInt64},    {"i64", kInt64},         {"float16", kFloat16}, {"half", kFloat16},
+      {"f16", kFloat16},   {"bfloat16", kBFloat16}, {"bf16", kBFloat16},   {"float32", kFloat32},
+      {"float", kFloat32}, {"f32", kFloat32},       {"float64", kFloat64}, {"double", kFloat64},
       {"f64", kFloat64},
   };
   for (const auto& a : aliases) {
@@ -86,7 +86,9 @@ DType parse_dtype(const char* name) {
   LOOM_THROW(ValueError, "[dtype] unknown dtype '", name, "'");
 }
 
-std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+std::ostream& operator<<(std::ostream& os, DType t) {
+  return os << dtype_name(t);
+}
 
 DType promote_types(DType a, DType b) {
   // Rows and columns in DType order: b1 u1 i1 i2 i4 i8 f2 bf f4 f8 (PyTorch's table, less complex).
@@ -112,7 +114,9 @@ namespace {
 std::atomic<DType> g_default_dtype{kFloat32};
 }
 
-DType default_dtype() { return g_default_dtype.load(std::memory_order_relaxed); }
+DType default_dtype() {
+  return g_default_dtype.load(std::memory_order_relaxed);
+}
 
 void set_default_dtype(DType t) {
   LOOM_CHECK_TYPE(t == kFloat32 || t == kFloat64 || t == kFloat16 || t == kBFloat16,

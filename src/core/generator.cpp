@@ -26,7 +26,9 @@ std::array<uint32_t, 4> philox4x32(uint64_t counter_lo, uint64_t counter_hi, uin
   return {c0, c1, c2, c3};
 }
 
-Generator::Generator(uint64_t seed) : impl_(std::make_shared<Impl>()) { impl_->st.seed = seed; }
+Generator::Generator(uint64_t seed) : impl_(std::make_shared<Impl>()) {
+  impl_->st.seed = seed;
+}
 
 void Generator::manual_seed(uint64_t seed) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -60,6 +62,8 @@ Generator& default_generator() {
   return *g;
 }
 
-void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  default_generator().manual_seed(seed);
+}
 
 }  // namespace loom

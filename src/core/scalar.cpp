@@ -6,9 +6,12 @@ namespace loom {
 
 DType Scalar::dtype() const {
   switch (kind_) {
-    case Kind::Bool: return kBool;
-    case Kind::Int: return kInt64;
-    case Kind::Float: return default_dtype();
+    case Kind::Bool:
+      return kBool;
+    case Kind::Int:
+      return kInt64;
+    case Kind::Float:
+      return default_dtype();
   }
   return kFloat32;
 }
@@ -20,9 +23,12 @@ bool Scalar::operator==(const Scalar& o) const {
 
 std::ostream& operator<<(std::ostream& os, const Scalar& s) {
   switch (s.kind()) {
-    case Scalar::Kind::Bool: return os << (s.to_bool() ? "True" : "False");
-    case Scalar::Kind::Int: return os << s.to_int();
-    case Scalar::Kind::Float: return os << s.to_double();
+    case Scalar::Kind::Bool:
+      return os << (s.to_bool() ? "True" : "False");
+    case Scalar::Kind::Int:
+      return os << s.to_int();
+    case Scalar::Kind::Float:
+      return os << s.to_double();
   }
   return os;
 }

@@ -100,8 +100,8 @@ DimVector contiguous_strides(IntArrayRef sizes) {
 
 Tensor make_tensor(Storage storage, DType dtype, IntArrayRef sizes, IntArrayRef strides,
                    int64_t storage_offset) {
-  return Tensor(make_intrusive<TensorImpl>(std::move(storage), dtype, sizes, strides,
-                                           storage_offset));
+  return Tensor(
+      make_intrusive<TensorImpl>(std::move(storage), dtype, sizes, strides, storage_offset));
 }
 
 namespace detail {
@@ -128,7 +128,8 @@ void throw_too_many_bytes(IntArrayRef sizes, DType dtype, const char* op) {
 
 Tensor empty_tensor(IntArrayRef sizes, DType dtype, Device device) {
   Storage st = make_storage(checked_nbytes(sizes, dtype, "empty"), device);
-  return Tensor(make_intrusive<TensorImpl>(std::move(st), dtype, sizes, contiguous_strides(sizes), 0));
+  return Tensor(
+      make_intrusive<TensorImpl>(std::move(st), dtype, sizes, contiguous_strides(sizes), 0));
 }
 
 Tensor wrap_scalar(const Scalar& s, Device device) {
@@ -179,8 +180,7 @@ std::string Tensor::shape_str() const {
 
 namespace detail {
 void check_from_vector(int64_t got, int64_t want) {
-  LOOM_CHECK(got == want, "[from_vector] got ", got, " values for a tensor of ", want,
-             " elements");
+  LOOM_CHECK(got == want, "[from_vector] got ", got, " values for a tensor of ", want, " elements");
 }
 }  // namespace detail
 

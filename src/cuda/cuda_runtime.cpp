@@ -25,8 +25,12 @@ int device_count() {
   return n;
 }
 
-bool is_available() { return device_count() > 0; }
-bool is_built() { return true; }
+bool is_available() {
+  return device_count() > 0;
+}
+bool is_built() {
+  return true;
+}
 
 bool host_register(void* p, size_t n) {
   if (!is_available()) return false;
@@ -133,7 +137,8 @@ class CudaInterface final : public DeviceInterface {
   }
   void block_stream(void* event, const Stream& s) override {
     ScopedDevice scope(s.device_index());
-    check(cudaStreamWaitEvent(raw(s), static_cast<CudaEvent*>(event)->event, 0), "cudaStreamWaitEvent");
+    check(cudaStreamWaitEvent(raw(s), static_cast<CudaEvent*>(event)->event, 0),
+          "cudaStreamWaitEvent");
   }
   bool query_event(void* event) override {
     cudaError_t e = cudaEventQuery(static_cast<CudaEvent*>(event)->event);

@@ -36,7 +36,8 @@ std::string self_check() {
   int host[n];
   if (err != cudaSuccess) {
     result = failed("kernel launch", err);
-  } else if ((err = cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost)) != cudaSuccess) {
+  } else if ((err = cudaMemcpy(host, device, sizeof(host), cudaMemcpyDeviceToHost)) !=
+             cudaSuccess) {
     result = failed("cudaMemcpy", err);
   } else {
     for (int i = 0; i < n && result.empty(); ++i) {

@@ -4,7 +4,8 @@
 namespace loom::cuda {
 
 std::string self_check() {
-  return "[cuda] this build has no CUDA backend (configure with the CUDA toolkit installed, -DLOOM_CUDA=ON)";
+  return "[cuda] this build has no CUDA backend (configure with the CUDA toolkit installed, "
+         "-DLOOM_CUDA=ON)";
 }
 
 }  // namespace loom::cuda

@@ -21,9 +21,10 @@ namespace loom::data {
 namespace fs = std::filesystem;
 
 namespace {
-const config::PathSetting kCacheDir("LOOM_CACHE_DIR", "",
-                                    "where derived data goes, e.g. Fashion-MNIST packed into shards "
-                                    "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
+const config::PathSetting kCacheDir(
+    "LOOM_CACHE_DIR", "",
+    "where derived data goes, e.g. Fashion-MNIST packed into shards "
+    "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
 }  // namespace
 
 std::string default_cache_dir() {
@@ -77,10 +78,14 @@ bool packed_from(const std::string& dir, const std::string& identity) {
 
 class FileLock {
  public:
-  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) LOOM_THROW(DataError, "[data.cache] cannot create the lock file ", path, ": ", std::strerror(errno));
+  explicit FileLock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0)
+      LOOM_THROW(DataError, "[data.cache] cannot create the lock file ", path, ": ",
+                 std::strerror(errno));
     while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) LOOM_THROW(DataError, "[data.cache] cannot lock ", path, ": ", std::strerror(errno));
+      if (errno != EINTR)
+        LOOM_THROW(DataError, "[data.cache] cannot lock ", path, ": ", std::strerror(errno));
     }
   }
   ~FileLock() { ::close(fd_); }  // closing releases the lock
@@ -91,7 +96,8 @@ class FileLock {
 
 }  // namespace
 
-std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t limit, const std::string& cache_dir) {
+std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t limit,
+                                 const std::string& cache_dir) {
   const std::string root = cache_dir.empty() ? default_cache_dir() : cache_dir;
   const std::string name = std::string("fashion-mnist-") + (train ? "train" : "test") +
                            (limit > 0 ? "-first" + std::to_string(limit) : std::string());
@@ -100,7 +106,9 @@ std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t
   if (packed_from(dir, identity)) return dir;
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) LOOM_THROW(DataError, "[data.cache] cannot create the cache directory ", root, ": ", ec.message());
+  if (ec)
+    LOOM_THROW(DataError, "[data.cache] cannot create the cache directory ", root, ": ",
+               ec.message());
   FileLock lock(root + "/." + name + ".lock");
   if (packed_from(dir, identity)) return dir;  // another process packed it while we waited
   // A missing file gets the IDX reader's error, which says how to install the dataset; otherwise

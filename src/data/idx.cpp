@@ -32,17 +32,31 @@ uint32_t read_be32(const unsigned char* p) {
 
 bool idx_dtype(unsigned char code, DType* out) {
   switch (code) {
-    case 0x08: *out = kUInt8; return true;
-    case 0x09: *out = kInt8; return true;
-    case 0x0B: *out = kInt16; return true;
-    case 0x0C: *out = kInt32; return true;
-    case 0x0D: *out = kFloat32; return true;
-    case 0x0E: *out = kFloat64; return true;
-    default: return false;
+    case 0x08:
+      *out = kUInt8;
+      return true;
+    case 0x09:
+      *out = kInt8;
+      return true;
+    case 0x0B:
+      *out = kInt16;
+      return true;
+    case 0x0C:
+      *out = kInt32;
+      return true;
+    case 0x0D:
+      *out = kFloat32;
+      return true;
+    case 0x0E:
+      *out = kFloat64;
+      return true;
+    default:
+      return false;
   }
 }
 
-// The whole file, decompressed when it is gzip (zlib's gzread passes other files through as they are).
+// The whole file, decompressed when it is gzip (zlib's gzread passes other files through as they
+// are).
 std::string read_whole_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) LOOM_THROW(DataError, "[data] ", path, " does not exist");
@@ -66,8 +80,8 @@ std::string read_whole_file(const std::string& path) {
   std::string what = msg ? msg : "";
   gzclose(f);
   if (err != Z_OK) {
-    LOOM_THROW(DataError, "[data] ", path, ": bad gzip data at decompressed byte offset ", bytes.size(),
-               " (", what, "); is the file truncated?");
+    LOOM_THROW(DataError, "[data] ", path, ": bad gzip data at decompressed byte offset ",
+               bytes.size(), " (", what, "); is the file truncated?");
   }
   return bytes;
 }
@@ -81,13 +95,14 @@ Tensor parse_idx(const void* data, size_t nbytes, const std::string& source) {
   LOOM_CHECK_AS(DataError, p[0] == 0 && p[1] == 0, "[data] ", source, ": bad IDX magic ",
                 hex_byte(p[0]), " ", hex_byte(p[1]), " at byte offset 0 (expected 0x00 0x00)");
   DType dtype;
-  LOOM_CHECK_AS(DataError, idx_dtype(p[2], &dtype), "[data] ", source, ": unknown IDX element type ",
-                hex_byte(p[2]), " at byte offset 2 (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)");
+  LOOM_CHECK_AS(DataError, idx_dtype(p[2], &dtype), "[data] ", source,
+                ": unknown IDX element type ", hex_byte(p[2]),
+                " at byte offset 2 (expected 0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E)");
   const size_t ndims = p[3];
   const size_t header = 4 + 4 * ndims;
   LOOM_CHECK_AS(DataError, nbytes >= header, "[data] ", source, ": truncated IDX header: ", ndims,
-                " dimension(s) need bytes up to offset ", header, " but the data ends at byte offset ",
-                nbytes);
+                " dimension(s) need bytes up to offset ", header,
+                " but the data ends at byte offset ", nbytes);
   std::vector<int64_t> sizes(ndims);
   const size_t esize = element_size(dtype);
   size_t numel = 1;
@@ -101,12 +116,12 @@ Tensor parse_idx(const void* data, size_t nbytes, const std::string& source) {
   if (overflow) {
     std::string shape;
     for (size_t d = 0; d < ndims; ++d) shape += (d ? ", " : "") + std::to_string(sizes[d]);
-    LOOM_THROW(DataError, "[data] ", source, ": IDX shape [", shape, "] (header at byte offset 4) is too ",
-               "large to address; the file is corrupt");
+    LOOM_THROW(DataError, "[data] ", source, ": IDX shape [", shape,
+               "] (header at byte offset 4) is too ", "large to address; the file is corrupt");
   }
-  LOOM_CHECK_AS(DataError, nbytes - header >= want, "[data] ", source, ": truncated IDX data: ", want,
-                " byte(s) expected from byte offset ", header, " but the data ends at byte offset ",
-                nbytes);
+  LOOM_CHECK_AS(DataError, nbytes - header >= want, "[data] ", source,
+                ": truncated IDX data: ", want, " byte(s) expected from byte offset ", header,
+                " but the data ends at byte offset ", nbytes);
   LOOM_CHECK_AS(DataError, nbytes - header == want, "[data] ", source, ": ", nbytes - header - want,
                 " unexpected byte(s) after the IDX data, from byte offset ", header + want);
   Tensor t = empty_tensor(sizes, dtype);
@@ -128,11 +143,14 @@ Tensor read_idx(const std::string& path) {
   return parse_idx(bytes.data(), bytes.size(), path);
 }
 
-const config::PathSetting kFashionMnistDir("LOOM_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist",
-                                           "where `loom train` finds the Fashion-MNIST IDX files (the "
-                                           "default is the Debian package's directory)");
+const config::PathSetting kFashionMnistDir(
+    "LOOM_FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist",
+    "where `loom train` finds the Fashion-MNIST IDX files (the "
+    "default is the Debian package's directory)");
 
-std::string default_fashion_mnist_dir() { return kFashionMnistDir.get(); }
+std::string default_fashion_mnist_dir() {
+  return kFashionMnistDir.get();
+}
 
 namespace {
 
@@ -152,25 +170,28 @@ std::string find_split_file(const std::string& root, const std::string& stem) {
 
 MnistSplit load_fashion_mnist(const std::string& root, bool train) {
   std::error_code ec;
-  LOOM_CHECK_AS(DataError, std::filesystem::is_directory(root, ec), "[data] Fashion-MNIST directory ",
-                root, " does not exist; ", kInstallHint);
+  LOOM_CHECK_AS(DataError, std::filesystem::is_directory(root, ec),
+                "[data] Fashion-MNIST directory ", root, " does not exist; ", kInstallHint);
   const std::string prefix = train ? "train" : "t10k";
   const std::string image_path = find_split_file(root, prefix + "-images-idx3-ubyte");
   const std::string label_path = find_split_file(root, prefix + "-labels-idx1-ubyte");
 
   Tensor images = read_idx(image_path);
-  LOOM_CHECK_AS(DataError, images.dtype() == kUInt8 && images.dim() == 3 && images.size(1) == 28 &&
-                               images.size(2) == 28,
-                "[data] ", image_path, ": expected uint8 images [N, 28, 28] but the header (byte offset 0) says ",
-                dtype_name(images.dtype()), " ", images.shape_str());
+  LOOM_CHECK_AS(
+      DataError,
+      images.dtype() == kUInt8 && images.dim() == 3 && images.size(1) == 28 && images.size(2) == 28,
+      "[data] ", image_path,
+      ": expected uint8 images [N, 28, 28] but the header (byte offset 0) says ",
+      dtype_name(images.dtype()), " ", images.shape_str());
   Tensor raw_labels = read_idx(label_path);
-  LOOM_CHECK_AS(DataError, raw_labels.dtype() == kUInt8 && raw_labels.dim() == 1, "[data] ", label_path,
-                ": expected uint8 labels [N] but the header (byte offset 0) says ",
+  LOOM_CHECK_AS(DataError, raw_labels.dtype() == kUInt8 && raw_labels.dim() == 1, "[data] ",
+                label_path, ": expected uint8 labels [N] but the header (byte offset 0) says ",
                 dtype_name(raw_labels.dtype()), " ", raw_labels.shape_str());
   // Both counts are the first dimension, the 32-bit field at byte offset 4.
-  LOOM_CHECK_AS(DataError, images.size(0) == raw_labels.size(0), "[data] Fashion-MNIST count mismatch: ",
-                image_path, " holds ", images.size(0), " images but ", label_path, " holds ",
-                raw_labels.size(0), " labels (the counts at byte offset 4 of each file differ)");
+  LOOM_CHECK_AS(DataError, images.size(0) == raw_labels.size(0),
+                "[data] Fashion-MNIST count mismatch: ", image_path, " holds ", images.size(0),
+                " images but ", label_path, " holds ", raw_labels.size(0),
+                " labels (the counts at byte offset 4 of each file differ)");
 
   const int64_t n = raw_labels.size(0);
   Tensor labels = empty_tensor({n}, kInt64);

@@ -22,7 +22,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kFieldAlign = 64;
 constexpr size_t kRecordAlign = 64;
 
-size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -30,7 +32,9 @@ uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 31);
 }
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct AlignedFree {
   void operator()(char* p) const { std::free(p); }
@@ -99,7 +103,8 @@ struct Loader::Worker {
     if (bytes > rbuf_bytes) {
       const size_t n = align_up(std::max(bytes, rbuf_bytes * 2), 4096);
       rbuf.reset(static_cast<char*>(std::aligned_alloc(4096, n)));
-      LOOM_CHECK_AS(OutOfMemoryError, rbuf != nullptr, "[data.loader] cannot allocate a read buffer of ", n, " bytes");
+      LOOM_CHECK_AS(OutOfMemoryError, rbuf != nullptr,
+                    "[data.loader] cannot allocate a read buffer of ", n, " bytes");
       rbuf_bytes = n;
     }
     return rbuf.get();
@@ -115,11 +120,13 @@ struct Loader::Shared {
 Loader::Loader(std::shared_ptr<const ShardReader> dataset, LoaderOptions options)
     : ds_(std::move(dataset)), opt_(std::move(options)) {
   LOOM_CHECK(ds_ != nullptr, "[data.Loader] no dataset");
-  LOOM_CHECK(opt_.batch_size >= 1, "[data.Loader] batch_size must be >= 1 but is ", opt_.batch_size);
-  LOOM_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "[data.Loader] rank ", opt_.rank,
-             " is not in a world of ", opt_.world);
-  LOOM_CHECK(opt_.workers >= 0 && opt_.prefetch >= 1, "[data.Loader] workers must be >= 0 and prefetch >= 1 (got ",
-             opt_.workers, ", ", opt_.prefetch, ")");
+  LOOM_CHECK(opt_.batch_size >= 1, "[data.Loader] batch_size must be >= 1 but is ",
+             opt_.batch_size);
+  LOOM_CHECK(opt_.world >= 1 && opt_.rank >= 0 && opt_.rank < opt_.world, "[data.Loader] rank ",
+             opt_.rank, " is not in a world of ", opt_.world);
+  LOOM_CHECK(opt_.workers >= 0 && opt_.prefetch >= 1,
+             "[data.Loader] workers must be >= 0 and prefetch >= 1 (got ", opt_.workers, ", ",
+             opt_.prefetch, ")");
   std::vector<int64_t> sizes;
   for (const ShardInfo& s : ds_->shards()) sizes.push_back(s.samples);
   order_ = std::make_unique<SampleOrder>(std::move(sizes), opt_.order);
@@ -133,8 +140,9 @@ Loader::Loader(std::shared_ptr<const ShardReader> dataset, LoaderOptions options
       }
       if (fixed) opt_.fields.push_back(copy_column(c.name));
     }
-    LOOM_CHECK(!opt_.fields.empty(), "[data.Loader] no column of ", ds_->dir(),
-               " can be batched as is (fixed-shape tensors or integers); give LoaderOptions::fields");
+    LOOM_CHECK(
+        !opt_.fields.empty(), "[data.Loader] no column of ", ds_->dir(),
+        " can be batched as is (fixed-shape tensors or integers); give LoaderOptions::fields");
   }
   size_t off = 0;
   for (const auto& f : opt_.fields) {
@@ -151,14 +159,14 @@ Loader::Loader(std::shared_ptr<const ShardReader> dataset, LoaderOptions options
   start();
 }
 
-Loader::~Loader() { stop(); }
+Loader::~Loader() {
+  stop();
+}
 
 void Loader::stop() {
   sh_->stop.store(true);
   for (auto& w : workers_) {
-    {
-      std::lock_guard<std::mutex> g(w->mu);
-    }
+    { std::lock_guard<std::mutex> g(w->mu); }
     w->cv.notify_all();
   }
   for (auto& w : workers_) {
@@ -168,7 +176,9 @@ void Loader::stop() {
   sh_->stop.store(false);
 }
 
-int64_t Loader::rank_samples() const { return order_->rank_size(opt_.world, opt_.rank, start_); }
+int64_t Loader::rank_samples() const {
+  return order_->rank_size(opt_.world, opt_.rank, start_);
+}
 
 void Loader::start() {
   taken_ = 0;
@@ -191,7 +201,9 @@ void Loader::start() {
       for (int64_t j = wp->id; j < nbatches_; j += k) {
         {
           std::unique_lock<std::mutex> g(wp->mu);
-          wp->cv.wait(g, [&] { return sh_->stop.load() || static_cast<int>(wp->ready.size()) < opt_.prefetch; });
+          wp->cv.wait(g, [&] {
+            return sh_->stop.load() || static_cast<int>(wp->ready.size()) < opt_.prefetch;
+          });
           if (sh_->stop.load()) break;
         }
         Worker::Done d{j, std::nullopt, nullptr};
@@ -224,14 +236,15 @@ Batch Loader::build(int64_t j, Worker& w) {
   const int64_t count = std::min(opt_.batch_size, rank_n - i0);
   const int64_t n = order_->samples();
   const int64_t world = opt_.world;
-  // Global positions of this batch's rows: start + rank + (i0 + i) * world; under Pad, positions past
-  // the end of the order repeat it from the beginning.
+  // Global positions of this batch's rows: start + rank + (i0 + i) * world; under Pad, positions
+  // past the end of the order repeat it from the beginning.
   const int64_t first = start_ + opt_.rank + i0 * world;
   w.ids.resize(static_cast<size_t>(count));
   if (first + (count - 1) * world < n) {
     order_->fill(epoch_, first, world, count, w.ids.data());
   } else {
-    for (int64_t i = 0; i < count; ++i) w.ids[static_cast<size_t>(i)] = order_->at(epoch_, (first + i * world) % n);
+    for (int64_t i = 0; i < count; ++i)
+      w.ids[static_cast<size_t>(i)] = order_->at(epoch_, (first + i * world) % n);
   }
   // Plan the reads: each record lands at a 64-byte aligned place of the worker's read buffer.
   w.ops.resize(static_cast<size_t>(count));
@@ -273,11 +286,13 @@ Batch Loader::build(int64_t j, Worker& w) {
     try {
       SampleView v = ds_->decode(op.loc, op.out, w.scratch);
       for (size_t f = 0; f < specs_.size(); ++f) {
-        opt_.fields[f]->apply(v, ctx, base + field_offsets_[f] + static_cast<size_t>(i) * specs_[f].row_bytes());
+        opt_.fields[f]->apply(
+            v, ctx, base + field_offsets_[f] + static_cast<size_t>(i) * specs_[f].row_bytes());
       }
     } catch (const Error& e) {
-      LOOM_THROW(DataError, "[data.loader] epoch ", epoch_, ", batch ", (start_ / (opt_.batch_size * world) + j), ", sample ", ctx.id,
-                 " (", ds_->shard_path(op.loc.shard), " #", op.loc.local, ", byte offset ", op.loc.offset,
+      LOOM_THROW(DataError, "[data.loader] epoch ", epoch_, ", batch ",
+                 (start_ / (opt_.batch_size * world) + j), ", sample ", ctx.id, " (",
+                 ds_->shard_path(op.loc.shard), " #", op.loc.local, ", byte offset ", op.loc.offset,
                  "): ", e.what());
     }
   }
@@ -297,15 +312,17 @@ Batch Loader::build(int64_t j, Worker& w) {
     b.fields.push_back(make_tensor(st, s.dtype, sizes, contiguous_strides(sizes),
                                    static_cast<int64_t>(field_offsets_[f]) / itemsize));
   }
-  sh_->decode_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t1).count(),
-                           std::memory_order_relaxed);
+  sh_->decode_ns.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t1).count(),
+      std::memory_order_relaxed);
   return b;
 }
 
 std::optional<Batch> Loader::next() {
   if (taken_ >= nbatches_) return std::nullopt;
   std::optional<RecordFunctionGuard> wait_scope;  // the profiler's "data.wait"
-  if (LOOM_UNLIKELY(record_function_active())) wait_scope.emplace(OpEvent::Kind::DataStage, "data.wait");
+  if (LOOM_UNLIKELY(record_function_active()))
+    wait_scope.emplace(OpEvent::Kind::DataStage, "data.wait");
   const int64_t j = taken_;
   const auto t0 = Clock::now();
   std::optional<Batch> out;
@@ -327,7 +344,8 @@ std::optional<Batch> Loader::next() {
       w.ready.pop_front();
     }
     w.cv.notify_all();
-    LOOM_INTERNAL_ASSERT(d.j == j, "loader worker ", w.id, " produced batch ", d.j, " where ", j, " was due");
+    LOOM_INTERNAL_ASSERT(d.j == j, "loader worker ", w.id, " produced batch ", d.j, " where ", j,
+                         " was due");
     if (d.error) {
       stop();
       nbatches_ = taken_;  // this run is over; the state still points at the failed batch
@@ -372,22 +390,29 @@ LoaderState Loader::state() const {
 
 void Loader::load_state(const LoaderState& s) {
   if (s.config_hash != config_hash() || s.seed != opt_.order.seed) {
-    LOOM_THROW(ValueError, "[data.Loader] cannot resume: the state was saved by a loader with another "
-               "configuration (hash ", LoaderState{0, s.seed, 0, s.config_hash}.to_json().at("config_hash").dump(),
+    LOOM_THROW(ValueError,
+               "[data.Loader] cannot resume: the state was saved by a loader with another "
+               "configuration (hash ",
+               LoaderState{0, s.seed, 0, s.config_hash}.to_json().at("config_hash").dump(),
                ", seed ", s.seed, "); this loader: ", describe());
   }
   LOOM_CHECK(s.consumed >= 0, "[data.Loader] negative consumed ", s.consumed);
-  LOOM_CHECK(s.consumed <= order_->epoch_size(opt_.world), "[data.Loader] cannot resume: consumed = ", s.consumed,
-             " is past the end of epoch ", s.epoch, ", which has ", order_->epoch_size(opt_.world), " positions for ",
-             opt_.world, " rank(s)");
+  LOOM_CHECK(s.consumed <= order_->epoch_size(opt_.world),
+             "[data.Loader] cannot resume: consumed = ", s.consumed, " is past the end of epoch ",
+             s.epoch, ", which has ", order_->epoch_size(opt_.world), " positions for ", opt_.world,
+             " rank(s)");
   stop();
   epoch_ = s.epoch;
   start_ = s.consumed;
   start();
 }
 
-int64_t Loader::epoch() const { return epoch_; }
-int64_t Loader::batches_in_epoch() const { return nbatches_; }
+int64_t Loader::epoch() const {
+  return epoch_;
+}
+int64_t Loader::batches_in_epoch() const {
+  return nbatches_;
+}
 
 LoaderMetrics Loader::metrics() const {
   LoaderMetrics m;
@@ -404,10 +429,11 @@ LoaderMetrics Loader::metrics() const {
 
 std::string Loader::describe() const {
   std::ostringstream s;
-  s << ds_->size() << " samples in " << ds_->shards().size() << " shard(s) at " << ds_->dir() << "; "
-    << order_->describe() << "; rank " << opt_.rank << " of " << opt_.world << " reads positions "
-    << opt_.rank << " + k*" << opt_.world << ", " << opt_.batch_size << " per batch (global batch "
-    << opt_.batch_size * opt_.world << (opt_.drop_last ? ", short last batch dropped" : "") << "); ";
+  s << ds_->size() << " samples in " << ds_->shards().size() << " shard(s) at " << ds_->dir()
+    << "; " << order_->describe() << "; rank " << opt_.rank << " of " << opt_.world
+    << " reads positions " << opt_.rank << " + k*" << opt_.world << ", " << opt_.batch_size
+    << " per batch (global batch " << opt_.batch_size * opt_.world
+    << (opt_.drop_last ? ", short last batch dropped" : "") << "); ";
   if (opt_.workers == 0) {
     s << "batches built on the consumer's thread";
   } else {
@@ -416,17 +442,23 @@ std::string Loader::describe() const {
   s << "; reads by " << io_engine_name(opt_.io) << "; fields:";
   for (const auto& f : opt_.fields) s << ' ' << f->describe();
   const HostPoolStats ps = pool_->stats();
-  s << "; batch buffers of " << ps.buffer_bytes << " bytes, " << (opt_.pin_memory ? (ps.pinned || ps.allocated == 0 ? "page-locked" : "not page-locked (mlock refused)") : "pageable");
+  s << "; batch buffers of " << ps.buffer_bytes << " bytes, "
+    << (opt_.pin_memory
+            ? (ps.pinned || ps.allocated == 0 ? "page-locked" : "not page-locked (mlock refused)")
+            : "pageable");
   return s.str();
 }
 
-DeviceStage::DeviceStage(Source source, Device device) : source_(std::move(source)), device_(device) {
+DeviceStage::DeviceStage(Source source, Device device)
+    : source_(std::move(source)), device_(device) {
   if (!device_.is_cpu()) {
     LOOM_THROW(NotImplementedError, "[data.DeviceStage] copies to ", device_.str(),
                " come with the CUDA backend; this build stages batches on the CPU only");
   }
 }
 
-std::optional<Batch> DeviceStage::next() { return source_(); }
+std::optional<Batch> DeviceStage::next() {
+  return source_();
+}
 
 }  // namespace loom::data

@@ -59,7 +59,8 @@ Column column(std::string name, ColumnType type) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The writer options with `source` filled in unless the caller set it.
@@ -84,10 +85,11 @@ bool is_idx_dir(const std::string& dir) {
 }
 
 void pack_idx(const std::string& src, const std::string& out, const PackOptions& options) {
-  LOOM_CHECK(options.split == "train" || options.split == "test", "[data pack] split must be 'train' or ",
-             "'test' but got '", options.split, "'");
+  LOOM_CHECK(options.split == "train" || options.split == "test",
+             "[data pack] split must be 'train' or ", "'test' but got '", options.split, "'");
   const MnistSplit split = load_fashion_mnist(src, options.split == "train");
-  const int64_t n = options.limit > 0 ? std::min(options.limit, split.images.size(0)) : split.images.size(0);
+  const int64_t n =
+      options.limit > 0 ? std::min(options.limit, split.images.size(0)) : split.images.size(0);
   Schema schema;
   schema.columns.push_back(Column{"image", ColumnType::Tensor, DType::UInt8, {28, 28}, false});
   schema.columns.push_back(column("label", ColumnType::Int));
@@ -98,7 +100,8 @@ void pack_idx(const std::string& src, const std::string& out, const PackOptions&
   const auto* labels = static_cast<const int64_t*>(split.labels.data_ptr());
   Progress progress(options, static_cast<uint64_t>(n) * (kImageBytes + 1));
   for (int64_t i = 0; i < n; ++i) {
-    writer.add({Value::of_tensor(DType::UInt8, {28, 28}, images + i * kImageBytes), Value::of_int(labels[i])});
+    writer.add({Value::of_tensor(DType::UInt8, {28, 28}, images + i * kImageBytes),
+                Value::of_int(labels[i])});
     progress.sample(writer, static_cast<uint64_t>(i + 1) * (kImageBytes + 1));
   }
   writer.finish();
@@ -107,7 +110,9 @@ void pack_idx(const std::string& src, const std::string& out, const PackOptions&
 
 // ---- WebDataset-style tar shards ----
 
-bool is_int_extension(const std::string& ext) { return ext == "cls" || ext == "label" || ext == "index"; }
+bool is_int_extension(const std::string& ext) {
+  return ext == "cls" || ext == "label" || ext == "index";
+}
 
 struct Member {
   std::string name;
@@ -130,8 +135,12 @@ struct KeySeen {
 
 class TarPacker {
  public:
-  TarPacker(std::vector<std::string> tars, std::string out, const PackOptions& options, uint64_t total)
-      : tars_(std::move(tars)), out_(std::move(out)), options_(options), progress_(options, total) {}
+  TarPacker(std::vector<std::string> tars, std::string out, const PackOptions& options,
+            uint64_t total)
+      : tars_(std::move(tars)),
+        out_(std::move(out)),
+        options_(options),
+        progress_(options, total) {}
 
   void run() {
     for (size_t t = 0; t < tars_.size(); ++t) {
@@ -144,8 +153,9 @@ class TarPacker {
         for (const Member& prev : current_->members) {
           if (prev.ext == ext) {
             fail(t, m.name, m.header_offset,
-                 "sample '" + printable_name(key) + "' has two '." + ext + "' members; the first is '" + prev.name +
-                     "' at byte offset " + std::to_string(prev.offset));
+                 "sample '" + printable_name(key) + "' has two '." + ext +
+                     "' members; the first is '" + prev.name + "' at byte offset " +
+                     std::to_string(prev.offset));
           }
         }
         Member member{m.name, ext, m.header_offset, {}};
@@ -158,8 +168,10 @@ class TarPacker {
       read_ = done_bytes_;
     }
     if (!writer_) {
-      LOOM_THROW(DataError, "[data pack] ", tars_.size() == 1 ? "tar file " + tars_[0] + " holds" :
-                 "the " + std::to_string(tars_.size()) + " tar files from " + tars_[0] + " on hold",
+      LOOM_THROW(DataError, "[data pack] ",
+                 tars_.size() == 1 ? "tar file " + tars_[0] + " holds"
+                                   : "the " + std::to_string(tars_.size()) + " tar files from " +
+                                         tars_[0] + " on hold",
                  " no regular file members; nothing to pack");
     }
     writer_->finish();
@@ -167,9 +179,10 @@ class TarPacker {
   }
 
  private:
-  [[noreturn]] void fail(size_t tar, const std::string& member, uint64_t offset, const std::string& what) {
-    LOOM_THROW(DataError, "[data pack] tar ", tars_[tar], ": member '", printable_name(member), "' at byte offset ",
-               offset, ": ", what);
+  [[noreturn]] void fail(size_t tar, const std::string& member, uint64_t offset,
+                         const std::string& what) {
+    LOOM_THROW(DataError, "[data pack] tar ", tars_[tar], ": member '", printable_name(member),
+               "' at byte offset ", offset, ": ", what);
   }
 
   // `a/b/000017.seg.png` -> key `a/b/000017`, extension `seg.png` (a leading "./" is dropped).
@@ -192,7 +205,8 @@ class TarPacker {
     if (!fresh) {
       const KeySeen& first = it->second;
       fail(tar, m.name, m.header_offset,
-           "sample key '" + printable_name(key) + "' reappears here, but its members were already read from byte offset " +
+           "sample key '" + printable_name(key) +
+               "' reappears here, but its members were already read from byte offset " +
                std::to_string(first.offset) + (first.tar == tar ? "" : " of " + tars_[first.tar]) +
                "; the members of one sample must be contiguous");
     }
@@ -207,10 +221,12 @@ class TarPacker {
     for (const Member& m : s.members) extensions_.push_back(m.ext);
     std::sort(extensions_.begin(), extensions_.end());
     for (const std::string& ext : extensions_) {
-      schema.columns.push_back(column(ext, is_int_extension(ext) ? ColumnType::Int : ColumnType::Bytes));
+      schema.columns.push_back(
+          column(ext, is_int_extension(ext) ? ColumnType::Int : ColumnType::Bytes));
     }
     first_key_ = s.key;
-    const std::string more = tars_.size() > 1 ? " and " + std::to_string(tars_.size() - 1) + " more" : "";
+    const std::string more =
+        tars_.size() > 1 ? " and " + std::to_string(tars_.size() - 1) + " more" : "";
     writer_ = std::make_unique<ShardWriter>(out_, std::move(schema),
                                             with_source(options_.writer, "tar " + tars_[0] + more));
   }
@@ -249,14 +265,16 @@ class TarPacker {
       if (j == s.members.size() || (i < extensions_.size() && extensions_[i] < s.members[j].ext)) {
         const Member& first = s.members.front();
         fail(s.tar, first.name, first.offset,
-             "sample '" + printable_name(s.key) + "' has no '." + extensions_[i] + "' member, but the first sample '" +
-                 printable_name(first_key_) + "' has one; every sample needs the same extensions");
+             "sample '" + printable_name(s.key) + "' has no '." + extensions_[i] +
+                 "' member, but the first sample '" + printable_name(first_key_) +
+                 "' has one; every sample needs the same extensions");
       }
       if (i == extensions_.size() || s.members[j].ext < extensions_[i]) {
         const Member& extra = s.members[j];
         fail(s.tar, extra.name, extra.offset,
-             "sample '" + printable_name(s.key) + "' has an extra '." + extra.ext + "' member that the first sample '" +
-                 printable_name(first_key_) + "' lacks; every sample needs the same extensions");
+             "sample '" + printable_name(s.key) + "' has an extra '." + extra.ext +
+                 "' member that the first sample '" + printable_name(first_key_) +
+                 "' lacks; every sample needs the same extensions");
       }
       ++i;
       ++j;
@@ -265,7 +283,8 @@ class TarPacker {
     values.reserve(s.members.size() + 1);
     values.push_back(Value::of_string(s.key));
     for (const Member& m : s.members) {
-      values.push_back(is_int_extension(m.ext) ? Value::of_int(parse_int(m, s.tar)) : Value::of_bytes(m.data));
+      values.push_back(is_int_extension(m.ext) ? Value::of_int(parse_int(m, s.tar))
+                                               : Value::of_bytes(m.data));
     }
     writer_->add(values);
     progress_.sample(*writer_, read_);
@@ -324,8 +343,8 @@ std::string read_file(const std::string& path) {
     if (r < 0) {
       const int err = errno;
       ::close(fd);
-      LOOM_THROW(DataError, "[data pack] read of ", path, " failed at byte offset ", data.size(), ": ",
-                 std::strerror(err));
+      LOOM_THROW(DataError, "[data pack] read of ", path, " failed at byte offset ", data.size(),
+                 ": ", std::strerror(err));
     }
     if (r == 0) break;
     data.append(chunk, static_cast<size_t>(r));
@@ -354,8 +373,8 @@ void pack_files(const std::string& src, const std::string& out, const PackOption
     total += size;
   }
   if (ec) {
-    LOOM_THROW(DataError, "[data pack] cannot list ", src, " (at ", (it != end ? it->path().string() : src),
-               "): ", ec.message());
+    LOOM_THROW(DataError, "[data pack] cannot list ", src, " (at ",
+               (it != end ? it->path().string() : src), "): ", ec.message());
   }
   LOOM_CHECK(!files.empty(), "[data pack] ", src, " holds no regular files; nothing to pack");
   std::sort(files.begin(), files.end(), [](const File& a, const File& b) { return a.rel < b.rel; });
@@ -399,18 +418,21 @@ PackResult pack(const std::string& src, const std::string& out, const PackOption
   PackResult result;
   if (fs::is_regular_file(st)) {
     LOOM_CHECK(!ends_with(src, ".tar.gz") && !ends_with(src, ".tgz") && !ends_with(src, ".tar.zst"),
-               "[data pack] ", src, " is a compressed tar; decompress it first (e.g. `gzip -dk` or ",
+               "[data pack] ", src,
+               " is a compressed tar; decompress it first (e.g. `gzip -dk` or ",
                "`zstd -d`) and pack the .tar");
-    LOOM_CHECK(ends_with(src, ".tar"), "[data pack] source ", src, " is a file but not a .tar; expected ",
-               "a .tar file, a directory of .tar files, a Fashion-MNIST IDX directory or a directory of files");
+    LOOM_CHECK(ends_with(src, ".tar"), "[data pack] source ", src,
+               " is a file but not a .tar; expected ",
+               "a .tar file, a directory of .tar files, a Fashion-MNIST IDX directory or a "
+               "directory of files");
     result.kind = "tar";
     pack_tars({src}, out, options);
   } else if (fs::is_directory(st)) {
     const bool idx = is_idx_dir(src);
     auto tars = idx ? std::nullopt : tar_dir_members(src);
     result.kind = idx ? "idx" : tars ? "tar" : "files";
-    LOOM_CHECK(result.kind == "idx" || !is_within(out, src), "[data pack] the output directory ", out,
-               " lies inside the source ", src, "; a later pack would read its own output");
+    LOOM_CHECK(result.kind == "idx" || !is_within(out, src), "[data pack] the output directory ",
+               out, " lies inside the source ", src, "; a later pack would read its own output");
     if (result.kind == "idx") {
       pack_idx(src, out, options);
     } else if (tars) {
@@ -419,7 +441,8 @@ PackResult pack(const std::string& src, const std::string& out, const PackOption
       pack_files(src, out, options);
     }
   } else {
-    LOOM_THROW(ValueError, "[data pack] source ", src, " is neither a regular file nor a directory");
+    LOOM_THROW(ValueError, "[data pack] source ", src,
+               " is neither a regular file nor a directory");
   }
   ShardReader reader(out);
   result.samples = reader.size();
@@ -428,6 +451,8 @@ PackResult pack(const std::string& src, const std::string& out, const PackOption
   return result;
 }
 
-PackResult pack(const std::string& src, const std::string& out) { return pack(src, out, PackOptions()); }
+PackResult pack(const std::string& src, const std::string& out) {
+  return pack(src, out, PackOptions());
+}
 
 }  // namespace loom::data

@@ -18,7 +18,8 @@ void throw_read_error(const ShardReader& ds, const ReadOp& op, uint64_t at, int 
   const auto& info = ds.shards()[static_cast<size_t>(op.loc.shard)];
   LOOM_THROW(DataError, "[data.read] ", ds.shard_path(op.loc.shard), ": sample ", op.loc.local,
              " (dataset sample ", info.first + op.loc.local, "): ",
-             err ? std::string("read failed: ") + std::strerror(err) : std::string("unexpected end of file"),
+             err ? std::string("read failed: ") + std::strerror(err)
+                 : std::string("unexpected end of file"),
              " at byte offset ", at, " (record at ", op.loc.offset, ", ", op.loc.bytes, " bytes)");
 }
 
@@ -91,7 +92,8 @@ class MmapEngine final : public ReadEngine {
 
 }  // namespace
 
-std::unique_ptr<ReadEngine> make_read_engine(IoEngine kind, const ShardReader& ds, int uring_depth) {
+std::unique_ptr<ReadEngine> make_read_engine(IoEngine kind, const ShardReader& ds,
+                                             int uring_depth) {
   switch (kind) {
     case IoEngine::Pread:
       return std::make_unique<PreadEngine>(ds);
@@ -119,7 +121,8 @@ IoEngine parse_io_engine(const std::string& s) {
   if (s == "pread") return IoEngine::Pread;
   if (s == "mmap") return IoEngine::Mmap;
   if (s == "uring" || s == "io_uring") return IoEngine::Uring;
-  LOOM_THROW(ValueError, "[data.loader] unknown I/O engine '", s, "' (expected pread, mmap or uring)");
+  LOOM_THROW(ValueError, "[data.loader] unknown I/O engine '", s,
+             "' (expected pread, mmap or uring)");
 }
 
 bool uring_available() {

@@ -1,10 +1,10 @@
 // Read engines (data layer, internal): how a loader worker fetches the stored records of one batch.
 //
-// An engine reads a list of (file, offset, length) ops. pread issues one positioned read per op; mmap
-// maps each shard once and points into the mapping (no copy at all); io_uring submits the whole list
-// at once and reaps completions, so a batch costs one or two system calls however many samples it
-// has. Afterwards op.out points at the op's bytes: into op.dst (pread, io_uring) or into memory the
-// engine keeps valid for its lifetime (mmap).
+// An engine reads a list of (file, offset, length) ops. pread issues one positioned read per op;
+// mmap maps each shard once and points into the mapping (no copy at all); io_uring submits the
+// whole list at once and reaps completions, so a batch costs one or two system calls however many
+// samples it has. Afterwards op.out points at the op's bytes: into op.dst (pread, io_uring) or into
+// memory the engine keeps valid for its lifetime (mmap).
 //
 // Thread-safety: one engine per worker thread; engines are not shared.
 #pragma once
@@ -27,8 +27,8 @@ struct ReadOp {
 class ReadEngine {
  public:
   virtual ~ReadEngine() = default;
-  // Reads every op or throws DataError naming the shard file, the sample and the offset (short read,
-  // I/O error).
+  // Reads every op or throws DataError naming the shard file, the sample and the offset (short
+  // read, I/O error).
   virtual void read(ReadOp* ops, size_t n) = 0;
   // Whether read() copies into op.dst (so callers must provide it).
   virtual bool needs_buffer() const { return true; }

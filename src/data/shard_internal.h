@@ -65,8 +65,12 @@ inline void store_u64(void* p, uint64_t v) {
 // crc32c_combine lets the writer hash the records as they stream out and prepend the header, which
 // is known only at the end (loom/crc32c.h).
 using loom::crc32c_combine;
-inline std::string crc_hex(uint32_t crc) { return crc32c_hex(crc); }
-inline bool parse_crc_hex(const std::string& s, uint32_t* out) { return parse_crc32c_hex(s, out); }
+inline std::string crc_hex(uint32_t crc) {
+  return crc32c_hex(crc);
+}
+inline bool parse_crc_hex(const std::string& s, uint32_t* out) {
+  return parse_crc32c_hex(s, out);
+}
 
 // "shard-00042.lsh".
 std::string shard_file_name(int index);

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <new>
 
-#include "data/shard_internal.h"
 #include "base/json_parse.h"
+#include "data/shard_internal.h"
 #include "loom/data/shard.h"
 #include "loom/error.h"
 

@@ -30,7 +30,9 @@ std::shared_ptr<HostBufferPool> HostBufferPool::create(size_t buffer_bytes, int 
 }
 
 HostBufferPool::HostBufferPool(size_t bytes, int keep, bool pin)
-    : bytes_((bytes + page_size() - 1) / page_size() * page_size()), keep_(keep < 1 ? 1 : keep), want_pin_(pin) {
+    : bytes_((bytes + page_size() - 1) / page_size() * page_size()),
+      keep_(keep < 1 ? 1 : keep),
+      want_pin_(pin) {
   if (bytes_ == 0) bytes_ = page_size();
   // Pinned when the first buffer could be page-locked; later buffers try the same way.
   pinned_ = want_pin_;
@@ -65,7 +67,8 @@ DataPtr HostBufferPool::acquire() {
     if (!p) {
       std::lock_guard<std::mutex> g(mu_);
       --in_use_;
-      LOOM_THROW(OutOfMemoryError, "[data.staging] cannot allocate a host batch buffer of ", bytes_, " bytes");
+      LOOM_THROW(OutOfMemoryError, "[data.staging] cannot allocate a host batch buffer of ", bytes_,
+                 " bytes");
     }
     bool locked = false;
     if (want_pin_) {

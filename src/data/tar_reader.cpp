@@ -25,7 +25,9 @@ constexpr uint64_t kMaxExtensionBytes = uint64_t{16} << 20;
 // read_data() holds a member in memory, and a shard record stores its size in a u32.
 constexpr uint64_t kMaxMemberBytes = (uint64_t{1} << 32) - 4096;
 
-uint64_t padded(uint64_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
+uint64_t padded(uint64_t n) {
+  return (n + kBlock - 1) / kBlock * kBlock;
+}
 
 }  // namespace
 
@@ -76,12 +78,18 @@ bool all_zero(const unsigned char* p, size_t n) {
 
 const char* link_kind(char type) {
   switch (type) {
-    case '1': return "a hard link";
-    case '2': return "a symbolic link";
-    case '3': return "a character device";
-    case '4': return "a block device";
-    case '6': return "a FIFO";
-    default: return nullptr;
+    case '1':
+      return "a hard link";
+    case '2':
+      return "a symbolic link";
+    case '3':
+      return "a character device";
+    case '4':
+      return "a block device";
+    case '6':
+      return "a FIFO";
+    default:
+      return nullptr;
   }
 }
 
@@ -111,12 +119,14 @@ TarReader::~TarReader() {
 }
 
 void TarReader::fail(const std::string& member, uint64_t offset, const std::string& what) const {
-  if (member.empty()) LOOM_THROW(DataError, "[tar] ", path_, ": at byte offset ", offset, ": ", what);
-  LOOM_THROW(DataError, "[tar] ", path_, ": member '", printable_name(member), "' at byte offset ", offset,
-             ": ", what);
+  if (member.empty())
+    LOOM_THROW(DataError, "[tar] ", path_, ": at byte offset ", offset, ": ", what);
+  LOOM_THROW(DataError, "[tar] ", path_, ": member '", printable_name(member), "' at byte offset ",
+             offset, ": ", what);
 }
 
-void TarReader::fail_after(const std::string& last_member, uint64_t offset, const std::string& what) const {
+void TarReader::fail_after(const std::string& last_member, uint64_t offset,
+                           const std::string& what) const {
   if (last_member.empty()) fail("", offset, what);
   LOOM_THROW(DataError, "[tar] ", path_, ": at byte offset ", offset, ", after member '",
              printable_name(last_member), "': ", what);
@@ -165,8 +175,8 @@ void TarReader::skip(uint64_t n) {
   if (seekable_) {
     // The caller has checked against file_size_ that these bytes exist.
     if (::lseek(fd_, static_cast<off_t>(offset_ + n), SEEK_SET) < 0) {
-      LOOM_THROW(DataError, "[tar] ", path_, ": seek to byte offset ", offset_ + n, " failed: ",
-                 std::strerror(errno));
+      LOOM_THROW(DataError, "[tar] ", path_, ": seek to byte offset ", offset_ + n,
+                 " failed: ", std::strerror(errno));
     }
     offset_ += n;
     return;
@@ -189,8 +199,8 @@ bool TarReader::read_block(unsigned char* block, const char* what, const std::st
   if (got == 0) return false;
   if (got < kBlock) {
     fail_after(last_member, at,
-         std::string("truncated ") + what + ": the file ends at byte offset " + std::to_string(offset_) +
-             " inside the 512-byte block");
+               std::string("truncated ") + what + ": the file ends at byte offset " +
+                   std::to_string(offset_) + " inside the 512-byte block");
   }
   return true;
 }
@@ -224,15 +234,17 @@ void TarReader::parse_pax(const std::string& text, char type, uint64_t header_of
     const bool ok = i > pos && i < text.size() && text[i] == ' ' && len > i - pos + 1 &&
                     len <= text.size() - pos && text[pos + len - 1] == '\n';
     if (!ok) {
-      fail("", at, std::string("malformed pax record in a '") + type +
-                       "' header (expected \"LENGTH KEY=VALUE\\n\"): '" +
-                       printable_name(text.substr(pos, 60)) + "'");
+      fail("", at,
+           std::string("malformed pax record in a '") + type +
+               "' header (expected \"LENGTH KEY=VALUE\\n\"): '" +
+               printable_name(text.substr(pos, 60)) + "'");
     }
     const std::string record = text.substr(i + 1, pos + len - 1 - (i + 1));
     const size_t eq = record.find('=');
     if (eq == std::string::npos || eq == 0) {
-      fail("", at, std::string("malformed pax record in a '") + type + "' header (no KEY=VALUE): '" +
-                       printable_name(record.substr(0, 60)) + "'");
+      fail("", at,
+           std::string("malformed pax record in a '") + type + "' header (no KEY=VALUE): '" +
+               printable_name(record.substr(0, 60)) + "'");
     }
     (*into)[record.substr(0, eq)] = record.substr(eq + 1);
     pos += static_cast<size_t>(len);
@@ -253,7 +265,8 @@ void TarReader::check_end(uint64_t first_zero_offset) {
     if (bad != p + got) {
       fail_after(current_.name, at + static_cast<uint64_t>(bad - p),
                  "non-zero bytes at byte offset " + std::to_string(at + (bad - p)) +
-                     " after the end-of-archive block at byte offset " + std::to_string(first_zero_offset) +
+                     " after the end-of-archive block at byte offset " +
+                     std::to_string(first_zero_offset) +
                      "; the archive is damaged or several archives were concatenated");
     }
   }
@@ -274,8 +287,8 @@ bool TarReader::next(TarMember* member) {
     const uint64_t at = offset_;
     if (!read_block(block, "header", current_.name)) {
       fail_after(current_.name, at,
-           "the archive ends at byte offset " + std::to_string(at) +
-               " without its end-of-archive blocks; is the file truncated?");
+                 "the archive ends at byte offset " + std::to_string(at) +
+                     " without its end-of-archive blocks; is the file truncated?");
     }
     if (all_zero(block, kBlock)) {
       check_end(at);
@@ -294,7 +307,8 @@ bool TarReader::next(TarMember* member) {
                     static_cast<int64_t>(*stored) != sum_signed)) {
       fail(raw_name, at,
            "bad header checksum: the header stores " +
-               (stored ? std::to_string(*stored) : "'" + printable_name(field(block, 148, 8)) + "'") +
+               (stored ? std::to_string(*stored)
+                       : "'" + printable_name(field(block, 148, 8)) + "'") +
                " but its bytes sum to " + std::to_string(sum_unsigned) +
                " (is this a tar file, or is it damaged?)");
     }
@@ -306,7 +320,8 @@ bool TarReader::next(TarMember* member) {
     if (std::memcmp(block + 257, "ustar\0", 6) == 0 && block[345] != 0) {
       name = field(block, 345, 155) + "/" + raw_name;
     }
-    auto pick = [&](const std::map<std::string, std::string>& m, const char* key) -> const std::string* {
+    auto pick = [&](const std::map<std::string, std::string>& m,
+                    const char* key) -> const std::string* {
       auto it = m.find(key);
       return it != m.end() && !it->second.empty() ? &it->second : nullptr;
     };
@@ -351,14 +366,16 @@ bool TarReader::next(TarMember* member) {
     if (size > kAbsurdSize || (extension && size > kMaxExtensionBytes)) {
       fail(name, at,
            "absurd size " + std::to_string(size) + " bytes" +
-               (extension ? std::string(" for a '") + type + "' header" : "") + "; the header is damaged");
+               (extension ? std::string(" for a '") + type + "' header" : "") +
+               "; the header is damaged");
     }
     const uint64_t data_at = offset_;
     if (seekable_ && padded(size) > file_size_ - std::min(file_size_, data_at)) {
       fail(name, member_start,
-           "truncated member data: the header says " + std::to_string(size) + " bytes from byte offset " +
-               std::to_string(data_at) + " (" + std::to_string(padded(size)) +
-               " with padding) but the file ends at byte offset " + std::to_string(file_size_));
+           "truncated member data: the header says " + std::to_string(size) +
+               " bytes from byte offset " + std::to_string(data_at) + " (" +
+               std::to_string(padded(size)) + " with padding) but the file ends at byte offset " +
+               std::to_string(file_size_));
     }
 
     switch (type) {
@@ -384,7 +401,8 @@ bool TarReader::next(TarMember* member) {
     for (const auto* m : {&pax, &global_pax_}) {
       auto sparse = m->lower_bound("GNU.sparse.");
       if (sparse != m->end() && sparse->first.rfind("GNU.sparse.", 0) == 0) {
-        fail(name, member_start, "sparse members (pax key '" + sparse->first + "') are not supported");
+        fail(name, member_start,
+             "sparse members (pax key '" + sparse->first + "') are not supported");
       }
     }
     if (type == 'V') {
@@ -437,16 +455,17 @@ void TarReader::read_data(std::string* out) {
   LOOM_INTERNAL_ASSERT(!data_read_, "TarReader::read_data called twice for one member");
   if (remaining_ > kMaxMemberBytes) {
     fail(current_.name, current_.header_offset,
-         "member of " + std::to_string(remaining_) + " bytes is too large to read as one sample (limit " +
-             std::to_string(kMaxMemberBytes) + ")");
+         "member of " + std::to_string(remaining_) +
+             " bytes is too large to read as one sample (limit " + std::to_string(kMaxMemberBytes) +
+             ")");
   }
   out->resize(static_cast<size_t>(remaining_));
   const size_t got = read_fully(out->data(), out->size());
   if (got < out->size()) {
     fail(current_.name, current_.header_offset,
-         "truncated member data: " + std::to_string(current_.size) + " bytes expected from byte offset " +
-             std::to_string(current_.data_offset) + " but the file ends at byte offset " +
-             std::to_string(offset_));
+         "truncated member data: " + std::to_string(current_.size) +
+             " bytes expected from byte offset " + std::to_string(current_.data_offset) +
+             " but the file ends at byte offset " + std::to_string(offset_));
   }
   remaining_ = 0;
   data_read_ = true;

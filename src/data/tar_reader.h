@@ -3,12 +3,12 @@
 // Reads ustar, old-GNU and pax archives member by member through a file descriptor and a bounded
 // buffer, so a tar of any size is read in constant memory (plus the member being read). Understood:
 // regular files ('0', '\0', '7'); directories ('5') and volume labels ('V'), both skipped; GNU long
-// names ('L'; 'K' is read and dropped); pax per-file ('x') and global ('g') headers (keys `path` and
-// `size`; others ignored, except GNU.sparse.* which is refused).
-// Header checksums are verified (the unsigned and the signed sum are both accepted, as GNU tar
-// does); sizes may be octal or base-256. Everything else -- links, devices, FIFOs, unknown types,
-// bad checksums, truncation, absurd sizes, non-zero bytes where the end-of-archive blocks belong --
-// throws DataError naming the tar file, the member and its byte offset.
+// names ('L'; 'K' is read and dropped); pax per-file ('x') and global ('g') headers (keys `path`
+// and `size`; others ignored, except GNU.sparse.* which is refused). Header checksums are verified
+// (the unsigned and the signed sum are both accepted, as GNU tar does); sizes may be octal or
+// base-256. Everything else -- links, devices, FIFOs, unknown types, bad checksums, truncation,
+// absurd sizes, non-zero bytes where the end-of-archive blocks belong -- throws DataError naming
+// the tar file, the member and its byte offset.
 //
 // Thread-safety: a TarReader is used by one thread at a time.
 #pragma once
@@ -23,10 +23,11 @@
 namespace loom::data {
 
 struct TarMember {
-  std::string name;            // path inside the archive (after long-name and pax overrides)
-  uint64_t size = 0;           // bytes of data
-  uint64_t header_offset = 0;  // offset of the member's first header block (its 'L'/'x' block if any)
-  uint64_t data_offset = 0;    // offset of its data
+  std::string name;   // path inside the archive (after long-name and pax overrides)
+  uint64_t size = 0;  // bytes of data
+  uint64_t header_offset =
+      0;                     // offset of the member's first header block (its 'L'/'x' block if any)
+  uint64_t data_offset = 0;  // offset of its data
 };
 
 // A member name fit for an error message: control and non-ASCII bytes escaped, long names cut.
@@ -47,7 +48,7 @@ class LOOM_API TarReader {
   void read_data(std::string* out);
 
   const std::string& path() const { return path_; }
-  uint64_t offset() const { return offset_; }  // bytes consumed so far
+  uint64_t offset() const { return offset_; }        // bytes consumed so far
   uint64_t file_size() const { return file_size_; }  // 0 when unknown (not a regular file)
 
  private:
@@ -58,13 +59,15 @@ class LOOM_API TarReader {
   // file ends inside the block (`what` names what was being read).
   bool read_block(unsigned char* block, const char* what, const std::string& last_member);
   // Reads `size` bytes of an extension header's data ('L', 'K', 'x', 'g') plus its padding.
-  std::string read_extension(uint64_t size, char type, uint64_t header_offset, const std::string& name);
+  std::string read_extension(uint64_t size, char type, uint64_t header_offset,
+                             const std::string& name);
   void parse_pax(const std::string& text, char type, uint64_t header_offset,
                  std::map<std::string, std::string>* into);
   void check_end(uint64_t first_zero_offset);
   [[noreturn]] void fail(const std::string& member, uint64_t offset, const std::string& what) const;
   // For damage between members: names the offset and the member before it.
-  [[noreturn]] void fail_after(const std::string& last_member, uint64_t offset, const std::string& what) const;
+  [[noreturn]] void fail_after(const std::string& last_member, uint64_t offset,
+                               const std::string& what) const;
 
   std::string path_;
   int fd_ = -1;

@@ -30,7 +30,8 @@ const Column& find_column(const Schema& schema, const std::string& name, const c
   }
   std::string have;
   for (const Column& c : schema.columns) have += (have.empty() ? "" : ", ") + c.name;
-  LOOM_THROW(ValueError, "[data.", who, "] the dataset has no column '", name, "' (columns: ", have, ")");
+  LOOM_THROW(ValueError, "[data.", who, "] the dataset has no column '", name, "' (columns: ", have,
+             ")");
 }
 
 class CopyColumn final : public FieldTransform {
@@ -48,13 +49,14 @@ class CopyColumn final : public FieldTransform {
     } else if (c.type == ColumnType::Tensor) {
       bool fixed = !c.any_rank;
       for (int64_t d : c.shape) fixed = fixed && d >= 0;
-      LOOM_CHECK(fixed, "[data.copy_column] column '", column_, "' has shape ", shape_str(c.shape),
-                 " that varies between samples; batch it through a transform that gives it one shape");
+      LOOM_CHECK(
+          fixed, "[data.copy_column] column '", column_, "' has shape ", shape_str(c.shape),
+          " that varies between samples; batch it through a transform that gives it one shape");
       f.dtype = c.dtype;
       f.shape = c.shape;
     } else {
-      LOOM_THROW(ValueError, "[data.copy_column] column '", column_, "' holds ", column_type_name(c.type),
-                 ", which cannot be collated into a tensor");
+      LOOM_THROW(ValueError, "[data.copy_column] column '", column_, "' holds ",
+                 column_type_name(c.type), ", which cannot be collated into a tensor");
     }
     spec_ = f;
     return f;
@@ -69,8 +71,8 @@ class CopyColumn final : public FieldTransform {
     SampleView::TensorRef t = s.tensor(col_);
     if (t.dtype != spec_.dtype || t.sizes != spec_.shape) {
       LOOM_THROW(DataError, "[data.copy_column] sample ", ctx.id, ": column '", column_, "' is ",
-                 dtype_name(t.dtype), " ", shape_str(t.sizes), " but the field is ", dtype_name(spec_.dtype),
-                 " ", shape_str(spec_.shape));
+                 dtype_name(t.dtype), " ", shape_str(t.sizes), " but the field is ",
+                 dtype_name(spec_.dtype), " ", shape_str(spec_.shape));
     }
     std::memcpy(out, t.data, spec_.row_bytes());
   }
@@ -91,9 +93,12 @@ class ImageColumn final : public FieldTransform {
  public:
   ImageColumn(std::string column, ImageOptions o, std::string as)
       : column_(std::move(column)), as_(std::move(as)), o_(std::move(o)) {
-    LOOM_CHECK(o_.padding >= 0 && o_.crop_h >= 0 && o_.crop_w >= 0, "[data.image_column] crop and padding must be >= 0");
-    LOOM_CHECK(o_.flip_p >= 0 && o_.flip_p <= 1, "[data.image_column] flip_p must be in [0, 1] but is ", o_.flip_p);
-    LOOM_CHECK(!o_.mean.empty() && !o_.std.empty(), "[data.image_column] mean and std need at least one value");
+    LOOM_CHECK(o_.padding >= 0 && o_.crop_h >= 0 && o_.crop_w >= 0,
+               "[data.image_column] crop and padding must be >= 0");
+    LOOM_CHECK(o_.flip_p >= 0 && o_.flip_p <= 1,
+               "[data.image_column] flip_p must be in [0, 1] but is ", o_.flip_p);
+    LOOM_CHECK(!o_.mean.empty() && !o_.std.empty(),
+               "[data.image_column] mean and std need at least one value");
     for (double sd : o_.std) LOOM_CHECK(sd != 0, "[data.image_column] std must not be 0");
   }
 
@@ -102,7 +107,8 @@ class ImageColumn final : public FieldTransform {
     col_ = schema.index_of(column_);
     LOOM_CHECK(c.type == ColumnType::Tensor && c.dtype == DType::UInt8 && !c.any_rank &&
                    (c.shape.size() == 2 || c.shape.size() == 3),
-               "[data.image_column] column '", column_, "' must be a uint8 tensor [H, W] or [H, W, C]");
+               "[data.image_column] column '", column_,
+               "' must be a uint8 tensor [H, W] or [H, W, C]");
     rank_ = c.shape.size();
     h_ = c.shape[0];
     w_ = c.shape[1];
@@ -111,8 +117,9 @@ class ImageColumn final : public FieldTransform {
                "' needs fixed image sizes, not ", shape_str(c.shape));
     oh_ = o_.crop_h ? o_.crop_h : h_;
     ow_ = o_.crop_w ? o_.crop_w : w_;
-    LOOM_CHECK(oh_ <= h_ + 2 * o_.padding && ow_ <= w_ + 2 * o_.padding, "[data.image_column] crop ", oh_, "x",
-               ow_, " is larger than the padded image ", h_ + 2 * o_.padding, "x", w_ + 2 * o_.padding);
+    LOOM_CHECK(oh_ <= h_ + 2 * o_.padding && ow_ <= w_ + 2 * o_.padding,
+               "[data.image_column] crop ", oh_, "x", ow_, " is larger than the padded image ",
+               h_ + 2 * o_.padding, "x", w_ + 2 * o_.padding);
     LOOM_CHECK(o_.mean.size() == 1 || static_cast<int64_t>(o_.mean.size()) == ch_,
                "[data.image_column] mean has ", o_.mean.size(), " values for ", ch_, " channels");
     LOOM_CHECK(o_.std.size() == 1 || static_cast<int64_t>(o_.std.size()) == ch_,
@@ -134,12 +141,12 @@ class ImageColumn final : public FieldTransform {
 
   void apply(const SampleView& s, const SampleContext& ctx, void* out) const override {
     SampleView::TensorRef t = s.tensor(col_);
-    const bool ok = t.dtype == DType::UInt8 && t.sizes.size() == rank_ && t.sizes[0] == h_ && t.sizes[1] == w_ &&
-                    (rank_ == 2 || t.sizes[2] == ch_);
+    const bool ok = t.dtype == DType::UInt8 && t.sizes.size() == rank_ && t.sizes[0] == h_ &&
+                    t.sizes[1] == w_ && (rank_ == 2 || t.sizes[2] == ch_);
     if (!ok) {
       LOOM_THROW(DataError, "[data.image_column] sample ", ctx.id, ": column '", column_, "' is ",
-                 dtype_name(t.dtype), " ", shape_str(t.sizes), " but the transform expects uint8 [", h_, ", ", w_,
-                 ch_ > 1 ? ", " + std::to_string(ch_) : std::string(), "]");
+                 dtype_name(t.dtype), " ", shape_str(t.sizes), " but the transform expects uint8 [",
+                 h_, ", ", w_, ch_ > 1 ? ", " + std::to_string(ch_) : std::string(), "]");
     }
     const auto* in = static_cast<const uint8_t*>(t.data);
     auto* o = static_cast<float*>(out);
@@ -147,8 +154,10 @@ class ImageColumn final : public FieldTransform {
     uint64_t r = ctx.rng_seed;
     int64_t top = (h_ + 2 * o_.padding - oh_) / 2, left = (w_ + 2 * o_.padding - ow_) / 2;
     if (o_.random_crop) {
-      top = static_cast<int64_t>(mix64(r += 0x9E3779B97F4A7C15ull) % static_cast<uint64_t>(h_ + 2 * o_.padding - oh_ + 1));
-      left = static_cast<int64_t>(mix64(r += 0x9E3779B97F4A7C15ull) % static_cast<uint64_t>(w_ + 2 * o_.padding - ow_ + 1));
+      top = static_cast<int64_t>(mix64(r += 0x9E3779B97F4A7C15ull) %
+                                 static_cast<uint64_t>(h_ + 2 * o_.padding - oh_ + 1));
+      left = static_cast<int64_t>(mix64(r += 0x9E3779B97F4A7C15ull) %
+                                  static_cast<uint64_t>(w_ + 2 * o_.padding - ow_ + 1));
     }
     bool flip = false;
     if (o_.flip_p > 0) {
@@ -184,7 +193,8 @@ class ImageColumn final : public FieldTransform {
   std::string describe() const override {
     std::ostringstream s;
     s << (as_.empty() ? column_ : as_) << "[float32 from " << column_;
-    if (o_.crop_h || o_.crop_w) s << (o_.random_crop ? ", random crop " : ", centre crop ") << o_.crop_h << "x" << o_.crop_w;
+    if (o_.crop_h || o_.crop_w)
+      s << (o_.random_crop ? ", random crop " : ", centre crop ") << o_.crop_h << "x" << o_.crop_w;
     if (o_.padding) s << " pad " << o_.padding;
     if (o_.flip_p > 0) s << ", flip p=" << o_.flip_p;
     s << ", x*" << o_.scale << " normalised mean";
@@ -215,7 +225,8 @@ std::shared_ptr<FieldTransform> copy_column(const std::string& column, const std
   return std::make_shared<CopyColumn>(column, as);
 }
 
-std::shared_ptr<FieldTransform> image_column(const std::string& column, ImageOptions options, const std::string& as) {
+std::shared_ptr<FieldTransform> image_column(const std::string& column, ImageOptions options,
+                                             const std::string& as) {
   return std::make_shared<ImageColumn>(column, std::move(options), as);
 }
 

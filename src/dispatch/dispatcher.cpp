@@ -18,7 +18,9 @@ const KernelFunction& entry_table(const OperatorEntry& e, DispatchKey k) {
   return e.table[static_cast<int>(k)];
 }
 
-DispatchKeySet entry_non_fallthrough(const OperatorEntry& e) { return e.non_fallthrough; }
+DispatchKeySet entry_non_fallthrough(const OperatorEntry& e) {
+  return e.non_fallthrough;
+}
 
 namespace {
 struct StackPool {
@@ -32,7 +34,8 @@ thread_local StackPool* tls_stack_pool __attribute__((tls_model("initial-exec"))
 constexpr size_t kKeptStackCapacity = 64;
 
 StackPool& make_stack_pool() {
-  // Owns the thread's pool and frees it at thread exit (the cold path is the only one that sees it).
+  // Owns the thread's pool and frees it at thread exit (the cold path is the only one that sees
+  // it).
   struct Owner {
     std::unique_ptr<StackPool> pool;
     ~Owner() { tls_stack_pool = nullptr; }
@@ -70,7 +73,8 @@ void report_missing_kernel(const OperatorEntry& e, DispatchKeySet keys) {
   DispatchKey k = keys.highest();
   std::string have;
   OperatorHandle h(const_cast<OperatorEntry*>(&e));
-  for (DispatchKey kk : h.kernel_keys()) have += std::string(have.empty() ? "" : ", ") + dispatch_key_name(kk);
+  for (DispatchKey kk : h.kernel_keys())
+    have += std::string(have.empty() ? "" : ", ") + dispatch_key_name(kk);
   if (!e.has_schema()) {
     LOOM_THROW(NotImplementedError, "[dispatch] operator ", e.name(),
                " has kernels registered but no schema (missing def?)");
@@ -116,8 +120,7 @@ KernelFunction KernelFunction::from_boxed(BoxedKernelFn fn) {
 KernelFunction KernelFunction::fallthrough() {
   KernelFunction k;
   k.kind_ = Kind::Fallthrough;
-  k.boxed_wrapper_ = [](const KernelFunction&, const OperatorHandle& op, DispatchKeySet,
-                        Stack*) {
+  k.boxed_wrapper_ = [](const KernelFunction&, const OperatorHandle& op, DispatchKeySet, Stack*) {
     LOOM_THROW(InternalError, "[dispatch] a fallthrough kernel of ", op.name(), " was called");
   };
   return k;
@@ -125,8 +128,12 @@ KernelFunction KernelFunction::fallthrough() {
 
 // ---- OperatorHandle ----
 
-const FunctionSchema& OperatorHandle::schema() const { return entry_->schema(); }
-const std::string& OperatorHandle::name() const { return entry_->name(); }
+const FunctionSchema& OperatorHandle::schema() const {
+  return entry_->schema();
+}
+const std::string& OperatorHandle::name() const {
+  return entry_->name();
+}
 
 bool OperatorHandle::has_kernel(DispatchKey k) const {
   const KernelFunction& f = entry_->table[static_cast<int>(k)];
@@ -185,7 +192,8 @@ DispatchKeySet keys_of_stack(const OperatorEntry& e, const FunctionSchema& schem
     } else if (v.is_tensor_list()) {
       const std::vector<Tensor>& l = v.to_tensor_list();
       for (size_t k = 0; k < l.size(); ++k) {
-        if (!l[k].defined()) detail::report_undefined_argument(e, position, static_cast<int64_t>(k));
+        if (!l[k].defined())
+          detail::report_undefined_argument(e, position, static_cast<int64_t>(k));
         ks = ks | l[k].key_set();
       }
     } else if (v.is_device()) {
@@ -231,13 +239,17 @@ IncludeDispatchKeyGuard::IncludeDispatchKeyGuard(DispatchKey k)
     : saved_(detail::tls_dispatch_keys.included) {
   detail::tls_dispatch_keys.included = saved_.add(k);
 }
-IncludeDispatchKeyGuard::~IncludeDispatchKeyGuard() { detail::tls_dispatch_keys.included = saved_; }
+IncludeDispatchKeyGuard::~IncludeDispatchKeyGuard() {
+  detail::tls_dispatch_keys.included = saved_;
+}
 
 ExcludeDispatchKeyGuard::ExcludeDispatchKeyGuard(DispatchKeySet keys)
     : saved_(detail::tls_dispatch_keys.excluded) {
   detail::tls_dispatch_keys.excluded = saved_ | keys;
 }
-ExcludeDispatchKeyGuard::~ExcludeDispatchKeyGuard() { detail::tls_dispatch_keys.excluded = saved_; }
+ExcludeDispatchKeyGuard::~ExcludeDispatchKeyGuard() {
+  detail::tls_dispatch_keys.excluded = saved_;
+}
 
 // ---- Dispatcher ----
 
@@ -353,9 +365,9 @@ void Dispatcher::check_signature(const OperatorHandle& op, const detail::CppSign
     }
     want.ret += ")";
   }
-  LOOM_CHECK_TYPE(want.args == sig.args && want.ret == sig.ret, "[dispatch] the C++ signature of a ",
-                  what, " for ", op.name(), " is ", sig.str(), " but its schema ", s.str(),
-                  " needs ", want.str());
+  LOOM_CHECK_TYPE(want.args == sig.args && want.ret == sig.ret,
+                  "[dispatch] the C++ signature of a ", what, " for ", op.name(), " is ", sig.str(),
+                  " but its schema ", s.str(), " needs ", want.str());
 }
 
 std::function<void()> Dispatcher::register_impl(const std::string& name, DispatchKey key,
@@ -443,7 +455,9 @@ Library::~Library() {
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
 }
 
-std::string Library::where() const { return file_ + ":" + std::to_string(line_); }
+std::string Library::where() const {
+  return file_ + ":" + std::to_string(line_);
+}
 
 DispatchKey Library::required_key() const {
   LOOM_CHECK(key_.has_value(), "[dispatch] impl() without a dispatch key in a library for ", ns_,

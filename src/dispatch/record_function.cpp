@@ -45,14 +45,14 @@ constexpr int kMaxSpares = 16;
 // What a recorded call touches, in one trivially constructed thread-local with the initial-exec
 // TLS model (libloom is linked, not dlopen()ed late), so that reaching it costs no __tls_get_addr.
 struct ThreadState {
-  uint64_t version;                      // of the callback list `list` is
-  const std::vector<Registered>* list;   // kept alive by t_owner.list
+  uint64_t version;                     // of the callback list `list` is
+  const std::vector<Registered>* list;  // kept alive by t_owner.list
   uint64_t sequence_nr;
   int depth;
   int nspares;
-  bool exited;                           // t_owner is gone (thread exit): keep away from it
-  OpEvent* current_op;                   // the innermost recorded operator (record_autograd_node)
-  SpareInputs* spares[kMaxSpares];       // owned by t_owner
+  bool exited;                      // t_owner is gone (thread exit): keep away from it
+  OpEvent* current_op;              // the innermost recorded operator (record_autograd_node)
+  SpareInputs* spares[kMaxSpares];  // owned by t_owner
 };
 __attribute__((tls_model("initial-exec"))) thread_local ThreadState t_state;
 

@@ -11,8 +11,8 @@
 namespace loom {
 
 std::string SchemaType::canonical() const {
-  static constexpr const char* names[] = {"Tensor", "int", "float", "bool", "Scalar",
-                                          "ScalarType", "Device", "str", "Generator"};
+  static constexpr const char* names[] = {"Tensor",     "int",    "float", "bool",     "Scalar",
+                                          "ScalarType", "Device", "str",   "Generator"};
   std::string s = names[static_cast<int>(kind)];
   if (is_list) s += "[]";
   if (optional) s += "?";
@@ -26,7 +26,9 @@ std::string SchemaType::str() const {
   return s.substr(0, pos) + "[" + std::to_string(fixed_size) + "]" + s.substr(pos + 2);
 }
 
-std::string FunctionSchema::full_name() const { return ns + "::" + op_name(); }
+std::string FunctionSchema::full_name() const {
+  return ns + "::" + op_name();
+}
 std::string FunctionSchema::op_name() const {
   return overload.empty() ? name : name + "." + overload;
 }
@@ -46,7 +48,8 @@ std::string type_with_alias(const Argument& a) {
   // The alias annotation goes right after the base type name: Tensor(a!), Tensor(a)[].
   size_t base_len = 0;
   while (base_len < t.size() && std::isalnum(static_cast<unsigned char>(t[base_len]))) ++base_len;
-  return t.substr(0, base_len) + "(" + a.alias_set + (a.is_write ? "!" : "") + ")" + t.substr(base_len);
+  return t.substr(0, base_len) + "(" + a.alias_set + (a.is_write ? "!" : "") + ")" +
+         t.substr(base_len);
 }
 
 std::string default_str(const Argument& a) {
@@ -249,7 +252,8 @@ class Parser {
     }
     skip_ws();
     if (is_return) {
-      if (pos_ < s_.size() && (std::isalpha(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
+      if (pos_ < s_.size() &&
+          (std::isalpha(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
         a.name = ident("a return name");
       }
       return a;
@@ -321,11 +325,15 @@ class Parser {
       case SchemaType::Kind::Int:
         if (!is_int) fail("an int argument needs an integer default");
         return IValue(static_cast<int64_t>(d));
-      case SchemaType::Kind::Float: return IValue(d);
+      case SchemaType::Kind::Float:
+        return IValue(d);
       case SchemaType::Kind::Scalar:
         return is_int ? IValue(Scalar(static_cast<int64_t>(d))) : IValue(Scalar(d));
-      case SchemaType::Kind::Bool: return IValue(d != 0);
-      default: pos_ = start; fail("a number is not a valid default for this type");
+      case SchemaType::Kind::Bool:
+        return IValue(d != 0);
+      default:
+        pos_ = start;
+        fail("a number is not a valid default for this type");
     }
   }
 

@@ -151,8 +151,8 @@ AllocTrace trace_from_json(const Json& doc, const std::string& what) {
   const Json* version = doc.find("version");
   if (!version || !version->is_int() || version->as_int() < 1 || version->as_int() > kVersion) {
     LOOM_THROW(DataError, "[alloc trace] ", what, ": unsupported version ",
-               version ? version->dump() : std::string("(missing)"), " (this loom reads versions 1 to ",
-               kVersion, ")");
+               version ? version->dump() : std::string("(missing)"),
+               " (this loom reads versions 1 to ", kVersion, ")");
   }
   AllocTrace trace;
   if (const Json* source = doc.find("source")) {
@@ -270,7 +270,8 @@ TraceSummary summarize_trace(const AllocTrace& trace) {
     s.peak_live_blocks = std::max(s.peak_live_blocks, static_cast<int64_t>(live.size()));
   }
   // Before the first marker, the steps ended are those the first one counts, less the one it ends.
-  if (s.steps > 0) s.peak_live_step = steps_at_peak >= 0 ? steps_at_peak : std::max<int64_t>(first_marker - 1, 0);
+  if (s.steps > 0)
+    s.peak_live_step = steps_at_peak >= 0 ? steps_at_peak : std::max<int64_t>(first_marker - 1, 0);
   s.live_bytes_at_end = bytes;
   s.distinct_sizes = static_cast<int64_t>(sizes.size());
   return s;

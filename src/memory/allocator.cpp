@@ -8,7 +8,9 @@
 namespace loom {
 namespace {
 
-void cpu_free(void* ctx) { std::free(ctx); }
+void cpu_free(void* ctx) {
+  std::free(ctx);
+}
 
 class CpuAllocator final : public Allocator {
  public:
@@ -73,8 +75,7 @@ constinit AllocatorTable g_table = builtin_table();
 }  // namespace
 
 Allocator* get_allocator(Device device) {
-  return std::atomic_ref<Allocator*>(
-             g_table.slot[static_cast<int>(device.type())][device.index()])
+  return std::atomic_ref<Allocator*>(g_table.slot[static_cast<int>(device.type())][device.index()])
       .load(std::memory_order_acquire);
 }
 

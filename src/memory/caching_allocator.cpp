@@ -1,6 +1,7 @@
 // The caching allocator: allocate, free, ordinary segments, and the public class. The state and
 // its pieces are described in memory/caching_allocator_impl.h; expandable segments are in
-// caching_allocator_expandable.cpp, errors, statistics and snapshots in caching_allocator_report.cpp.
+// caching_allocator_expandable.cpp, errors, statistics and snapshots in
+// caching_allocator_report.cpp.
 #include "loom/memory/caching_allocator.h"
 
 #include <algorithm>
@@ -347,8 +348,8 @@ CachingAllocator::~CachingAllocator() {
   m.release_expandables();
 }
 
-[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::throw_wrong_device(const Stream& stream,
-                                                                         const char* method) const {
+[[gnu::noinline, gnu::cold]] void CachingAllocator::Impl::throw_wrong_device(
+    const Stream& stream, const char* method) const {
   LOOM_THROW(ValueError, "[caching allocator] ", method, " on ", stream,
              ": this allocator serves the streams of ", stream_device, " (", device.name(), ")");
 }

@@ -280,7 +280,8 @@ void CachingAllocator::Impl::release_expandables() {
       unmap_pages(r, 0, r.end / kExpandablePage, SIZE_MAX);
       device.release(as_ptr(r.base), r.reserved);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "[caching allocator] warning: returning an expandable segment failed: %s\n",
+      std::fprintf(stderr,
+                   "[caching allocator] warning: returning an expandable segment failed: %s\n",
                    e.what());
     }
   }

@@ -14,8 +14,8 @@ namespace {
 constexpr const char* kFormat = "loom-memory-snapshot";
 constexpr int64_t kVersion = 1;
 
-constexpr const char* kKindNames[] = {"alloc", "free", "segment_alloc", "segment_free", "oom",
-                                     "step"};
+constexpr const char* kKindNames[] = {"alloc",        "free", "segment_alloc",
+                                      "segment_free", "oom",  "step"};
 static_assert(std::size(kKindNames) == static_cast<size_t>(TraceEvent::Kind::Step) + 1,
               "one name per TraceEvent::Kind");
 
@@ -59,7 +59,8 @@ MemoryStats stats_from_json(const Json& j) {
   s.num_device_frees = read_int(j, "num_device_frees");
   // Snapshots written before the page counters existed have no such fields.
   if (j.find("num_device_maps") != nullptr) s.num_device_maps = read_int(j, "num_device_maps");
-  if (j.find("num_device_unmaps") != nullptr) s.num_device_unmaps = read_int(j, "num_device_unmaps");
+  if (j.find("num_device_unmaps") != nullptr)
+    s.num_device_unmaps = read_int(j, "num_device_unmaps");
   s.largest_free_block = read_unsigned(j, "largest_free_block");
   return s;
 }
@@ -122,8 +123,9 @@ SegmentInfo segment_from_json(const Json& j) {
       const uint64_t lo = static_cast<uint64_t>(run[0].as_int());
       const uint64_t hi = lo + static_cast<uint64_t>(run[1].as_int());
       if (!seg.expandable || lo < after || hi > seg.address + seg.size) {
-        LOOM_THROW(DataError, "unmapped run ", i, " [", lo, ", ", hi,
-                   ") is out of order, outside the segment, or in a segment that is not expandable");
+        LOOM_THROW(
+            DataError, "unmapped run ", i, " [", lo, ", ", hi,
+            ") is out of order, outside the segment, or in a segment that is not expandable");
       }
       for (; block < seg.blocks.size(); ++block) {
         const BlockInfo& b = seg.blocks[block];

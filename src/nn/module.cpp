@@ -149,7 +149,9 @@ void Module::train(bool on) {
   for (auto& c : children_) c.second->train(on);
 }
 
-void Module::zero_grad(bool set_to_none) { autograd::zero_grads(parameters(), set_to_none); }
+void Module::zero_grad(bool set_to_none) {
+  autograd::zero_grads(parameters(), set_to_none);
+}
 
 Module& Module::to(DType dtype) {
   autograd::NoGradGuard no_grad;

@@ -17,12 +17,14 @@ TensorMeta binary_shape(const BinaryTraits& op, TensorMetaRef self, TensorMetaRe
   DimVector shape = broadcast_shapes(op.name, in, 2);
   DType dt = result_type(in, 2);
   if (op.int_to_float && !is_floating(dt)) dt = default_dtype();
-  LOOM_CHECK_TYPE(!(op.is_sub && dt == kBool), "[sub] subtraction with two bool "
+  LOOM_CHECK_TYPE(!(op.is_sub && dt == kBool),
+                  "[sub] subtraction with two bool "
                   "tensors is not supported; use logical_xor instead");
   if (!op.bool_output) {
     LOOM_CHECK_TYPE(is_floating(dt) || !alpha.is_floating(), "[", op.name,
                     "] for integral input tensors, argument alpha must not be a floating point "
-                    "number (got ", alpha, ")");
+                    "number (got ",
+                    alpha, ")");
   }
   return TensorMeta(shape, op.bool_output ? kBool : dt);
 }
@@ -39,11 +41,11 @@ TensorMeta where_shape(TensorMetaRef condition, TensorMetaRef self, TensorMetaRe
 
 namespace {
 
-constexpr BinaryTraits kAdd{"add"}, kSub{"sub", false, false, true}, kMul{"mul"},
-    kDiv{"div", true}, kMaximum{"maximum"}, kMinimum{"minimum"}, kEq{"eq", false, true},
-    kNe{"ne", false, true}, kLt{"lt", false, true}, kLe{"le", false, true},
-    kGt{"gt", false, true}, kGe{"ge", false, true}, kLogicalAnd{"logical_and", false, true},
-    kLogicalOr{"logical_or", false, true}, kLogicalXor{"logical_xor", false, true};
+constexpr BinaryTraits kAdd{"add"}, kSub{"sub", false, false, true}, kMul{"mul"}, kDiv{"div", true},
+    kMaximum{"maximum"}, kMinimum{"minimum"}, kEq{"eq", false, true}, kNe{"ne", false, true},
+    kLt{"lt", false, true}, kLe{"le", false, true}, kGt{"gt", false, true}, kGe{"ge", false, true},
+    kLogicalAnd{"logical_and", false, true}, kLogicalOr{"logical_or", false, true},
+    kLogicalXor{"logical_xor", false, true};
 
 // Meta kernels: the shape function, then an empty meta result, self checked, or out resized.
 template <const BinaryTraits& Op>
@@ -75,13 +77,13 @@ Tensor meta_out_fn(const Tensor& self, const Tensor& other, const Tensor& out) {
 
 }  // namespace
 
-#define LOOM_BINARY_DEFS(name)                                                                 \
-  m.def(#name "(Tensor self, Tensor other) -> Tensor");                                        \
-  m.def(#name "_(Tensor(a!) self, Tensor other) -> Tensor(a!)");                               \
+#define LOOM_BINARY_DEFS(name)                                   \
+  m.def(#name "(Tensor self, Tensor other) -> Tensor");          \
+  m.def(#name "_(Tensor(a!) self, Tensor other) -> Tensor(a!)"); \
   m.def(#name ".out(Tensor self, Tensor other, *, Tensor(a!) out) -> Tensor(a!)");
-#define LOOM_BINARY_IMPLS(name, Op)                                                            \
-  m.impl(#name, DispatchKey::Meta, meta_fn<Op>);                                               \
-  m.impl(#name "_", DispatchKey::Meta, meta_inplace_fn<Op>);                                   \
+#define LOOM_BINARY_IMPLS(name, Op)                          \
+  m.impl(#name, DispatchKey::Meta, meta_fn<Op>);             \
+  m.impl(#name "_", DispatchKey::Meta, meta_inplace_fn<Op>); \
   m.impl(#name ".out", DispatchKey::Meta, meta_out_fn<Op>);
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
@@ -165,21 +167,21 @@ const Tensor& sub_out(const Tensor& out, const Tensor& self, const Tensor& other
 
 using BinSig = Tensor(const Tensor&, const Tensor&);
 using BinOutSig = Tensor(const Tensor&, const Tensor&, const Tensor&);
-#define LOOM_BINARY_WRAPPERS(name)                                                          \
-  Tensor name(const Tensor& self, const Tensor& other) {                                    \
-    LOOM_CALL_OP("loom::" #name, BinSig, self, other);                                      \
-  }                                                                                         \
-  Tensor name(const Tensor& self, const Scalar& other) {                                    \
-    return name(self, wrap_scalar(other));                                                  \
-  }                                                                                         \
-  const Tensor& name##_(const Tensor& self, const Tensor& other) {                          \
-    LOOM_CALL_INPLACE("loom::" #name "_", BinSig, self, other);                             \
-  }                                                                                         \
-  const Tensor& name##_(const Tensor& self, const Scalar& other) {                          \
-    return name##_(self, wrap_scalar(other));                                               \
-  }                                                                                         \
-  const Tensor& name##_out(const Tensor& out, const Tensor& self, const Tensor& other) {    \
-    LOOM_CALL_OUT("loom::" #name ".out", BinOutSig, out, self, other);                      \
+#define LOOM_BINARY_WRAPPERS(name)                                                       \
+  Tensor name(const Tensor& self, const Tensor& other) {                                 \
+    LOOM_CALL_OP("loom::" #name, BinSig, self, other);                                   \
+  }                                                                                      \
+  Tensor name(const Tensor& self, const Scalar& other) {                                 \
+    return name(self, wrap_scalar(other));                                               \
+  }                                                                                      \
+  const Tensor& name##_(const Tensor& self, const Tensor& other) {                       \
+    LOOM_CALL_INPLACE("loom::" #name "_", BinSig, self, other);                          \
+  }                                                                                      \
+  const Tensor& name##_(const Tensor& self, const Scalar& other) {                       \
+    return name##_(self, wrap_scalar(other));                                            \
+  }                                                                                      \
+  const Tensor& name##_out(const Tensor& out, const Tensor& self, const Tensor& other) { \
+    LOOM_CALL_OUT("loom::" #name ".out", BinOutSig, out, self, other);                   \
   }
 LOOM_BINARY_WRAPPERS(mul)
 LOOM_BINARY_WRAPPERS(div)
@@ -275,7 +277,8 @@ LOOM_DERIVATIVES(m) {
     if (wants(c, 2)) r[2] = where(cond, zeros_like(g), g);
     return r;
   });
-  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}) {
+  for (const char* op :
+       {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}) {
     m.nondifferentiable(op);
   }
 }

@@ -22,8 +22,8 @@ void call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if constexpr (std::is_same_v<T, float>) {
     // loom's kernel is sized for training shapes (Note [loom sgemm]): below kMinMacs (2^20)
-    // multiply-adds OpenBLAS's small-matrix path skips packing, and from kMaxMacs (2^27 = 512^3) its
-    // large-square blocking is as fast or faster, so both ends stay with OpenBLAS.
+    // multiply-adds OpenBLAS's small-matrix path skips packing, and from kMaxMacs (2^27 = 512^3)
+    // its large-square blocking is as fast or faster, so both ends stay with OpenBLAS.
     const int64_t macs = m * n * k;
     if (detail::use_loom_sgemm() && macs >= detail::kMinMacs && macs < detail::kMaxMacs) {
       detail::sgemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
@@ -47,7 +47,8 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   if (m == 0 || n == 0) return;
   const int threads = in_parallel_region() ? 1 : get_num_threads();
   // Below ~2 MFLOP per thread the split costs more than it saves.
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (threads <= 1 || flops < 2e6 * threads || k == 0) {
     call(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
@@ -74,8 +75,8 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_impl(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
@@ -110,13 +111,14 @@ GemmInfo gemm_info() {
 std::string gemm_backend() {
   const GemmInfo g = gemm_info();
   if (!g.loom_kernel) {
-    return "OpenBLAS sgemm (loom's " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
-           " AVX-512 sgemm is off: " + g.reason + ")";
+    return "OpenBLAS sgemm (loom's " + std::to_string(g.tile_rows) + "x" +
+           std::to_string(g.tile_cols) + " AVX-512 sgemm is off: " + g.reason + ")";
   }
-  return "loom's AVX-512 sgemm, " + std::to_string(g.tile_rows) + "x" + std::to_string(g.tile_cols) +
-         " micro-kernel (" + std::to_string(g.tile_rows) + " rows x " + std::to_string(g.tile_cols / 16) +
-         " zmm of c), for products of 2^" + std::to_string(log2_of(g.min_macs)) + " to 2^" +
-         std::to_string(log2_of(g.max_macs)) + " multiply-adds; OpenBLAS sgemm outside that range";
+  return "loom's AVX-512 sgemm, " + std::to_string(g.tile_rows) + "x" +
+         std::to_string(g.tile_cols) + " micro-kernel (" + std::to_string(g.tile_rows) +
+         " rows x " + std::to_string(g.tile_cols / 16) + " zmm of c), for products of 2^" +
+         std::to_string(log2_of(g.min_macs)) + " to 2^" + std::to_string(log2_of(g.max_macs)) +
+         " multiply-adds; OpenBLAS sgemm outside that range";
 }
 
 }  // namespace loom

@@ -14,8 +14,8 @@ namespace loom::blas {
 
 // c[m, n] = alpha * op(a)[m, k] @ op(b)[k, n] + beta * c, row-major; op transposes a stored operand
 // when ta / tb is set (lda / ldb are the stored operands' row lengths). beta == 0 never reads c.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
           int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
 

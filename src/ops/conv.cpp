@@ -21,8 +21,8 @@ std::array<int64_t, 2> pair_arg(const char* op, const char* name, IntArrayRef v)
 }  // namespace
 
 ConvGeometry conv2d_geometry(const char* op, TensorMetaRef input, TensorMetaRef weight,
-                          const OptionalTensorMetaRef& bias, IntArrayRef stride, IntArrayRef padding,
-                          IntArrayRef dilation, int64_t groups) {
+                             const OptionalTensorMetaRef& bias, IntArrayRef stride,
+                             IntArrayRef padding, IntArrayRef dilation, int64_t groups) {
   LOOM_CHECK(weight.dim() == 4, "[", op, "] expected weight to have 4 dimensions, got ",
              weight.dim(), " (shape ", weight.sizes,
              "; expected [out_channels, in_channels/groups, kH, kW])");
@@ -96,10 +96,11 @@ TensorMeta conv2d_shape(TensorMetaRef input, TensorMetaRef weight,
   return TensorMeta(out_shape, input.dtype);
 }
 
-std::array<TensorMeta, 3> convolution_backward_shape(
-    TensorMetaRef grad_output, TensorMetaRef input, TensorMetaRef weight, IntArrayRef stride,
-    IntArrayRef padding, IntArrayRef dilation, int64_t groups, bool input_mask, bool weight_mask,
-    bool bias_mask) {
+std::array<TensorMeta, 3> convolution_backward_shape(TensorMetaRef grad_output, TensorMetaRef input,
+                                                     TensorMetaRef weight, IntArrayRef stride,
+                                                     IntArrayRef padding, IntArrayRef dilation,
+                                                     int64_t groups, bool input_mask,
+                                                     bool weight_mask, bool bias_mask) {
   constexpr const char* op = "convolution_backward";
   const ConvGeometry g =
       conv2d_geometry(op, input, weight, std::nullopt, stride, padding, dilation, groups);
@@ -170,9 +171,9 @@ LOOM_DERIVATIVES(m) {
     const Tensor& g = c.grad(0);
     GradList r(3);
     if (!g.defined() || !(c.needs(0) || c.needs(1) || c.needs(2))) return r;
-    auto [gi, gw, gb] = convolution_backward(g, c.input(0), c.input(1), c.int_list_arg(3),
-                                             c.int_list_arg(4), c.int_list_arg(5), c.int_arg(6),
-                                             {c.needs(0), c.needs(1), c.needs(2)});
+    auto [gi, gw, gb] =
+        convolution_backward(g, c.input(0), c.input(1), c.int_list_arg(3), c.int_list_arg(4),
+                             c.int_list_arg(5), c.int_arg(6), {c.needs(0), c.needs(1), c.needs(2)});
     return {gi, gw, gb};
   });
   // Note [conv2d double backward]
@@ -184,34 +185,36 @@ LOOM_DERIVATIVES(m) {
   //   d/d input       = grad_input of conv2d(input, ggW) for grad_output
   //   d/d weight      = grad_weight of conv2d(ggI, weight) for grad_output
   // all convolutions and convolution_backward calls again.
-  m.def("convolution_backward", autograd::saves({0, 1, 2}), [](const BackwardContext& c) -> GradList {
-    const Tensor &ggi = c.grad(0), &ggw = c.grad(1), &ggb = c.grad(2);
-    const IntArrayRef stride = c.int_list_arg(3), padding = c.int_list_arg(4),
-                      dilation = c.int_list_arg(5);
-    const int64_t groups = c.int_arg(6);
-    const Tensor g = c.input(0), x = c.input(1), w = c.input(2);
-    GradList r(3);
-    if (c.needs(0)) {
-      if (ggi.defined()) r[0] = conv2d(ggi, w, std::nullopt, stride, padding, dilation, groups);
-      if (ggw.defined()) {
-        std::optional<Tensor> bias;
-        if (ggb.defined()) bias = ggb;
-        r[0] = accumulate_grad(r[0], conv2d(x, ggw, bias, stride, padding, dilation, groups));
-      } else if (ggb.defined()) {
-        // The bias's gradient broadcast over the output: [Cout] -> [Cout, 1, 1].
-        r[0] = accumulate_grad(r[0], expand(ggb.view({ggb.numel(), 1, 1}), g.sizes()));
-      }
-    }
-    if (c.needs(1) && ggw.defined()) {
-      r[1] = std::get<0>(convolution_backward(g, x, ggw, stride, padding, dilation, groups,
-                                              {true, false, false}));
-    }
-    if (c.needs(2) && ggi.defined()) {
-      r[2] = std::get<1>(convolution_backward(g, ggi, w, stride, padding, dilation, groups,
-                                              {false, true, false}));
-    }
-    return r;
-  });
+  m.def("convolution_backward", autograd::saves({0, 1, 2}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor &ggi = c.grad(0), &ggw = c.grad(1), &ggb = c.grad(2);
+          const IntArrayRef stride = c.int_list_arg(3), padding = c.int_list_arg(4),
+                            dilation = c.int_list_arg(5);
+          const int64_t groups = c.int_arg(6);
+          const Tensor g = c.input(0), x = c.input(1), w = c.input(2);
+          GradList r(3);
+          if (c.needs(0)) {
+            if (ggi.defined())
+              r[0] = conv2d(ggi, w, std::nullopt, stride, padding, dilation, groups);
+            if (ggw.defined()) {
+              std::optional<Tensor> bias;
+              if (ggb.defined()) bias = ggb;
+              r[0] = accumulate_grad(r[0], conv2d(x, ggw, bias, stride, padding, dilation, groups));
+            } else if (ggb.defined()) {
+              // The bias's gradient broadcast over the output: [Cout] -> [Cout, 1, 1].
+              r[0] = accumulate_grad(r[0], expand(ggb.view({ggb.numel(), 1, 1}), g.sizes()));
+            }
+          }
+          if (c.needs(1) && ggw.defined()) {
+            r[1] = std::get<0>(convolution_backward(g, x, ggw, stride, padding, dilation, groups,
+                                                    {true, false, false}));
+          }
+          if (c.needs(2) && ggi.defined()) {
+            r[2] = std::get<1>(convolution_backward(g, ggi, w, stride, padding, dilation, groups,
+                                                    {false, true, false}));
+          }
+          return r;
+        });
 }
 
 }  // namespace loom

@@ -18,8 +18,8 @@ void check_copy(TensorMetaRef self, TensorMetaRef src) {
     int64_t s = src.sizes[static_cast<size_t>(src.dim() - i)];
     ok = s == 1 || s == self.sizes[static_cast<size_t>(self.dim() - i)];
   }
-  LOOM_CHECK(ok, "[copy_] cannot copy a tensor of shape ", src.sizes, " into shape ",
-             self.sizes, " (src must broadcast to self)");
+  LOOM_CHECK(ok, "[copy_] cannot copy a tensor of shape ", src.sizes, " into shape ", self.sizes,
+             " (src must broadcast to self)");
 }
 
 }  // namespace
@@ -38,7 +38,9 @@ Tensor copy_meta(const Tensor& self, const Tensor& src) {
 }
 
 // fill_ on Meta: nothing to check, nothing to write.
-Tensor fill_meta(const Tensor& self, const Scalar&) { return self; }
+Tensor fill_meta(const Tensor& self, const Scalar&) {
+  return self;
+}
 
 Tensor zero_kernel(const Tensor& self) {
   fill_(self, 0);
@@ -52,14 +54,16 @@ Tensor zero_kernel(const Tensor& self) {
 TensorMeta to_copy_shape(TensorMetaRef self, std::optional<DType> dtype,
                          std::optional<Device> device) {
   const Device dev = device.value_or(self.device);
-  LOOM_CHECK(!self.device.is_meta() || dev.is_meta(),
-             "[_to_copy] a meta tensor (shape ", self.sizes, ") has no data to copy to ", dev);
-  LOOM_CHECK(dev == self.device || dev.is_meta(), "[_to_copy] copies from ",
-             self.device, " to ", dev, " need the CUDA backend, which is not in this build yet");
+  LOOM_CHECK(!self.device.is_meta() || dev.is_meta(), "[_to_copy] a meta tensor (shape ",
+             self.sizes, ") has no data to copy to ", dev);
+  LOOM_CHECK(dev == self.device || dev.is_meta(), "[_to_copy] copies from ", self.device, " to ",
+             dev, " need the CUDA backend, which is not in this build yet");
   return TensorMeta(self.sizes, dtype.value_or(self.dtype));
 }
 
-TensorMeta clone_shape(TensorMetaRef self) { return TensorMeta(self.sizes, self.dtype); }
+TensorMeta clone_shape(TensorMetaRef self) {
+  return TensorMeta(self.sizes, self.dtype);
+}
 
 namespace {
 
@@ -99,7 +103,9 @@ const Tensor& fill_(const Tensor& self, const Scalar& value) {
 const Tensor& zero_(const Tensor& self) {
   LOOM_CALL_INPLACE("loom::zero_", Tensor(const Tensor&), self);
 }
-Tensor clone(const Tensor& self) { LOOM_CALL_OP("loom::clone", Tensor(const Tensor&), self); }
+Tensor clone(const Tensor& self) {
+  LOOM_CALL_OP("loom::clone", Tensor(const Tensor&), self);
+}
 Tensor contiguous(const Tensor& self) {
   LOOM_CALL_OP("loom::contiguous", Tensor(const Tensor&), self);
 }
@@ -111,8 +117,9 @@ Tensor to(const Tensor& self, TensorOptions options, bool copy) {
   Device dev = options.device.value_or(self.device());
   if (!copy && dt == self.dtype() && dev == self.device()) return self;
   static const auto op =
-      Dispatcher::singleton().find_typed<Tensor(const Tensor&, std::optional<DType>, std::optional<Device>)>(
-          "loom::_to_copy");
+      Dispatcher::singleton()
+          .find_typed<Tensor(const Tensor&, std::optional<DType>, std::optional<Device>)>(
+              "loom::_to_copy");
   return op.call(self, dt, dev);
 }
 

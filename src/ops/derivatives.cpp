@@ -1,6 +1,7 @@
 // The derivative registry (ops layer): where operator files declare their derivatives
 // (LOOM_DERIVATIVES), and where autograd's recording looks them up (find_derivative). Also the two
-// helpers that derivatives share: sum_to and as_strided_backward, written with dispatched operators.
+// helpers that derivatives share: sum_to and as_strided_backward, written with dispatched
+// operators.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -27,7 +28,8 @@ Registry& registry() {
 const char* g_current_file = "";
 }  // namespace
 
-DerivativeRegistrar& DerivativeRegistrar::def(const char* op, DerivativeSpec spec, DerivativeFn fn) {
+DerivativeRegistrar& DerivativeRegistrar::def(const char* op, DerivativeSpec spec,
+                                              DerivativeFn fn) {
   Derivative d;
   d.op = op;
   d.spec = std::move(spec);

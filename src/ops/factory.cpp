@@ -1,6 +1,6 @@
-// Factories: empty, zeros, ones, full, arange, linspace, eye and the random ones. They have no tensor
-// arguments; the dispatcher picks the backend from the `device` argument. The CPU loops of arange,
-// linspace, eye and the random ones are in cpu/factory_kernels.cpp.
+// Factories: empty, zeros, ones, full, arange, linspace, eye and the random ones. They have no
+// tensor arguments; the dispatcher picks the backend from the `device` argument. The CPU loops of
+// arange, linspace, eye and the random ones are in cpu/factory_kernels.cpp.
 #include <cmath>
 
 #include "op_call.h"
@@ -9,8 +9,12 @@
 namespace loom {
 namespace {
 
-DType dtype_or_default(std::optional<DType> d) { return d.value_or(default_dtype()); }
-Device device_or_cpu(std::optional<Device> d) { return d.value_or(kCPU); }
+DType dtype_or_default(std::optional<DType> d) {
+  return d.value_or(default_dtype());
+}
+Device device_or_cpu(std::optional<Device> d) {
+  return d.value_or(kCPU);
+}
 
 // Negative sizes, and element or byte counts that overflow (Note [checked sizes]), named by op.
 void check_sizes(const char* op, IntArrayRef size, DType dtype) {
@@ -39,8 +43,8 @@ Tensor empty_strided_kernel(IntArrayRef size, IntArrayRef stride, std::optional<
   }
   int64_t bytes = 0;
   overflow |= __builtin_mul_overflow(extent, static_cast<int64_t>(element_size(dt)), &bytes);
-  LOOM_CHECK(any_zero || !overflow, "[empty_strided] sizes ", size, " and strides ", stride,
-             " of ", dt, " reach beyond the largest allocation (2^63 - 1 bytes)");
+  LOOM_CHECK(any_zero || !overflow, "[empty_strided] sizes ", size, " and strides ", stride, " of ",
+             dt, " reach beyond the largest allocation (2^63 - 1 bytes)");
   Storage st = make_storage(any_zero ? 0 : static_cast<size_t>(bytes), device_or_cpu(device));
   return make_tensor(std::move(st), dt, size, stride, 0);
 }
@@ -76,16 +80,18 @@ TensorMeta arange_shape(const Scalar& start, const Scalar& end, const Scalar& st
   LOOM_CHECK(st != 0, "[arange] step must be nonzero");
   LOOM_CHECK(std::isfinite(s) && std::isfinite(e), "[arange] start and end must be finite but got ",
              start, " and ", end);
-  LOOM_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "[arange] upper bound and step sign are "
-             "inconsistent: start=", start, " end=", end, " step=", step);
+  LOOM_CHECK((st > 0 && e >= s) || (st < 0 && e <= s),
+             "[arange] upper bound and step sign are "
+             "inconsistent: start=",
+             start, " end=", end, " step=", step);
   bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
   DType dt = dtype.value_or(all_int ? kInt64 : default_dtype());
   // The count in double first: the integer formula below would overflow for such ranges.
-  LOOM_CHECK(std::fabs((e - s) / st) < 0x1p62, "[arange] start=", start, " end=", end, " step=",
-             step, " give more elements than int64 can count");
-  int64_t n = all_int ? (end.to_int() - start.to_int() + step.to_int() + (st > 0 ? -1 : 1)) /
-                            step.to_int()
-                      : static_cast<int64_t>(std::ceil((e - s) / st));
+  LOOM_CHECK(std::fabs((e - s) / st) < 0x1p62, "[arange] start=", start, " end=", end,
+             " step=", step, " give more elements than int64 can count");
+  int64_t n =
+      all_int ? (end.to_int() - start.to_int() + step.to_int() + (st > 0 ? -1 : 1)) / step.to_int()
+              : static_cast<int64_t>(std::ceil((e - s) / st));
   if (n < 0) n = 0;
   check_sizes("arange", {n}, dt);
   return TensorMeta({n}, dt);
@@ -135,7 +141,6 @@ TensorMeta randint_shape(int64_t low, int64_t high, IntArrayRef size,
 
 namespace {
 
-
 Tensor scalar_tensor_kernel(const Scalar& value, std::optional<DType> dtype,
                             std::optional<Device> device) {
   return full_kernel({}, value, dtype, device);
@@ -145,16 +150,30 @@ Tensor scalar_tensor_kernel(const Scalar& value, std::optional<DType> dtype,
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("empty(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("empty_strided(int[] size, int[] stride, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def(
+      "empty_strided(int[] size, int[] stride, *, ScalarType? dtype=None, Device? device=None) -> "
+      "Tensor");
   m.def("zeros(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("ones(int[] size, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("arange(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def(
+      "full(int[] size, Scalar fill_value, *, ScalarType? dtype=None, Device? device=None) -> "
+      "Tensor");
+  m.def(
+      "arange(Scalar start, Scalar end, Scalar step=1, *, ScalarType? dtype=None, Device? "
+      "device=None) -> Tensor");
+  m.def(
+      "linspace(Scalar start, Scalar end, int steps, *, ScalarType? dtype=None, Device? "
+      "device=None) -> Tensor");
   m.def("eye(int n, int? m=None, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("rand(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("randn(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
-  m.def("randint(int low, int high, int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) -> Tensor");
+  m.def(
+      "rand(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? device=None) "
+      "-> Tensor");
+  m.def(
+      "randn(int[] size, *, Generator? generator=None, ScalarType? dtype=None, Device? "
+      "device=None) -> Tensor");
+  m.def(
+      "randint(int low, int high, int[] size, *, Generator? generator=None, ScalarType? "
+      "dtype=None, Device? device=None) -> Tensor");
   m.def("scalar_tensor(Scalar s, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   // One kernel serves every backend: it only allocates through the device's allocator and fills
   // through dispatched ops (Meta tensors have no data to fill).
@@ -190,10 +209,12 @@ Tensor ones(IntArrayRef size, TensorOptions o) {
 }
 Tensor full(IntArrayRef size, const Scalar& value, TensorOptions o) {
   LOOM_CALL_OP("loom::full",
-               Tensor(IntArrayRef, const Scalar&, std::optional<DType>, std::optional<Device>), size,
-               value, o.dtype, o.device);
+               Tensor(IntArrayRef, const Scalar&, std::optional<DType>, std::optional<Device>),
+               size, value, o.dtype, o.device);
 }
-Tensor arange(const Scalar& end, TensorOptions o) { return arange(0, end, 1, o); }
+Tensor arange(const Scalar& end, TensorOptions o) {
+  return arange(0, end, 1, o);
+}
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions o) {
   LOOM_CALL_OP("loom::arange",
                Tensor(const Scalar&, const Scalar&, const Scalar&, std::optional<DType>,
@@ -201,10 +222,10 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
                start, end, step, o.dtype, o.device);
 }
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOptions o) {
-  LOOM_CALL_OP("loom::linspace",
-               Tensor(const Scalar&, const Scalar&, int64_t, std::optional<DType>,
-                      std::optional<Device>),
-               start, end, steps, o.dtype, o.device);
+  LOOM_CALL_OP(
+      "loom::linspace",
+      Tensor(const Scalar&, const Scalar&, int64_t, std::optional<DType>, std::optional<Device>),
+      start, end, steps, o.dtype, o.device);
 }
 Tensor eye(int64_t n, std::optional<int64_t> m, TensorOptions o) {
   LOOM_CALL_OP("loom::eye",

@@ -23,9 +23,10 @@ namespace {
 
 #define LOOM_AVX512 __attribute__((target("avx512f,fma")))
 
-const config::ChoiceSetting kGemm("LOOM_GEMM", "loom", {"loom", "blas"},
-                                  "float32 matrix products: loom (its AVX-512 sgemm where the CPU has "
-                                  "AVX-512F, else OpenBLAS) or blas (OpenBLAS always)");
+const config::ChoiceSetting kGemm(
+    "LOOM_GEMM", "loom", {"loom", "blas"},
+    "float32 matrix products: loom (its AVX-512 sgemm where the CPU has "
+    "AVX-512F, else OpenBLAS) or blas (OpenBLAS always)");
 
 __mmask16 mask_of(int64_t n) {  // the low min(n, 16) lanes
   return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
@@ -70,8 +71,8 @@ LOOM_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16])
     u[4 * g + 3] = hi64(t[4 * g + 1], t[4 * g + 3]);
   }
   for (int c = 0; c < 4; ++c) {
-    const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);   // lanes 0,1 of each
-    const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);   // lanes 2,3 of each
+    const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);  // lanes 0,1 of each
+    const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);  // lanes 2,3 of each
     const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
     const __m512 y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
     r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);       // column c      (lane 0)
@@ -85,8 +86,8 @@ LOOM_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16])
 // transposed into dst[k * dst_ld + r] for r < rows (dst_ld = panel width; other lanes untouched
 // beyond `width`, which is zero-filled for r >= rows). Used for op(a) when a is not transposed and
 // for op(b) when b is transposed: both store the packed dimension along rows.
-LOOM_AVX512 void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc, float scale,
-                                 float* dst, int64_t dst_ld, int64_t width) {
+LOOM_AVX512 void pack_transposed(const float* src, int64_t ld, int64_t rows, int64_t kc,
+                                 float scale, float* dst, int64_t dst_ld, int64_t width) {
   const __m512 s = _mm512_set1_ps(scale);
   const __mmask16 store_mask = mask_of(width);
   for (int64_t k0 = 0; k0 < kc; k0 += 16) {
@@ -95,17 +96,19 @@ LOOM_AVX512 void pack_transposed(const float* src, int64_t ld, int64_t rows, int
     __m512 r[16];
     for (int64_t i = 0; i < 16; ++i) {
       // The rows are far apart (ld floats): fetch each one's next-but-three line ahead of use.
-      if (i < rows) _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + k0 + 64), _MM_HINT_T0);
+      if (i < rows)
+        _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + k0 + 64), _MM_HINT_T0);
       r[i] = i < rows ? _mm512_maskz_loadu_ps(km, src + i * ld + k0) : _mm512_setzero_ps();
       if (scale != 1.0f) r[i] = _mm512_mul_ps(r[i], s);
     }
     transpose16(r);
-    for (int64_t kk = 0; kk < kn; ++kk) _mm512_mask_storeu_ps(dst + (k0 + kk) * dst_ld, store_mask, r[kk]);
+    for (int64_t kk = 0; kk < kn; ++kk)
+      _mm512_mask_storeu_ps(dst + (k0 + kk) * dst_ld, store_mask, r[kk]);
   }
 }
 
-// Packs `cols` (<= width) contiguous floats from each of kc rows (stride ld) into dst[k * width + c],
-// zero-filling c >= cols. Used for op(a) when a is transposed and op(b) when b is not.
+// Packs `cols` (<= width) contiguous floats from each of kc rows (stride ld) into dst[k * width +
+// c], zero-filling c >= cols. Used for op(a) when a is transposed and op(b) when b is not.
 LOOM_AVX512 void pack_rows(const float* src, int64_t ld, int64_t cols, int64_t kc, float scale,
                            float* dst, int64_t width) {
   const __m512 s = _mm512_set1_ps(scale);
@@ -127,8 +130,8 @@ LOOM_AVX512 void pack_rows(const float* src, int64_t ld, int64_t cols, int64_t k
   }
 }
 
-// c[R rows, 16 V columns, the last 16 masked by `last`] (=|+=) ap[k][0..R) x bp[k][0..16 V), k < kc.
-// ap rows are kMR apart and bp rows kNR; beta == 0 writes without reading c.
+// c[R rows, 16 V columns, the last 16 masked by `last`] (=|+=) ap[k][0..R) x bp[k][0..16 V), k <
+// kc. ap rows are kMR apart and bp rows kNR; beta == 0 writes without reading c.
 template <int R, int V>
 LOOM_AVX512 void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc,
                               __mmask16 last, float beta) {
@@ -198,9 +201,10 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
 
 // Chosen once per process (Note [loom sgemm]).
 const char* sgemm_unused_reason() {
-  static const char* const reason = kGemm.get() == "blas"               ? "LOOM_GEMM=blas"
-                                    : __builtin_cpu_supports("avx512f") == 0 ? "this CPU has no AVX-512F"
-                                                                             : "";
+  static const char* const reason = kGemm.get() == "blas" ? "LOOM_GEMM=blas"
+                                    : __builtin_cpu_supports("avx512f") == 0
+                                        ? "this CPU has no AVX-512F"
+                                        : "";
   return reason;
 }
 
@@ -235,7 +239,7 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
           const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(16, cols - h));
           pack_transposed(b + (j0 + h) * ldb + p0, ldb, rows, kc, 1.0f, dst + h, kNR, 16);
         }
-      } else {   // b stored [k, n]
+      } else {  // b stored [k, n]
         pack_rows(b + p0 * ldb + j0, ldb, cols, kc, 1.0f, dst, kNR);
       }
     }
@@ -248,7 +252,7 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
         float* dst = apack + ip * kMR * kc;
         if (ta) {  // a stored [k, m]
           pack_rows(a + p0 * lda + r0, lda, rows, kc, alpha, dst, kMR);
-        } else {   // a stored [m, k]
+        } else {  // a stored [m, k]
           pack_transposed(a + r0 * lda + p0, lda, rows, kc, alpha, dst, kMR, kMR);
         }
       }
@@ -259,7 +263,8 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
         const float* bp = bpack + jp * kNR * kc;
         for (int64_t ip = 0; ip < m_panels; ++ip) {
           const int64_t r0 = i0 + ip * kMR, rows = std::min(kMR, m - r0);
-          kKernels[rows - 1][vectors - 1](kc, apack + ip * kMR * kc, bp, c + r0 * ldc + j0, ldc, last, blk_beta);
+          kKernels[rows - 1][vectors - 1](kc, apack + ip * kMR * kc, bp, c + r0 * ldc + j0, ldc,
+                                          last, blk_beta);
         }
       }
     }

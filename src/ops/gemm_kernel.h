@@ -22,9 +22,10 @@
 //
 // Transposed operands are transposed while packing (16x16 register transposes), so all four
 // (ta, tb) cases run the same micro-kernel. Edges: a kernel is compiled for each of 1..8 rows and
-// 1..3 vectors, and the last vector's columns are masked. One call is single-threaded; blas.cpp splits large products
-// across loom's pool exactly as it does for OpenBLAS (Note [One pool for BLAS]). Scratch is a
-// per-thread buffer reused across calls, so a call allocates only when a larger shape first comes.
+// 1..3 vectors, and the last vector's columns are masked. One call is single-threaded; blas.cpp
+// splits large products across loom's pool exactly as it does for OpenBLAS (Note [One pool for
+// BLAS]). Scratch is a per-thread buffer reused across calls, so a call allocates only when a
+// larger shape first comes.
 //
 // The path is chosen once per process: AVX-512F present (cpuid) and LOOM_GEMM not "blas". Per call,
 // products under 2^20 multiply-adds stay with OpenBLAS (its small-matrix kernels skip packing), and

@@ -18,7 +18,8 @@ std::vector<int64_t> reduced_dims(const IValue& dim, int64_t rank, const char* o
   return dims;
 }
 
-Tensor unsqueeze_reduced(const Tensor& g, int64_t rank, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor unsqueeze_reduced(const Tensor& g, int64_t rank, const std::vector<int64_t>& dims,
+                         bool keepdim) {
   if (keepdim || rank == 0) return g;
   Tensor r = g;
   for (int64_t d : dims) r = unsqueeze(r, d);  // ascending order keeps positions right

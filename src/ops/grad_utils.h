@@ -18,7 +18,8 @@ Tensor unreduce(const Tensor& g, IntArrayRef input_sizes, const std::vector<int6
                 bool keepdim);
 
 // Same, without expanding (keeps size-1 dims so the result broadcasts against the input).
-Tensor unsqueeze_reduced(const Tensor& g, int64_t rank, const std::vector<int64_t>& dims, bool keepdim);
+Tensor unsqueeze_reduced(const Tensor& g, int64_t rank, const std::vector<int64_t>& dims,
+                         bool keepdim);
 
 // A tensor of the given sizes, dtype and device whose elements are never read (one zero, expanded):
 // stands in for a forward input that a backward kernel takes only for its shape and dtype, so the

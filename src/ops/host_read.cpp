@@ -50,7 +50,9 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.impl("_local_scalar_dense", DispatchKey::Meta, local_scalar_dense_meta);
 }
 
-LOOM_DERIVATIVES(m) { m.nondifferentiable("_local_scalar_dense"); }
+LOOM_DERIVATIVES(m) {
+  m.nondifferentiable("_local_scalar_dense");
+}
 
 Scalar Tensor::item() const {
   if (!defined()) detail::throw_undefined_tensor("Tensor::item");

@@ -31,15 +31,10 @@ void check_same_device(const char* op, TensorMetaRef self, TensorMetaRef other, 
              " (like self) but it is on ", other.device);
 }
 
-
-
-
-
 // ---- index_select and embedding ----
 
 // The result's sizes: self's with dim's replaced by the number of indices.
-DimVector index_select_sizes(const char* op, TensorMetaRef self, int64_t dim,
-                             TensorMetaRef index) {
+DimVector index_select_sizes(const char* op, TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   const int64_t nd = self.dim();
   const int64_t d = wrap_dim(dim, std::max<int64_t>(nd, 1), op);
   const int64_t n = index.numel();
@@ -52,7 +47,6 @@ DimVector index_select_sizes(const char* op, TensorMetaRef self, int64_t dim,
   if (nd > 0) out_shape[static_cast<size_t>(d)] = n;
   return out_shape;
 }
-
 
 }  // namespace
 
@@ -80,8 +74,6 @@ TensorMeta embedding_shape(TensorMetaRef weight, TensorMetaRef indices, int64_t 
 
 namespace {
 
-
-
 // Row r of the result is the sum of the grad_output rows whose index is r (none for padding_idx).
 // The indices are bucketed by row first (a counting sort), so each task owns whole result rows and
 // adds its rows' contributions in index order, whatever the thread count.
@@ -94,17 +86,15 @@ TensorMeta embedding_dense_backward_shape(TensorMetaRef grad_output, TensorMetaR
   check_same_device(op, grad_output, indices, "indices");
   LOOM_CHECK(num_weights >= 0, "[", op, "] num_weights must be non-negative but got ", num_weights);
   const auto nd = static_cast<size_t>(indices.dim());
-  LOOM_CHECK(
-      grad_output.sizes.size() == nd + 1 && grad_output.sizes.slice(0, nd) == indices.sizes,
-      "[", op, "] expected grad_output of shape ", indices.sizes,
-      " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes);
+  LOOM_CHECK(grad_output.sizes.size() == nd + 1 && grad_output.sizes.slice(0, nd) == indices.sizes,
+             "[", op, "] expected grad_output of shape ", indices.sizes,
+             " + [embedding_dim] (indices' shape plus one) but got ", grad_output.sizes);
   const DType dt = grad_output.dtype;
   LOOM_CHECK_TYPE(is_floating(dt), "[", op, "] expected a floating grad_output but got ", dt);
   return TensorMeta({num_weights, grad_output.size(-1)}, dt);
 }
 
 namespace {
-
 
 // ---- gather and scatter ----
 
@@ -123,14 +113,13 @@ TensorMeta gather_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index) {
   const DimVector ss = nonempty_sizes(self), is = nonempty_sizes(index);
   const int64_t d = wrap_dim(dim, static_cast<int64_t>(ss.size()), "gather");
   for (size_t k = 0; k < ss.size(); ++k) {
-    LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[gather] index shape ",
-               index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
+    LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[gather] index shape ", index.sizes,
+               " is larger than self shape ", self.sizes, " in dimension ", k);
   }
   return TensorMeta(index.sizes, self.dtype);
 }
 
 namespace {
-
 
 enum class ScatterKind { Src, Value, Add };
 
@@ -157,12 +146,11 @@ TensorMeta scatter_check(const char* op, ScatterKind kind, TensorMetaRef self, i
   for (size_t k = 0; k < ss.size(); ++k) {
     LOOM_CHECK(static_cast<int64_t>(k) == d || is[k] <= ss[k], "[", op, "] index shape ",
                index.sizes, " is larger than self shape ", self.sizes, " in dimension ", k);
-    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes,
-               " is larger than src shape ", rs.ref(), " in dimension ", k);
+    LOOM_CHECK(is[k] <= rs[k], "[", op, "] index shape ", index.sizes, " is larger than src shape ",
+               rs.ref(), " in dimension ", k);
   }
   return TensorMeta(self.sizes, self.dtype);
 }
-
 
 }  // namespace
 
@@ -191,7 +179,6 @@ TensorMeta scatter_add_shape(TensorMetaRef self, int64_t dim, TensorMetaRef inde
 
 namespace {
 
-
 // In place: the Meta kernels check and return self (the CPU kernels check, then fill self).
 template <ScatterKind kKind>
 Tensor scatter_inplace_meta(const Tensor& self, int64_t dim, const Tensor& index,
@@ -205,8 +192,6 @@ Tensor scatter_inplace_meta(const Tensor& self, int64_t dim, const Tensor& index
 }
 
 // ---- masked_fill ----
-
-
 
 }  // namespace
 

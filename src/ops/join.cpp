@@ -65,7 +65,6 @@ TensorMeta cat_shape(TensorMetaList tensors, int64_t dim) {
 
 namespace {
 
-
 Tensor stack_kernel(TensorList tensors, int64_t dim) {
   LOOM_CHECK(!tensors.empty(), "[stack] expected a non-empty list of tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {

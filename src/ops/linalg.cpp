@@ -4,23 +4,15 @@
 #include <climits>
 #include <vector>
 
+#include "cpu/linalg_kernels.h"
 #include "loom/derivatives.h"
 #include "loom/parallel.h"
-#include "cpu/linalg_kernels.h"
 #include "op_call.h"
 #include "shapes.h"
 #include "structured.h"
 
 namespace loom {
 namespace {
-
-
-
-
-
-
-
-
 
 void check_same_dtype(const char* op, TensorMetaRef a, const char* an, TensorMetaRef b,
                       const char* bn) {
@@ -97,12 +89,6 @@ TensorMeta dot_shape(TensorMetaRef self, TensorMetaRef other) {
 
 namespace {
 
-
-
-
-
-
-
 std::vector<int64_t> matmul_batch_shape(IntArrayRef a, IntArrayRef b, const Tensor& self,
                                         const Tensor& other) {
   const size_t nd = std::max(a.size(), b.size());
@@ -159,8 +145,10 @@ Tensor matmul_composite(const Tensor& self, const Tensor& other) {
 }
 
 // _linear: input [n, in] @ weight [out, in]^T + bias, below autograd (linear checked the shapes).
-Tensor linear_2d_kernel(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
-  return bias.has_value() && bias->defined() ? addmm(*bias, input, weight.t()) : mm(input, weight.t());
+Tensor linear_2d_kernel(const Tensor& input, const Tensor& weight,
+                        const std::optional<Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? addmm(*bias, input, weight.t())
+                                             : mm(input, weight.t());
 }
 
 Tensor linear_2d(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias) {
@@ -255,11 +243,13 @@ bool transposed_layout(const BackwardContext& c, size_t slot) {
 }
 
 // d(A B)/dA = G B^T, as [n, k], laid out like A.
-Tensor mm_mat1_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat2, size_t slot) {
+Tensor mm_mat1_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat2,
+                        size_t slot) {
   return transposed_layout(c, slot) ? mm(mat2, g.t()).t() : mm(g, mat2.t());
 }
 // d(A B)/dB = A^T G, as [k, m], laid out like B.
-Tensor mm_mat2_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat1, size_t slot) {
+Tensor mm_mat2_backward(const BackwardContext& c, const Tensor& g, const Tensor& mat1,
+                        size_t slot) {
   return transposed_layout(c, slot) ? mm(g.t(), mat1).t() : mm(mat1.t(), g);
 }
 }  // namespace
@@ -298,23 +288,25 @@ LOOM_DERIVATIVES(m) {
   });
   // _linear (2-D input): d input = G W, d weight = G^T input, d bias = G summed to the bias. The
   // weight's gradient may be added straight into weight.grad() (Note [Accumulating into .grad]).
-  m.def("_linear", autograd::with_grad_sinks(autograd::saves({0, 1})), [](const BackwardContext& c) -> GradList {
-    const Tensor& g = c.grad(0);
-    GradList r(3);
-    if (c.needs(0)) r[0] = mm(g, c.input(1));
-    if (c.needs(1)) {
-      const Tensor sink = c.grad_sink(1);
-      if (sink.defined()) {
-        batched_product(sink.unsqueeze(0), g.t().unsqueeze(0), c.input(0).unsqueeze(0), 1, 1, "linear");
-        sink.storage()->bump_version();
-        r[1] = sink;
-      } else {
-        r[1] = mm(g.t(), c.input(0));
-      }
-    }
-    if (c.needs(2)) r[2] = autograd::sum_to(g, c.input_sizes(2));
-    return r;
-  });
+  m.def("_linear", autograd::with_grad_sinks(autograd::saves({0, 1})),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& g = c.grad(0);
+          GradList r(3);
+          if (c.needs(0)) r[0] = mm(g, c.input(1));
+          if (c.needs(1)) {
+            const Tensor sink = c.grad_sink(1);
+            if (sink.defined()) {
+              batched_product(sink.unsqueeze(0), g.t().unsqueeze(0), c.input(0).unsqueeze(0), 1, 1,
+                              "linear");
+              sink.storage()->bump_version();
+              r[1] = sink;
+            } else {
+              r[1] = mm(g.t(), c.input(0));
+            }
+          }
+          if (c.needs(2)) r[2] = autograd::sum_to(g, c.input_sizes(2));
+          return r;
+        });
   m.def("dot", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
     const Tensor& g = c.grad(0);
     GradList r(2);

@@ -1,6 +1,6 @@
 // Inner loops for pointwise kernels (internal to the ops layer). Each takes the byte strides that
-// TensorIterator hands to a Loop1d and picks a contiguous or scalar-broadcast fast path the compiler
-// can vectorise, falling back to a strided loop.
+// TensorIterator hands to a Loop1d and picks a contiguous or scalar-broadcast fast path the
+// compiler can vectorise, falling back to a strided loop.
 #pragma once
 
 #include <cstdint>

@@ -44,12 +44,11 @@ int64_t check_normalized_shape(const char* op, TensorMetaRef input, IntArrayRef 
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   LOOM_CHECK(k >= 1, "[", op, "] normalized_shape must have at least one dimension");
   const int64_t axis = input.dim() - k;
-  LOOM_CHECK(axis >= 0 && input.sizes.slice(static_cast<size_t>(axis)) == normalized_shape, "[",
-             op, "] given normalized_shape=", normalized_shape, ", expected input with shape ",
+  LOOM_CHECK(axis >= 0 && input.sizes.slice(static_cast<size_t>(axis)) == normalized_shape, "[", op,
+             "] given normalized_shape=", normalized_shape, ", expected input with shape ",
              star_shape(normalized_shape), " but got input of shape ", input.sizes);
   return multiply_sizes(normalized_shape);
 }
-
 
 // (output, mean, rstd). mean and rstd keep the normalized dims as size 1, as PyTorch's CPU kernel:
 // input [2, 3, 4] with normalized_shape [4] gives mean of shape [2, 3, 1].
@@ -79,8 +78,8 @@ std::array<TensorMeta, 3> native_layer_norm_backward_shape(
   check_normalized_shape(op, input, normalized_shape);
   check_affine(op, "weight", weight, input, normalized_shape);
   check_affine(op, "bias", bias, input, normalized_shape);
-  LOOM_CHECK(grad_out.sizes == input.sizes, "[", op, "] expected grad_out of shape ",
-             input.sizes, " (the shape of input) but got ", grad_out.sizes);
+  LOOM_CHECK(grad_out.sizes == input.sizes, "[", op, "] expected grad_out of shape ", input.sizes,
+             " (the shape of input) but got ", grad_out.sizes);
   const DType dt = input.dtype;
   LOOM_CHECK_TYPE(is_floating(dt) && grad_out.dtype == dt, "[", op,
                   "] expected grad_out and input of one floating dtype but got ", grad_out.dtype,
@@ -210,7 +209,6 @@ NllShape check_nll(const char* op, TensorMetaRef input, TensorMetaRef target,
   for (int64_t d = 2; d < input.dim(); ++d) shape.spatial *= input.size(d);
   return shape;
 }
-
 
 }  // namespace
 

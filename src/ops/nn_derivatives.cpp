@@ -26,7 +26,8 @@ Tensor accumulate(const Tensor& sum_so_far, const Tensor& term) {
 // silently missing gradient.
 void check_no_weight_grad(const BackwardContext& c, size_t slot, const char* op) {
   if (c.needs(slot)) {
-    LOOM_THROW(NotImplementedError, "[", op, "] the derivative with respect to weight is not "
+    LOOM_THROW(NotImplementedError, "[", op,
+               "] the derivative with respect to weight is not "
                "implemented; detach() the class weights");
   }
 }
@@ -44,8 +45,9 @@ GradList layer_norm_backward(const BackwardContext& c) {
   const double n = static_cast<double>(multiply_sizes(normalized));
   GradList r(3);
   if (g.defined() && !c.create_graph()) {
-    auto [gi, gw, gb] = native_layer_norm_backward(g, x, normalized, mu, rs, optional_of(w),
-                                                   std::nullopt, {c.needs(0), c.needs(1), c.needs(2)});
+    auto [gi, gw, gb] =
+        native_layer_norm_backward(g, x, normalized, mu, rs, optional_of(w), std::nullopt,
+                                   {c.needs(0), c.needs(1), c.needs(2)});
     r = {gi, gw, gb};
   } else if (g.defined()) {
     const Tensor xhat = mul(sub(x, mu), rs);

@@ -8,31 +8,29 @@
 #include "loom/ops.h"
 
 // Calls a registered operator through the dispatcher; the typed handle is looked up once.
-//   return LOOM_CALL_OP("loom::add", Tensor(const Tensor&, const Tensor&, const Scalar&), a, b, alpha);
-#define LOOM_CALL_OP(NAME, SIG, ...)                                                          \
-  do {                                                                                        \
-    static const auto loom_op_handle_ =                                                       \
-        ::loom::Dispatcher::singleton().find_typed<SIG>(NAME);                                \
-    return loom_op_handle_.call(__VA_ARGS__);                                                 \
+//   return LOOM_CALL_OP("loom::add", Tensor(const Tensor&, const Tensor&, const Scalar&), a, b,
+//   alpha);
+#define LOOM_CALL_OP(NAME, SIG, ...)                                                           \
+  do {                                                                                         \
+    static const auto loom_op_handle_ = ::loom::Dispatcher::singleton().find_typed<SIG>(NAME); \
+    return loom_op_handle_.call(__VA_ARGS__);                                                  \
   } while (0)
 
 // For in-place and out= operators: kernels return the written tensor by value (as the schema's
 // Tensor(a!) return); the C++ API returns a reference to the caller's argument, which is the first
 // argument after SIG (self for in-place ops, out for *_out ops).
-#define LOOM_CALL_INPLACE(NAME, SIG, FIRST, ...)                                              \
-  do {                                                                                        \
-    static const auto loom_op_handle_ =                                                       \
-        ::loom::Dispatcher::singleton().find_typed<SIG>(NAME);                                \
-    loom_op_handle_.call(FIRST __VA_OPT__(, ) __VA_ARGS__);                                   \
-    return FIRST;                                                                             \
+#define LOOM_CALL_INPLACE(NAME, SIG, FIRST, ...)                                               \
+  do {                                                                                         \
+    static const auto loom_op_handle_ = ::loom::Dispatcher::singleton().find_typed<SIG>(NAME); \
+    loom_op_handle_.call(FIRST __VA_OPT__(, ) __VA_ARGS__);                                    \
+    return FIRST;                                                                              \
   } while (0)
 
-#define LOOM_CALL_OUT(NAME, SIG, OUT, ...)                                                    \
-  do {                                                                                        \
-    static const auto loom_op_handle_ =                                                       \
-        ::loom::Dispatcher::singleton().find_typed<SIG>(NAME);                                \
-    loom_op_handle_.call(__VA_ARGS__, OUT);                                                   \
-    return OUT;                                                                               \
+#define LOOM_CALL_OUT(NAME, SIG, OUT, ...)                                                     \
+  do {                                                                                         \
+    static const auto loom_op_handle_ = ::loom::Dispatcher::singleton().find_typed<SIG>(NAME); \
+    loom_op_handle_.call(__VA_ARGS__, OUT);                                                    \
+    return OUT;                                                                                \
   } while (0)
 
 namespace loom {

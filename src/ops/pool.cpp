@@ -17,7 +17,6 @@
 namespace loom {
 namespace {
 
-
 std::array<int64_t, 2> pair_arg(const char* op, const char* name, IntArrayRef v) {
   LOOM_CHECK(v.size() == 1 || v.size() == 2, "[", op, "] expected ", name,
              " to have 1 or 2 values but got ", v);
@@ -41,8 +40,8 @@ int64_t pool_output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int
 }  // namespace
 
 PoolGeometry pool2d_geometry(const char* op, TensorMetaRef self, IntArrayRef kernel_size,
-                          IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                          bool ceil_mode) {
+                             IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                             bool ceil_mode) {
   PoolGeometry g{};
   const auto [kh, kw] = pair_arg(op, "kernel_size", kernel_size);
   const auto [sh, sw] =
@@ -86,7 +85,6 @@ std::vector<int64_t> output_shape(const PoolGeometry& g) {
   return {g.C, g.Ho, g.Wo};
 }
 
-
 }  // namespace
 
 std::array<TensorMeta, 2> max_pool2d_with_indices_shape(TensorMetaRef self, IntArrayRef kernel_size,
@@ -100,7 +98,6 @@ std::array<TensorMeta, 2> max_pool2d_with_indices_shape(TensorMetaRef self, IntA
 
 namespace {
 
-
 // Checks grad_output (and indices) against the forward's output shape for self and the geometry.
 void check_pool_grad(const char* op, TensorMetaRef grad_output, TensorMetaRef self,
                      const PoolGeometry& g) {
@@ -111,10 +108,9 @@ void check_pool_grad(const char* op, TensorMetaRef grad_output, TensorMetaRef se
   LOOM_CHECK_TYPE(is_floating(self.dtype) && grad_output.dtype == self.dtype, "[", op,
                   "] expected grad_output and self of one floating dtype but got ",
                   grad_output.dtype, " and ", self.dtype);
-  LOOM_CHECK(grad_output.device == self.device, "[", op, "] expected grad_output on ",
-             self.device, " (like self) but it is on ", grad_output.device);
+  LOOM_CHECK(grad_output.device == self.device, "[", op, "] expected grad_output on ", self.device,
+             " (like self) but it is on ", grad_output.device);
 }
-
 
 // Adds each output's gradient to the input element its index names (an index into the H*W plane).
 }  // namespace
@@ -124,7 +120,8 @@ TensorMeta max_pool2d_with_indices_backward_shape(TensorMetaRef grad_output, Ten
                                                   IntArrayRef padding, IntArrayRef dilation,
                                                   bool ceil_mode, TensorMetaRef indices) {
   constexpr const char* op = "max_pool2d_with_indices_backward";
-  const PoolGeometry g = pool2d_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  const PoolGeometry g =
+      pool2d_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode);
   check_pool_grad(op, grad_output, self, g);
   LOOM_CHECK(indices.sizes == grad_output.sizes, "[", op, "] expected indices of shape ",
              grad_output.sizes, " (like grad_output) but got ", indices.sizes);
@@ -135,13 +132,11 @@ TensorMeta max_pool2d_with_indices_backward_shape(TensorMetaRef grad_output, Ten
 
 namespace {
 
-
 Tensor max_pool2d_composite(const Tensor& self, IntArrayRef kernel_size, IntArrayRef stride,
                             IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
   return std::get<0>(
       max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode));
 }
-
 
 }  // namespace
 
@@ -184,7 +179,8 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
       "int[2] padding, bool ceil_mode, bool count_include_pad, int? divisor_override=None) -> "
       "Tensor");
   MetaKernel<&max_pool2d_with_indices_shape>::register_meta(m, "max_pool2d_with_indices");
-  MetaKernel<&max_pool2d_with_indices_backward_shape>::register_meta(m, "max_pool2d_with_indices_backward");
+  MetaKernel<&max_pool2d_with_indices_backward_shape>::register_meta(
+      m, "max_pool2d_with_indices_backward");
   MetaKernel<&avg_pool2d_shape>::register_meta(m, "avg_pool2d");
   MetaKernel<&avg_pool2d_backward_shape>::register_meta(m, "avg_pool2d_backward");
   m.def(
@@ -260,14 +256,16 @@ Tensor avg_pool2d_full(const Tensor& self, IntArrayRef kernel_size, IntArrayRef 
 }  // namespace
 
 LOOM_DERIVATIVES(m) {
-  m.def("max_pool2d_with_indices", autograd::saves({}, {1}), [](const BackwardContext& c) -> GradList {
-    const Tensor& g = c.grad(0);
-    if (!c.needs(0) || !g.defined()) return {Tensor()};
-    const Tensor self = grad_utils::shape_only(c.input_sizes(0), c.input_dtype(0), g.device());
-    return {max_pool2d_with_indices_backward(g, self, c.int_list_arg(1), c.int_list_arg(2),
-                                             c.int_list_arg(3), c.int_list_arg(4), c.bool_arg(5),
-                                             c.output(1))};
-  });
+  m.def("max_pool2d_with_indices", autograd::saves({}, {1}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& g = c.grad(0);
+          if (!c.needs(0) || !g.defined()) return {Tensor()};
+          const Tensor self =
+              grad_utils::shape_only(c.input_sizes(0), c.input_dtype(0), g.device());
+          return {max_pool2d_with_indices_backward(g, self, c.int_list_arg(1), c.int_list_arg(2),
+                                                   c.int_list_arg(3), c.int_list_arg(4),
+                                                   c.bool_arg(5), c.output(1))};
+        });
   // grad_input[plane, indices[o]] += grad_output[o]: the adjoint reads gg at the indices.
   m.def("max_pool2d_with_indices_backward", autograd::saves({2}),
         [](const BackwardContext& c) -> GradList {

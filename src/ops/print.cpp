@@ -71,7 +71,8 @@ struct Formatter {
 
   std::string padded(double v) const {
     std::string s = format(v);
-    return std::string(static_cast<size_t>(std::max(0, width - static_cast<int>(s.size()))), ' ') + s;
+    return std::string(static_cast<size_t>(std::max(0, width - static_cast<int>(s.size()))), ' ') +
+           s;
   }
 };
 
@@ -139,6 +140,8 @@ std::string Tensor::str() const {
   return os.str();
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  return os << t.str();
+}
 
 }  // namespace loom

@@ -1,13 +1,13 @@
 // Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, var/std,
-// logsumexp, norm, all/any: schemas and shape functions (the reduced dims dropped, or kept as 1 with
-// keepdim). The CPU kernels, reducers run by the reduction engine (reduce_engine.h), are in
+// logsumexp, norm, all/any: schemas and shape functions (the reduced dims dropped, or kept as 1
+// with keepdim). The CPU kernels, reducers run by the reduction engine (reduce_engine.h), are in
 // cpu/reduce_kernels.cpp; the derivatives in reduce_derivatives.cpp.
 #include <cmath>
 #include <limits>
 
 #include "op_call.h"
-#include "shapes.h"
 #include "reduce_engine.h"
+#include "shapes.h"
 
 namespace loom {
 namespace {
@@ -26,11 +26,9 @@ void check_floating(const char* op, DType dt, const char* what) {
   LOOM_CHECK_TYPE(is_floating(dt), "[", op, "] ", what, " but got ", dt);
 }
 
-TensorMeta reduced_meta(TensorMetaRef self, const std::vector<bool>& mask, bool keepdim,
-                        DType dt) {
+TensorMeta reduced_meta(TensorMetaRef self, const std::vector<bool>& mask, bool keepdim, DType dt) {
   return TensorMeta(reduce::reduced_shape(self.sizes, mask, keepdim), dt);
 }
-
 
 TensorMeta sum_like_shape(const char* op, TensorMetaRef self, std::optional<IntArrayRef> dim,
                           bool keepdim, std::optional<DType> dtype) {
@@ -59,10 +57,12 @@ TensorMeta prod_shape(TensorMetaRef self, std::optional<IntArrayRef> dim, bool k
 TensorMeta mean_shape(TensorMetaRef self, std::optional<IntArrayRef> dim, bool keepdim,
                       std::optional<DType> dtype) {
   if (dtype) {
-    check_floating("mean", *dtype, "could not infer output dtype: the optional dtype must be a "
+    check_floating("mean", *dtype,
+                   "could not infer output dtype: the optional dtype must be a "
                    "floating point dtype");
   } else {
-    check_floating("mean", self.dtype, "could not infer output dtype: the input dtype must be a "
+    check_floating("mean", self.dtype,
+                   "could not infer output dtype: the input dtype must be a "
                    "floating point dtype (or pass dtype=)");
   }
   return sum_like_shape("mean", self, dim, keepdim, dtype);
@@ -76,8 +76,10 @@ TensorMeta amin_shape(TensorMetaRef self, IntArrayRef dim, bool keepdim) {
 template <bool kMax>
 TensorMeta extreme_all_shape(TensorMetaRef self) {
   const char* op = kMax ? "max" : "min";
-  LOOM_CHECK(self.numel() > 0, "[", op, "] expected reduction dim to be specified for an input "
-             "with no elements (input shape ", self.sizes, "); pass dim=");
+  LOOM_CHECK(self.numel() > 0, "[", op,
+             "] expected reduction dim to be specified for an input "
+             "with no elements (input shape ",
+             self.sizes, "); pass dim=");
   return extreme_meta<kMax>(op, self, std::nullopt, false);
 }
 template <bool kMax>
@@ -95,8 +97,10 @@ TensorMeta arg_extreme_shape(TensorMetaRef self, std::optional<int64_t> dim, boo
     mask = reduce::make_mask_one(op, self, *dim);
     check_nonempty(op, self, mask);
   } else {
-    LOOM_CHECK_INDEX(self.numel() > 0, "[", op, "] expected reduction dim to be specified for an "
-                     "input with no elements (input shape ", self.sizes, ")");
+    LOOM_CHECK_INDEX(self.numel() > 0, "[", op,
+                     "] expected reduction dim to be specified for an "
+                     "input with no elements (input shape ",
+                     self.sizes, ")");
     mask = reduce::make_mask(op, self, std::nullopt);
   }
   return reduced_meta(self, mask, keepdim, kInt64);
@@ -140,9 +144,14 @@ template TensorMeta all_any_shape<true>(TensorMetaRef, std::optional<IntArrayRef
 template TensorMeta all_any_shape<false>(TensorMetaRef, std::optional<IntArrayRef>, bool);
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
-  m.def("sum(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
-  m.def("mean(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
-  m.def("prod(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "sum(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor");
+  m.def(
+      "mean(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> "
+      "Tensor");
+  m.def(
+      "prod(Tensor self, int[]? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> "
+      "Tensor");
   m.def("amax(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor");
   m.def("amin(Tensor self, int[] dim=[], bool keepdim=False) -> Tensor");
   m.def("max(Tensor self) -> Tensor");
@@ -201,8 +210,12 @@ Tensor amax(const Tensor& self, IntArrayRef dim, bool keepdim) {
 Tensor amin(const Tensor& self, IntArrayRef dim, bool keepdim) {
   LOOM_CALL_OP("loom::amin", DimListSig, self, dim, keepdim);
 }
-Tensor max(const Tensor& self) { LOOM_CALL_OP("loom::max", Tensor(const Tensor&), self); }
-Tensor min(const Tensor& self) { LOOM_CALL_OP("loom::min", Tensor(const Tensor&), self); }
+Tensor max(const Tensor& self) {
+  LOOM_CALL_OP("loom::max", Tensor(const Tensor&), self);
+}
+Tensor min(const Tensor& self) {
+  LOOM_CALL_OP("loom::min", Tensor(const Tensor&), self);
+}
 std::tuple<Tensor, Tensor> max(const Tensor& self, int64_t dim, bool keepdim) {
   LOOM_CALL_OP("loom::max.dim", DimSig, self, dim, keepdim);
 }
@@ -225,9 +238,8 @@ Tensor logsumexp(const Tensor& self, IntArrayRef dim, bool keepdim) {
   LOOM_CALL_OP("loom::logsumexp", DimListSig, self, dim, keepdim);
 }
 Tensor norm(const Tensor& self, const Scalar& p, std::optional<IntArrayRef> dim, bool keepdim) {
-  LOOM_CALL_OP("loom::norm",
-               Tensor(const Tensor&, const Scalar&, std::optional<IntArrayRef>, bool), self, p,
-               dim, keepdim);
+  LOOM_CALL_OP("loom::norm", Tensor(const Tensor&, const Scalar&, std::optional<IntArrayRef>, bool),
+               self, p, dim, keepdim);
 }
 Tensor all(const Tensor& self, std::optional<IntArrayRef> dim, bool keepdim) {
   LOOM_CALL_OP("loom::all", OptDimListSig, self, dim, keepdim);

@@ -1,4 +1,5 @@
-// Derivatives of the operators in reduce.cpp (see derivatives.h), kept in their own file only for size.
+// Derivatives of the operators in reduce.cpp (see derivatives.h), kept in their own file only for
+// size.
 #include <cmath>
 #include "grad_utils.h"
 #include "op_call.h"
@@ -138,7 +139,8 @@ LOOM_DERIVATIVES(m) {
   });
   m.def("std", autograd::saves({0}, {0}), [](const BackwardContext& c) -> GradList {
     if (!c.needs(0)) return {Tensor()};
-    return {std_backward(c.grad(0), c.input(0), c.output(0), Reduced(c, 1, 3, "std"), c.int_arg(2))};
+    return {
+        std_backward(c.grad(0), c.input(0), c.output(0), Reduced(c, 1, 3, "std"), c.int_arg(2))};
   });
   // d/dx logsumexp(x) = softmax(x) = exp(x - logsumexp(x)).
   m.def("logsumexp", autograd::saves({0}, {0}), [](const BackwardContext& c) -> GradList {

@@ -28,8 +28,8 @@ std::vector<bool> make_mask(const char* op, TensorMetaRef self, std::optional<In
     const int64_t w = wrap_dim(d, nd, op);
     if (nd == 0) continue;  // a 0-dim tensor accepts dim 0 / -1 and has nothing to reduce
     LOOM_CHECK(!mask[static_cast<size_t>(w)], "[", op, "] dim ", w,
-               " appears multiple times in the list of dims ", *dim, " (input shape ",
-               self.sizes, ")");
+               " appears multiple times in the list of dims ", *dim, " (input shape ", self.sizes,
+               ")");
     mask[static_cast<size_t>(w)] = true;
   }
   return mask;
@@ -211,13 +211,18 @@ double sum_contig_impl(const float* x, int64_t n) {
   add_to_double(d0, d1, a);
   alignas(64) double lanes[8];
   _mm512_store_pd(lanes, _mm512_add_pd(d0, d1));
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 }  // namespace
 
-double sum_contig_f32(const float* x, int64_t n) { return sum_contig_impl<false>(x, n); }
-double sum_squares_contig_f32(const float* x, int64_t n) { return sum_contig_impl<true>(x, n); }
+double sum_contig_f32(const float* x, int64_t n) {
+  return sum_contig_impl<false>(x, n);
+}
+double sum_squares_contig_f32(const float* x, int64_t n) {
+  return sum_contig_impl<true>(x, n);
+}
 
 namespace {
 
@@ -271,8 +276,12 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace
 
-float max_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<true>(x, n); }
-float min_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<false>(x, n); }
+float max_contig_f32(const float* x, int64_t n) {
+  return extreme_contig_impl<true>(x, n);
+}
+float min_contig_f32(const float* x, int64_t n) {
+  return extreme_contig_impl<false>(x, n);
+}
 
 double sum_exp_f32(const float* x, int64_t n, float m, float* out) {
   constexpr int64_t kBlock = 256;
@@ -306,7 +315,8 @@ double sum_exp_f32(const float* x, int64_t n, float m, float* out) {
   add_to_double(d0, d1, a);
   alignas(64) double lanes[8];
   _mm512_store_pd(lanes, _mm512_add_pd(d0, d1));
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+         ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
 }
 
 #else  // portable version of the same blocking
@@ -334,8 +344,12 @@ double sum_contig_impl(const float* x, int64_t n) {
 
 }  // namespace
 
-double sum_contig_f32(const float* x, int64_t n) { return sum_contig_impl<false>(x, n); }
-double sum_squares_contig_f32(const float* x, int64_t n) { return sum_contig_impl<true>(x, n); }
+double sum_contig_f32(const float* x, int64_t n) {
+  return sum_contig_impl<false>(x, n);
+}
+double sum_squares_contig_f32(const float* x, int64_t n) {
+  return sum_contig_impl<true>(x, n);
+}
 
 namespace {
 
@@ -368,8 +382,12 @@ float extreme_contig_impl(const float* x, int64_t n) {
 
 }  // namespace
 
-float max_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<true>(x, n); }
-float min_contig_f32(const float* x, int64_t n) { return extreme_contig_impl<false>(x, n); }
+float max_contig_f32(const float* x, int64_t n) {
+  return extreme_contig_impl<true>(x, n);
+}
+float min_contig_f32(const float* x, int64_t n) {
+  return extreme_contig_impl<false>(x, n);
+}
 
 double sum_exp_f32(const float* x, int64_t n, float m, float* out) {
   constexpr int64_t kBlock = 256;

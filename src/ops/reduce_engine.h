@@ -24,11 +24,11 @@
 //   in_t, acc_t; kIndexed (its step also takes the element's flat index in the reduced dims);
 //   acc_t init(); acc_t step(acc_t, value[, int64_t index]) with value = load(in_t);
 //   acc_t combine(acc_t a, acc_t b) (a covers earlier elements than b);
-//   void store(void* const* outs, int64_t offset, acc_t, int64_t count) writing the result(s) of one
-//   output element (count = elements reduced).
+//   void store(void* const* outs, int64_t offset, acc_t, int64_t count) writing the result(s) of
+//   one output element (count = elements reduced).
 // Optionally it replaces the loops: acc_t reduce_contig(const in_t*, int64_t n, int64_t index0) and
-//   void accumulate_rows(acc_t* acc, const in_t* x, int64_t rows, int64_t row_stride, int64_t width,
-//   int64_t index0).
+//   void accumulate_rows(acc_t* acc, const in_t* x, int64_t rows, int64_t row_stride, int64_t
+//   width, int64_t index0).
 #pragma once
 
 #include <algorithm>
@@ -56,7 +56,9 @@ std::vector<bool> make_mask_one(const char* op, TensorMetaRef self, int64_t dim)
 DimVector reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim);
 // sum and prod accumulate integers (and bool) in int64; dtype= casts the input first and names
 // the result's dtype.
-inline DType sum_acc_dtype(DType in) { return is_integral(in, true) ? kInt64 : in; }
+inline DType sum_acc_dtype(DType in) {
+  return is_integral(in, true) ? kInt64 : in;
+}
 // Number of elements that each output reduces.
 int64_t reduced_count(IntArrayRef sizes, const std::vector<bool>& mask);
 
@@ -71,10 +73,11 @@ struct Geometry {
   int64_t reduce_size = 1;
 };
 
-// The geometry of reducing `in` over `mask` into a contiguous output; see Note [Reduction geometry].
+// The geometry of reducing `in` over `mask` into a contiguous output; see Note [Reduction
+// geometry].
 Geometry make_geometry(const Tensor& in, const std::vector<bool>& mask, bool logical_order);
-// A contiguous copy of `in` laid out as [kept dims..., reduced dims...], each group in logical order;
-// `mask` is updated to match.
+// A contiguous copy of `in` laid out as [kept dims..., reduced dims...], each group in logical
+// order; `mask` is updated to match.
 Tensor kept_then_reduced(const Tensor& in, std::vector<bool>& mask);
 
 // ---- element loads ----
@@ -129,7 +132,8 @@ inline float exp_f32(float x) {
   // 2^n as two factors so that n in [-150, 128] never leaves the exponent range of either.
   const int32_t n = static_cast<int32_t>(fx);
   const int32_t n1 = n / 2, n2 = n - n1;
-  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127) << 23;
+  const uint32_t b1 = static_cast<uint32_t>(n1 + 127) << 23, b2 = static_cast<uint32_t>(n2 + 127)
+                                                                  << 23;
   float p1, p2;
   std::memcpy(&p1, &b1, 4);
   std::memcpy(&p2, &b2, 4);
@@ -321,7 +325,8 @@ void run_outer(const R& r, const Geometry& g, const typename R::in_t* base, void
   };
   auto task_input = [&](int64_t task) {
     const int64_t o = task / tiles, t = task % tiles;
-    return base + offset_of(o, g.kept_sizes.data(), g.kept_in_strides.data(), nkept - 1) + t * kTile;
+    return base + offset_of(o, g.kept_sizes.data(), g.kept_in_strides.data(), nkept - 1) +
+           t * kTile;
   };
   auto task_output = [&](int64_t task) {
     const int64_t o = task / tiles, t = task % tiles;

@@ -70,7 +70,8 @@ std::optional<DimVector> view_strides(IntArrayRef old_sizes, IntArrayRef old_str
     if (tensor_d == 0 ||
         (old_sizes[static_cast<size_t>(tensor_d - 1)] != 1 &&
          old_strides[static_cast<size_t>(tensor_d - 1)] != tensor_numel * chunk_base_stride)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[static_cast<size_t>(view_d)] == 1)) {
+      while (view_d >= 0 &&
+             (view_numel < tensor_numel || new_sizes[static_cast<size_t>(view_d)] == 1)) {
         new_strides[static_cast<size_t>(view_d)] = view_numel * chunk_base_stride;
         view_numel *= new_sizes[static_cast<size_t>(view_d)];
         --view_d;
@@ -91,9 +92,10 @@ Tensor view_kernel(const Tensor& self, IntArrayRef size) {
   check_defined(self, "view", "self");
   DimVector shape = infer_size("view", size, self.numel());
   auto strides = view_strides(self.sizes(), self.strides(), shape);
-  LOOM_CHECK(strides.has_value(), "[view] size ", size, " is not compatible with the input's size ",
-             self.sizes(), " and stride ", self.strides(),
-             " (at least one dimension spans across two contiguous subspaces); use reshape instead");
+  LOOM_CHECK(
+      strides.has_value(), "[view] size ", size, " is not compatible with the input's size ",
+      self.sizes(), " and stride ", self.strides(),
+      " (at least one dimension spans across two contiguous subspaces); use reshape instead");
   return make_view(self, shape, *strides, self.storage_offset());
 }
 
@@ -271,11 +273,13 @@ Tensor flatten_kernel(const Tensor& self, int64_t start_dim, int64_t end_dim) {
   for (int64_t i = s; i <= e; ++i) {
     // Wraps only beside a zero size elsewhere (an empty tensor): Note [checked sizes].
     if (__builtin_mul_overflow(mid, self.sizes()[static_cast<size_t>(i)], &mid)) {
-      (void)checked_numel(self.sizes().slice(static_cast<size_t>(s), static_cast<size_t>(e - s + 1)), "flatten");
+      (void)checked_numel(
+          self.sizes().slice(static_cast<size_t>(s), static_cast<size_t>(e - s + 1)), "flatten");
     }
   }
   shape.push_back(mid);
-  for (int64_t i = e + 1; i < self.dim(); ++i) shape.push_back(self.sizes()[static_cast<size_t>(i)]);
+  for (int64_t i = e + 1; i < self.dim(); ++i)
+    shape.push_back(self.sizes()[static_cast<size_t>(i)]);
   return reshape(self, shape);
 }
 
@@ -300,8 +304,7 @@ Tensor as_strided_kernel(const Tensor& self, IntArrayRef size, IntArrayRef strid
   LOOM_CHECK(empty || !overflow, "[as_strided] size ", size, " stride ", stride, " offset ", offset,
              " reach beyond the largest index int64 can hold");
   if (!empty && !self.is_meta()) {
-    int64_t storage_elems =
-        static_cast<int64_t>(self.storage()->nbytes() / self.element_size());
+    int64_t storage_elems = static_cast<int64_t>(self.storage()->nbytes() / self.element_size());
     LOOM_CHECK(max_index < storage_elems, "[as_strided] size ", size, " stride ", stride,
                " offset ", offset, " needs ", max_index + 1,
                " elements but the storage holds only ", storage_elems);
@@ -338,7 +341,8 @@ std::vector<Tensor> split_kernel(const Tensor& self, int64_t split_size, int64_t
   std::vector<int64_t> sizes;
   int64_t n = self.size(d);
   if (n == 0) sizes.push_back(0);
-  for (int64_t start = 0; start < n; start += split_size) sizes.push_back(std::min(split_size, n - start));
+  for (int64_t start = 0; start < n; start += split_size)
+    sizes.push_back(std::min(split_size, n - start));
   return split_with_sizes(self, sizes, d);
 }
 
@@ -387,14 +391,17 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("permute(Tensor(a) self, int[] dims) -> Tensor(a)");
   m.def("transpose(Tensor(a) self, int dim0, int dim1) -> Tensor(a)");
   m.def("t(Tensor(a) self) -> Tensor(a)");
-  m.def("slice(Tensor(a) self, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor(a)");
+  m.def(
+      "slice(Tensor(a) self, int dim=0, int? start=None, int? end=None, int step=1) -> Tensor(a)");
   m.def("narrow(Tensor(a) self, int dim, int start, int length) -> Tensor(a)");
   m.def("select(Tensor(a) self, int dim, int index) -> Tensor(a)");
   m.def("expand(Tensor(a) self, int[] size) -> Tensor(a)");
   m.def("squeeze(Tensor(a) self, int? dim=None) -> Tensor(a)");
   m.def("unsqueeze(Tensor(a) self, int dim) -> Tensor(a)");
   m.def("flatten(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)");
-  m.def("as_strided(Tensor(a) self, int[] size, int[] stride, int? storage_offset=None) -> Tensor(a)");
+  m.def(
+      "as_strided(Tensor(a) self, int[] size, int[] stride, int? storage_offset=None) -> "
+      "Tensor(a)");
   m.def("split(Tensor(a) self, int split_size, int dim=0) -> Tensor(a)[]");
   m.def("split_with_sizes(Tensor(a) self, int[] split_sizes, int dim=0) -> Tensor(a)[]");
   m.def("chunk(Tensor(a) self, int chunks, int dim=0) -> Tensor(a)[]");
@@ -422,7 +429,9 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
 }
 
 using ViewSig = Tensor(const Tensor&, IntArrayRef);
-Tensor view(const Tensor& self, IntArrayRef size) { LOOM_CALL_OP("loom::view", ViewSig, self, size); }
+Tensor view(const Tensor& self, IntArrayRef size) {
+  LOOM_CALL_OP("loom::view", ViewSig, self, size);
+}
 Tensor reshape(const Tensor& self, IntArrayRef size) {
   LOOM_CALL_OP("loom::reshape", ViewSig, self, size);
 }
@@ -432,12 +441,15 @@ Tensor permute(const Tensor& self, IntArrayRef dims) {
 Tensor transpose(const Tensor& self, int64_t dim0, int64_t dim1) {
   LOOM_CALL_OP("loom::transpose", Tensor(const Tensor&, int64_t, int64_t), self, dim0, dim1);
 }
-Tensor t(const Tensor& self) { LOOM_CALL_OP("loom::t", Tensor(const Tensor&), self); }
+Tensor t(const Tensor& self) {
+  LOOM_CALL_OP("loom::t", Tensor(const Tensor&), self);
+}
 Tensor slice(const Tensor& self, int64_t dim, std::optional<int64_t> start,
              std::optional<int64_t> end, int64_t step) {
-  LOOM_CALL_OP("loom::slice",
-               Tensor(const Tensor&, int64_t, std::optional<int64_t>, std::optional<int64_t>, int64_t),
-               self, dim, start, end, step);
+  LOOM_CALL_OP(
+      "loom::slice",
+      Tensor(const Tensor&, int64_t, std::optional<int64_t>, std::optional<int64_t>, int64_t), self,
+      dim, start, end, step);
 }
 Tensor narrow(const Tensor& self, int64_t dim, int64_t start, int64_t length) {
   LOOM_CALL_OP("loom::narrow", Tensor(const Tensor&, int64_t, int64_t, int64_t), self, dim, start,
@@ -464,7 +476,9 @@ Tensor as_strided(const Tensor& self, IntArrayRef size, IntArrayRef stride,
                Tensor(const Tensor&, IntArrayRef, IntArrayRef, std::optional<int64_t>), self, size,
                stride, storage_offset);
 }
-Tensor broadcast_to(const Tensor& self, IntArrayRef size) { return expand(self, size); }
+Tensor broadcast_to(const Tensor& self, IntArrayRef size) {
+  return expand(self, size);
+}
 std::vector<Tensor> split(const Tensor& self, int64_t split_size, int64_t dim) {
   LOOM_CALL_OP("loom::split", std::vector<Tensor>(const Tensor&, int64_t, int64_t), self,
                split_size, dim);
@@ -557,9 +571,8 @@ std::vector<Tensor> piece_gradients(const BackwardContext& c, IntArrayRef input_
 
 LOOM_DERIVATIVES(m) {
   // Views: see Note [Gradients of views].
-  m.def("view", {}, [](const BackwardContext& c) -> GradList {
-    return {c.grad(0).reshape(c.input_sizes(0))};
-  });
+  m.def("view", {},
+        [](const BackwardContext& c) -> GradList { return {c.grad(0).reshape(c.input_sizes(0))}; });
   m.def("permute", {}, [](const BackwardContext& c) -> GradList {
     const IntArrayRef dims = c.int_list_arg(1);
     const int64_t nd = static_cast<int64_t>(dims.size());
@@ -576,7 +589,8 @@ LOOM_DERIVATIVES(m) {
     const IntArrayRef in = c.input_sizes(0);
     const int64_t d = wrap_dim(c.int_arg(1), static_cast<int64_t>(in.size()), "slice");
     const int64_t start =
-        slice_bounds(in[static_cast<size_t>(d)], optional_int(c.arg(2)), optional_int(c.arg(3))).first;
+        slice_bounds(in[static_cast<size_t>(d)], optional_int(c.arg(2)), optional_int(c.arg(3)))
+            .first;
     return {slice_backward(c.grad(0), in, d, start, c.int_arg(4), c.create_graph())};
   });
   m.def("select", {}, [](const BackwardContext& c) -> GradList {
@@ -590,12 +604,10 @@ LOOM_DERIVATIVES(m) {
     return {autograd::sum_to(c.grad(0), c.input_sizes(0))};
   });
   // squeeze and unsqueeze only drop or add size-1 dims.
-  m.def("squeeze", {}, [](const BackwardContext& c) -> GradList {
-    return {c.grad(0).reshape(c.input_sizes(0))};
-  });
-  m.def("unsqueeze", {}, [](const BackwardContext& c) -> GradList {
-    return {c.grad(0).reshape(c.input_sizes(0))};
-  });
+  m.def("squeeze", {},
+        [](const BackwardContext& c) -> GradList { return {c.grad(0).reshape(c.input_sizes(0))}; });
+  m.def("unsqueeze", {},
+        [](const BackwardContext& c) -> GradList { return {c.grad(0).reshape(c.input_sizes(0))}; });
   // Multi-output views: the pieces' gradients joined (zeros for pieces that got none).
   m.def("split_with_sizes", {}, [](const BackwardContext& c) -> GradList {
     const IntArrayRef in = c.input_sizes(0);

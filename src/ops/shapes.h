@@ -23,7 +23,7 @@ struct BinaryTraits {
   bool is_sub = false;        // bool - bool is refused
 };
 LOOM_API TensorMeta binary_shape(const BinaryTraits& op, TensorMetaRef self, TensorMetaRef other,
-                        const Scalar& alpha);
+                                 const Scalar& alpha);
 LOOM_API TensorMeta where_shape(TensorMetaRef condition, TensorMetaRef self, TensorMetaRef other);
 
 // ---- unary (unary.cpp) ----
@@ -67,15 +67,15 @@ LOOM_API TensorMeta clamp_shape(TensorMetaRef self, const std::optional<Scalar>&
 LOOM_API TensorMeta mm_shape(TensorMetaRef self, TensorMetaRef mat2);
 LOOM_API TensorMeta bmm_shape(TensorMetaRef self, TensorMetaRef mat2);
 LOOM_API TensorMeta addmm_shape(TensorMetaRef self, TensorMetaRef mat1, TensorMetaRef mat2,
-                       const Scalar& beta, const Scalar& alpha);
+                                const Scalar& beta, const Scalar& alpha);
 LOOM_API TensorMeta dot_shape(TensorMetaRef self, TensorMetaRef other);
 
 // ---- softmax (softmax.cpp) ----
 template <bool kLog>
 LOOM_API TensorMeta softmax_shape(TensorMetaRef self, int64_t dim, std::optional<DType> dtype);
 template <bool kLog>
-LOOM_API TensorMeta softmax_backward_shape(TensorMetaRef grad_output, TensorMetaRef output, int64_t dim,
-                                  DType input_dtype);
+LOOM_API TensorMeta softmax_backward_shape(TensorMetaRef grad_output, TensorMetaRef output,
+                                           int64_t dim, DType input_dtype);
 
 // ---- pool (pool.cpp) ----
 struct PoolGeometry {
@@ -87,8 +87,8 @@ struct PoolGeometry {
 // Checks a 2-D pooling call's arguments (errors name `op`) and returns its geometry; output sizes
 // and ceil_mode follow PyTorch's pooling_output_shape.
 LOOM_API PoolGeometry pool2d_geometry(const char* op, TensorMetaRef self, IntArrayRef kernel_size,
-                                      IntArrayRef stride, IntArrayRef padding,
-                                      IntArrayRef dilation, bool ceil_mode);
+                                      IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                      bool ceil_mode);
 LOOM_API std::array<TensorMeta, 2> max_pool2d_with_indices_shape(
     TensorMetaRef self, IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
     IntArrayRef dilation, bool ceil_mode);
@@ -147,8 +147,7 @@ LOOM_API TensorMeta logsumexp_shape(TensorMetaRef self, IntArrayRef dim, bool ke
 LOOM_API TensorMeta norm_shape(TensorMetaRef self, const Scalar& p, std::optional<IntArrayRef> dim,
                                bool keepdim);
 template <bool kAll>
-LOOM_API TensorMeta all_any_shape(TensorMetaRef self, std::optional<IntArrayRef> dim,
-                                  bool keepdim);
+LOOM_API TensorMeta all_any_shape(TensorMetaRef self, std::optional<IntArrayRef> dim, bool keepdim);
 
 // ---- join (join.cpp) ----
 LOOM_API TensorMeta cat_shape(TensorMetaList tensors, int64_t dim);
@@ -172,8 +171,8 @@ LOOM_API TensorMeta nll_loss_shape(TensorMetaRef input, TensorMetaRef target,
                                    int64_t ignore_index);
 LOOM_API TensorMeta nll_loss_backward_shape(TensorMetaRef grad_output, TensorMetaRef input,
                                             TensorMetaRef target,
-                                            const OptionalTensorMetaRef& weight,
-                                            int64_t reduction, int64_t ignore_index);
+                                            const OptionalTensorMetaRef& weight, int64_t reduction,
+                                            int64_t ignore_index);
 
 // ---- index (index.cpp) ----
 // Sizes with a 0-dim tensor seen as shape [1] (gather and scatter treat it so).
@@ -183,9 +182,8 @@ inline DimVector nonempty_sizes(TensorMetaRef t) {
 LOOM_API TensorMeta index_select_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index);
 LOOM_API TensorMeta embedding_shape(TensorMetaRef weight, TensorMetaRef indices,
                                     int64_t padding_idx);
-LOOM_API TensorMeta embedding_dense_backward_shape(TensorMetaRef grad_output,
-                                                   TensorMetaRef indices, int64_t num_weights,
-                                                   int64_t padding_idx);
+LOOM_API TensorMeta embedding_dense_backward_shape(TensorMetaRef grad_output, TensorMetaRef indices,
+                                                   int64_t num_weights, int64_t padding_idx);
 LOOM_API TensorMeta gather_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index);
 LOOM_API TensorMeta scatter_src_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
                                       TensorMetaRef src);
@@ -196,8 +194,8 @@ LOOM_API TensorMeta scatter_add_shape(TensorMetaRef self, int64_t dim, TensorMet
 // scatter_ and scatter_add_ write self: their result is self's geometry.
 LOOM_API TensorMeta scatter_inplace_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
                                           TensorMetaRef src);
-LOOM_API TensorMeta scatter_add_inplace_shape(TensorMetaRef self, int64_t dim,
-                                              TensorMetaRef index, TensorMetaRef src);
+LOOM_API TensorMeta scatter_add_inplace_shape(TensorMetaRef self, int64_t dim, TensorMetaRef index,
+                                              TensorMetaRef src);
 LOOM_API TensorMeta masked_fill_shape(TensorMetaRef self, TensorMetaRef mask, const Scalar& value);
 LOOM_API TensorMeta one_hot_shape(TensorMetaRef self, int64_t num_classes);
 // one_hot's argument checks, which its CPU kernel (sizing its own output) shares.

@@ -43,7 +43,6 @@ TensorMeta softmax_backward_shape(TensorMetaRef grad_output, TensorMetaRef outpu
 template TensorMeta softmax_backward_shape<false>(TensorMetaRef, TensorMetaRef, int64_t, DType);
 template TensorMeta softmax_backward_shape<true>(TensorMetaRef, TensorMetaRef, int64_t, DType);
 
-
 LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
   m.def("log_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor");
@@ -92,7 +91,9 @@ namespace {
 using autograd::BackwardContext;
 using autograd::GradList;
 
-Tensor sum_along(const Tensor& t, int64_t dim) { return sum(t, IntArrayRef{dim}, /*keepdim=*/true); }
+Tensor sum_along(const Tensor& t, int64_t dim) {
+  return sum(t, IntArrayRef{dim}, /*keepdim=*/true);
+}
 }  // namespace
 
 LOOM_DERIVATIVES(m) {
@@ -114,17 +115,18 @@ LOOM_DERIVATIVES(m) {
   });
   // r = y (g - sum(g y)): dr/dg is the same map applied to the incoming gg;
   // d<gg, r>/dy = gg (g - sum(g y)) - g sum(gg y).
-  m.def("_softmax_backward_data", autograd::saves({0, 1}), [](const BackwardContext& c) -> GradList {
-    const Tensor& gg = c.grad(0);
-    GradList r(2);
-    if (!gg.defined()) return r;
-    const Tensor g = c.input(0), y = c.input(1);
-    const int64_t dim = c.int_arg(2);
-    const Tensor gg_y = sum_along(mul(gg, y), dim);
-    if (c.needs(0)) r[0] = mul(y, sub(gg, gg_y));
-    if (c.needs(1)) r[1] = sub(mul(gg, sub(g, sum_along(mul(g, y), dim))), mul(g, gg_y));
-    return r;
-  });
+  m.def("_softmax_backward_data", autograd::saves({0, 1}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& gg = c.grad(0);
+          GradList r(2);
+          if (!gg.defined()) return r;
+          const Tensor g = c.input(0), y = c.input(1);
+          const int64_t dim = c.int_arg(2);
+          const Tensor gg_y = sum_along(mul(gg, y), dim);
+          if (c.needs(0)) r[0] = mul(y, sub(gg, gg_y));
+          if (c.needs(1)) r[1] = sub(mul(gg, sub(g, sum_along(mul(g, y), dim))), mul(g, gg_y));
+          return r;
+        });
   // r = g - exp(y) sum(g): d<gg, r>/dg = gg - sum(gg exp(y)); d<gg, r>/dy = -gg exp(y) sum(g).
   m.def("_log_softmax_backward_data", autograd::saves({0, 1}),
         [](const BackwardContext& c) -> GradList {

@@ -43,8 +43,8 @@ namespace {
 
 // Note [Promotion categories]: as in PyTorch, dimensioned tensors decide the result type; 0-dim
 // tensors only matter if they are of a higher category (bool < integer < float) than all
-// dimensioned ones; wrapped numbers (C++ scalars) matter only if higher than both, and then give the
-// category's default (int64 or the default float dtype) rather than their own width.
+// dimensioned ones; wrapped numbers (C++ scalars) matter only if higher than both, and then give
+// the category's default (int64 or the default float dtype) rather than their own width.
 struct ResultTypeState {
   std::optional<DType> dim, zero, wrapped;
 };
@@ -123,8 +123,8 @@ Tensor prepare_out(const char* op, const Tensor& out, const TensorMeta& m, Devic
   if (out.sizes() != m.sizes.ref()) {
     const size_t need = checked_nbytes(m.sizes, out.dtype(), op);
     const DimVector strides = contiguous_strides(m.sizes);
-    if (need > out.storage()->nbytes() -
-                   static_cast<size_t>(out.storage_offset()) * out.element_size()) {
+    if (need >
+        out.storage()->nbytes() - static_cast<size_t>(out.storage_offset()) * out.element_size()) {
       out.impl()->set_storage(make_storage(need, out.device()));
       out.impl()->set_sizes_and_strides(m.sizes, strides, 0);
     } else {

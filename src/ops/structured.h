@@ -9,19 +9,20 @@
 //  - its kernel per backend (src/ops/cpu/<family>_kernels.cpp): loops only. A kernel is handed
 //    outputs already sized and never asks whether a tensor is a Meta tensor.
 // Structured<shape, loop> builds the Meta kernel (shape fn + empty meta output) and the CPU kernels
-// (shape fn + allocate the output, or resize a caller's out=, then the loop) from the pair, so every
-// family registers the same way: the operator file registers Meta (register_meta), the kernel file
-// its backend (register_cpu; a CUDA file would add register_cuda and its loops). Operators that run through TensorIterator keep it as their CPU
-// kernel (it broadcasts and promotes with the same pure functions: broadcast_shapes, result_type)
-// and register their shape function for Meta with register_meta.
+// (shape fn + allocate the output, or resize a caller's out=, then the loop) from the pair, so
+// every family registers the same way: the operator file registers Meta (register_meta), the kernel
+// file its backend (register_cpu; a CUDA file would add register_cuda and its loops). Operators
+// that run through TensorIterator keep it as their CPU kernel (it broadcasts and promotes with the
+// same pure functions: broadcast_shapes, result_type) and register their shape function for Meta
+// with register_meta.
 #pragma once
 
 #include <array>
 #include <initializer_list>
-#include <tuple>
-#include <utility>
 #include <optional>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "loom/dispatch.h"
 #include "loom/error.h"
@@ -36,7 +37,8 @@ struct TensorMetaRef {
   IntArrayRef strides;
   DType dtype = kFloat32;
   Device device = kCPU;
-  bool wrapped_number = false;  // a C++ number wrapped as a 0-dim tensor (promotion treats it apart)
+  bool wrapped_number =
+      false;  // a C++ number wrapped as a 0-dim tensor (promotion treats it apart)
 
   TensorMetaRef() = default;
   TensorMetaRef(IntArrayRef sizes_, IntArrayRef strides_, DType dtype_, Device device_ = kCPU,
@@ -63,7 +65,7 @@ struct TensorMetaRef {
 struct OptionalTensorMetaRef {
   std::optional<TensorMetaRef> ref;
   OptionalTensorMetaRef() = default;
-  OptionalTensorMetaRef(std::nullopt_t) {}  // NOLINT(google-explicit-constructor)
+  OptionalTensorMetaRef(std::nullopt_t) {}                 // NOLINT(google-explicit-constructor)
   OptionalTensorMetaRef(const std::optional<Tensor>& t) {  // NOLINT(google-explicit-constructor)
     if (t.has_value() && t->defined()) ref = TensorMetaRef(*t);
   }
@@ -186,9 +188,7 @@ struct MetaKernel;
 template <auto Shape, class... A>
 struct MetaKernel<Shape, TensorMeta (*)(A...)> {
   static Tensor run(kernel_arg_t<A>... a) { return meta_output(Shape(a...)); }
-  static void register_meta(Library& m, const char* name) {
-    m.impl(name, DispatchKey::Meta, &run);
-  }
+  static void register_meta(Library& m, const char* name) { m.impl(name, DispatchKey::Meta, &run); }
 };
 template <auto Shape, size_t N, class... A>
 struct MetaKernel<Shape, std::array<TensorMeta, N> (*)(A...)> {
@@ -198,9 +198,7 @@ struct MetaKernel<Shape, std::array<TensorMeta, N> (*)(A...)> {
     for (size_t i = 0; i < N; ++i) outs[i] = meta_output(ms[i]);
     return to_tuple(outs, std::make_index_sequence<N>{});
   }
-  static void register_meta(Library& m, const char* name) {
-    m.impl(name, DispatchKey::Meta, &run);
-  }
+  static void register_meta(Library& m, const char* name) { m.impl(name, DispatchKey::Meta, &run); }
 };
 
 // Kernels of an operator from its shape function and its backend loop. A single-output shape

@@ -92,7 +92,8 @@ void TensorIterator::allocate_outputs() {
                  " but the result has shape ", shape_.ref());
       // Resize out in place (a new buffer when the old one is too small).
       size_t need = checked_nbytes(shape_, out.dtype(), cfg_.op);
-      if (need > out.storage()->nbytes() - static_cast<size_t>(out.storage_offset()) * out.element_size()) {
+      if (need > out.storage()->nbytes() -
+                     static_cast<size_t>(out.storage_offset()) * out.element_size()) {
         out.impl()->set_storage(make_storage(need, out.device()));
         out.impl()->set_sizes_and_strides(shape_, contiguous_strides(shape_), 0);
       } else {
@@ -205,8 +206,7 @@ void TensorIterator::for_each(Loop1d loop, void* ctx, int64_t grain) {
     serial_for_each(loop, ctx, 0, numel_);
     return;
   }
-  parallel_for(0, numel_, grain,
-               [&](int64_t b, int64_t e) { serial_for_each(loop, ctx, b, e); });
+  parallel_for(0, numel_, grain, [&](int64_t b, int64_t e) { serial_for_each(loop, ctx, b, e); });
 }
 
 void TensorIterator::finish() {
@@ -215,7 +215,8 @@ void TensorIterator::finish() {
     if (orig.defined()) {
       orig.copy_(operands_[static_cast<size_t>(i)]);
       operands_[static_cast<size_t>(i)] = orig;
-    } else if (i < static_cast<int>(cfg_.outputs.size()) && cfg_.outputs[static_cast<size_t>(i)].defined()) {
+    } else if (i < static_cast<int>(cfg_.outputs.size()) &&
+               cfg_.outputs[static_cast<size_t>(i)].defined()) {
       operands_[static_cast<size_t>(i)].storage()->bump_version();
     }
   }

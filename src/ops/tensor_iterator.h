@@ -3,10 +3,10 @@
 // Given outputs and inputs it broadcasts the shapes, computes the common dtype by PyTorch's
 // promotion rules (dimensioned tensors > 0-dim tensors > wrapped numbers), casts inputs to it,
 // allocates or checks the outputs, coalesces dimensions that are contiguous in every operand, and
-// runs a 1-D inner loop over the result, split across the intra-op pool. Kernels only write the inner
-// loop: `loop(char** data, const int64_t* byte_strides, int64_t n)` with data[0..noutputs) the outputs.
-// TensorIterator runs kernels: a Meta call goes to the operator's shape function instead, which
-// broadcasts and promotes with the same functions (structured.h).
+// runs a 1-D inner loop over the result, split across the intra-op pool. Kernels only write the
+// inner loop: `loop(char** data, const int64_t* byte_strides, int64_t n)` with data[0..noutputs)
+// the outputs. TensorIterator runs kernels: a Meta call goes to the operator's shape function
+// instead, which broadcasts and promotes with the same functions (structured.h).
 #pragma once
 
 #include <optional>
@@ -80,13 +80,14 @@ class TensorIterator {
   TensorIteratorConfig cfg_;
   std::vector<Tensor> operands_;   // outputs then inputs, as the loop sees them
   std::vector<Tensor> originals_;  // caller's outputs when a temporary is used (else undefined)
-  detail::SmallVector<TensorMetaRef, 4> input_refs_;  // the inputs' metadata, for the pure shape functions
+  detail::SmallVector<TensorMetaRef, 4>
+      input_refs_;  // the inputs' metadata, for the pure shape functions
   int noutputs_ = 0;
   DType common_dtype_ = kFloat32;
   Device device_ = kCPU;
-  DimVector shape_;                        // broadcast shape
-  DimVector loop_shape_;                   // after coalescing, innermost first
-  std::vector<DimVector> loop_strides_;    // per operand, bytes, innermost first
+  DimVector shape_;                      // broadcast shape
+  DimVector loop_shape_;                 // after coalescing, innermost first
+  std::vector<DimVector> loop_strides_;  // per operand, bytes, innermost first
   int64_t numel_ = 0;
 };
 

@@ -10,7 +10,6 @@
 namespace loom {
 namespace {
 
-
 // ---- shape functions and the Meta kernels built from them ----
 
 // A C++ number as promotion sees it: a wrapped 0-dim tensor of its kind's widest dtype.
@@ -155,12 +154,12 @@ Tensor clamp_out_meta(const Tensor& self, const std::optional<Scalar>& min,
 
 }  // namespace
 
-#define LOOM_UNARY_REGISTER(name)                                             \
-  m.def(#name "(Tensor self) -> Tensor");                                     \
-  m.def(#name "_(Tensor(a!) self) -> Tensor(a!)");                            \
-  m.def(#name ".out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)");          \
-  m.impl(#name, DispatchKey::Meta, meta_functional<k_##name>);                \
-  m.impl(#name "_", DispatchKey::Meta, meta_inplace_op<k_##name>);            \
+#define LOOM_UNARY_REGISTER(name)                                    \
+  m.def(#name "(Tensor self) -> Tensor");                            \
+  m.def(#name "_(Tensor(a!) self) -> Tensor(a!)");                   \
+  m.def(#name ".out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)"); \
+  m.impl(#name, DispatchKey::Meta, meta_functional<k_##name>);       \
+  m.impl(#name "_", DispatchKey::Meta, meta_inplace_op<k_##name>);   \
   m.impl(#name ".out", DispatchKey::Meta, meta_out_op<k_##name>);
 
 LOOM_LIBRARY_FRAGMENT(loom, m) {
@@ -192,8 +191,9 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
   m.def("pow.Tensor_Tensor_out(Tensor self, Tensor exponent, *, Tensor(a!) out) -> Tensor(a!)");
   m.def("clamp(Tensor self, Scalar? min=None, Scalar? max=None) -> Tensor");
   m.def("clamp_(Tensor(a!) self, Scalar? min=None, Scalar? max=None) -> Tensor(a!)");
-  m.def("clamp.out(Tensor self, Scalar? min=None, Scalar? max=None, *, Tensor(a!) out) -> "
-        "Tensor(a!)");
+  m.def(
+      "clamp.out(Tensor self, Scalar? min=None, Scalar? max=None, *, Tensor(a!) out) -> "
+      "Tensor(a!)");
   m.impl("gelu", DispatchKey::Meta, gelu_meta);
   m.impl("gelu_", DispatchKey::Meta, gelu_inplace_meta);
   m.impl("gelu.out", DispatchKey::Meta, gelu_out_meta);
@@ -211,13 +211,15 @@ LOOM_LIBRARY_FRAGMENT(loom, m) {
 
 using UnarySig = Tensor(const Tensor&);
 using UnaryOutSig = Tensor(const Tensor&, const Tensor&);
-#define LOOM_UNARY_WRAPPERS(name)                                              \
-  Tensor name(const Tensor& self) { LOOM_CALL_OP("loom::" #name, UnarySig, self); } \
-  const Tensor& name##_(const Tensor& self) {                                  \
-    LOOM_CALL_INPLACE("loom::" #name "_", UnarySig, self);                     \
-  }                                                                            \
-  const Tensor& name##_out(const Tensor& out, const Tensor& self) {            \
-    LOOM_CALL_OUT("loom::" #name ".out", UnaryOutSig, out, self);              \
+#define LOOM_UNARY_WRAPPERS(name)                                   \
+  Tensor name(const Tensor& self) {                                 \
+    LOOM_CALL_OP("loom::" #name, UnarySig, self);                   \
+  }                                                                 \
+  const Tensor& name##_(const Tensor& self) {                       \
+    LOOM_CALL_INPLACE("loom::" #name "_", UnarySig, self);          \
+  }                                                                 \
+  const Tensor& name##_out(const Tensor& out, const Tensor& self) { \
+    LOOM_CALL_OUT("loom::" #name ".out", UnaryOutSig, out, self);   \
   }
 LOOM_UNARY_WRAPPERS(neg)
 LOOM_UNARY_WRAPPERS(abs)
@@ -256,13 +258,16 @@ Tensor pow(const Tensor& self, const Tensor& exponent) {
 }
 // The base becomes a wrapped number, so it promotes like a Python number: 2 ** int_tensor is int64,
 // 2.5 ** int_tensor the default float dtype.
-Tensor pow(const Scalar& self, const Tensor& exponent) { return pow(wrap_scalar(self), exponent); }
+Tensor pow(const Scalar& self, const Tensor& exponent) {
+  return pow(wrap_scalar(self), exponent);
+}
 const Tensor& pow_(const Tensor& self, const Scalar& exponent) {
   LOOM_CALL_INPLACE("loom::pow_.Scalar", PowScalarSig, self, exponent);
 }
 
 using ClampSig = Tensor(const Tensor&, const std::optional<Scalar>&, const std::optional<Scalar>&);
-Tensor clamp(const Tensor& self, const std::optional<Scalar>& min, const std::optional<Scalar>& max) {
+Tensor clamp(const Tensor& self, const std::optional<Scalar>& min,
+             const std::optional<Scalar>& max) {
   LOOM_CALL_OP("loom::clamp", ClampSig, self, min, max);
 }
 const Tensor& clamp_(const Tensor& self, const std::optional<Scalar>& min,

@@ -1,4 +1,5 @@
-// Derivatives of the operators in unary.cpp (see derivatives.h), kept in their own file only for size.
+// Derivatives of the operators in unary.cpp (see derivatives.h), kept in their own file only for
+// size.
 #include <algorithm>
 #include <cmath>
 #include "loom/derivatives.h"
@@ -9,9 +10,9 @@ namespace loom {
 // ---- derivatives ----
 // Note [Fused backward kernels]
 // Without create_graph, the activations use their fused backward kernels (threshold_backward,
-// sigmoid_backward, ...): one pass, no temporaries. With create_graph the derivative is written with
-// ordinary differentiable operators, so it can be differentiated again. The backward kernels have
-// derivatives of their own as well, so a graph that recorded one (relu's, always) stays
+// sigmoid_backward, ...): one pass, no temporaries. With create_graph the derivative is written
+// with ordinary differentiable operators, so it can be differentiated again. The backward kernels
+// have derivatives of their own as well, so a graph that recorded one (relu's, always) stays
 // differentiable.
 
 namespace {
@@ -24,7 +25,9 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kGeluBeta = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kGeluKappa = 0.044715;
 
-Tensor one_minus(const Tensor& t) { return add(neg(t), 1.0); }
+Tensor one_minus(const Tensor& t) {
+  return add(neg(t), 1.0);
+}
 
 // A unary derivative: the gradient of slot 0 from the context, or none if it is not needed.
 template <class F>
@@ -173,21 +176,23 @@ LOOM_DERIVATIVES(m) {
   });
   // d/dx x^e = e x^(e-1) (0 where e == 0); d/de x^e = x^e log(x) (0 where x == 0 and e >= 0, the
   // limit from the right), as PyTorch.
-  m.def("pow.Tensor_Tensor", autograd::saves({0, 1}, {0}), [](const BackwardContext& c) -> GradList {
-    const Tensor& g = c.grad(0);
-    GradList r(2);
-    if (!g.defined()) return r;
-    const Tensor x = c.input(0), e = c.input(1);
-    if (wants(c, 0)) {
-      r[0] = where(eq(e, 0.0), 0.0, mul(g, mul(e, pow(x, sub(e, 1.0)))));
-    }
-    if (wants(c, 1)) {
-      // The base may be a wrapped number (pow(2.5, t)) of another dtype: log it in g's.
-      const Tensor xg = x.dtype() == g.dtype() ? x : x.to(g.dtype());
-      r[1] = where(logical_and(eq(xg, 0.0), ge(e, 0.0)), 0.0, mul(g, mul(c.output(0), log(xg))));
-    }
-    return r;
-  });
+  m.def("pow.Tensor_Tensor", autograd::saves({0, 1}, {0}),
+        [](const BackwardContext& c) -> GradList {
+          const Tensor& g = c.grad(0);
+          GradList r(2);
+          if (!g.defined()) return r;
+          const Tensor x = c.input(0), e = c.input(1);
+          if (wants(c, 0)) {
+            r[0] = where(eq(e, 0.0), 0.0, mul(g, mul(e, pow(x, sub(e, 1.0)))));
+          }
+          if (wants(c, 1)) {
+            // The base may be a wrapped number (pow(2.5, t)) of another dtype: log it in g's.
+            const Tensor xg = x.dtype() == g.dtype() ? x : x.to(g.dtype());
+            r[1] =
+                where(logical_and(eq(xg, 0.0), ge(e, 0.0)), 0.0, mul(g, mul(c.output(0), log(xg))));
+          }
+          return r;
+        });
   m.alias("pow_.Scalar", "pow.Tensor_Scalar");
   m.alias("pow_.Tensor", "pow.Tensor_Tensor");
   // The gradient passes where min <= x <= max (both ends included, as PyTorch), else 0.

@@ -44,11 +44,11 @@ LOOM_ALWAYS_INLINE float pow2i(int32_t n) {
 }
 
 // Note [Fast float exp]: n = round(x * log2(e)) by the 1.5 * 2^23 trick (no float->int conversion,
-// which is undefined for NaN in C++), r = x - n * ln2 in two steps (Cody-Waite: ln2_hi has few bits so
-// n * ln2_hi is exact), exp(r) on [-ln2/2, ln2/2] by Cephes' degree-7 polynomial in Horner form,
+// which is undefined for NaN in C++), r = x - n * ln2 in two steps (Cody-Waite: ln2_hi has few bits
+// so n * ln2_hi is exact), exp(r) on [-ln2/2, ln2/2] by Cephes' degree-7 polynomial in Horner form,
 // then scaled by 2^n as 2^(n/2) * 2^(n - n/2): both factors are normal floats for every n in
-// [-252, 254], so results near overflow (x up to 88.72) and subnormal results (x down to -103.97) are
-// rounded once and correctly, and |x| up to ~174 overflows to inf or underflows to 0 by itself.
+// [-252, 254], so results near overflow (x up to 88.72) and subnormal results (x down to -103.97)
+// are rounded once and correctly, and |x| up to ~174 overflows to inf or underflows to 0 by itself.
 // Beyond that the shift trick breaks, so |x| > 160 (and ±inf) is selected at the end; NaN flows
 // through the arithmetic. No clamp up front: compare-and-select pairs are costly in vector code
 // because GCC cannot turn them into min/max under -ftrapping-math.
@@ -56,7 +56,8 @@ LOOM_ALWAYS_INLINE float exp_f32(float x) {
   const float shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
   const float t = fmadd(x, 1.44269504088896341f, shift);
   const float n = t - shift;
-  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(shift));
+  const int32_t ni =
+      static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(shift));
   float r = fmadd(n, -0.693359375f, x);
   r = fmadd(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;

@@ -67,14 +67,16 @@ void Adam::check_options(const std::vector<std::pair<std::string, double>>& opti
   g.options = options;
   const double lr = g.get("lr"), eps = g.get("eps"), b1 = g.get("beta1"), b2 = g.get("beta2");
   const double wd = g.get("weight_decay");
-  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr, " (expected >= 0)");
-  LOOM_CHECK(eps >= 0.0 && std::isfinite(eps), where, "invalid epsilon value: eps = ", eps, " (expected >= 0)");
+  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr,
+             " (expected >= 0)");
+  LOOM_CHECK(eps >= 0.0 && std::isfinite(eps), where, "invalid epsilon value: eps = ", eps,
+             " (expected >= 0)");
   LOOM_CHECK(b1 >= 0.0 && b1 < 1.0, where, "invalid beta parameter at index 0: beta1 = ", b1,
              " (expected in [0, 1))");
   LOOM_CHECK(b2 >= 0.0 && b2 < 1.0, where, "invalid beta parameter at index 1: beta2 = ", b2,
              " (expected in [0, 1))");
-  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where, "invalid weight_decay value: weight_decay = ", wd,
-             " (expected >= 0)");
+  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where,
+             "invalid weight_decay value: weight_decay = ", wd, " (expected >= 0)");
   for (const char* flag : {"amsgrad", "maximize"}) {
     const double f = g.get(flag);
     LOOM_CHECK(f == 0.0 || f == 1.0, where, flag, " = ", f, " (expected 0 or 1)");

@@ -56,18 +56,20 @@ double LRScheduler::require(const SchedulerState& state, const std::string& key,
                             const std::string& who) {
   for (const auto& [k, v] : state) {
     if (k == key) {
-      LOOM_CHECK(std::isfinite(v), "[", who, ".load_state_dict] \"", key, "\" is ", v, " (expected a finite number)");
+      LOOM_CHECK(std::isfinite(v), "[", who, ".load_state_dict] \"", key, "\" is ", v,
+                 " (expected a finite number)");
       return v;
     }
   }
   LOOM_THROW(ValueError, "[", who, ".load_state_dict] the state has no \"", key, "\"");
 }
 
-int64_t LRScheduler::require_int(const SchedulerState& state, const std::string& key, const std::string& who,
-                                 int64_t min) {
+int64_t LRScheduler::require_int(const SchedulerState& state, const std::string& key,
+                                 const std::string& who, int64_t min) {
   const double v = require(state, key, who);
-  LOOM_CHECK(v == std::floor(v) && v >= static_cast<double>(min) && v <= 9007199254740992.0, "[", who,
-             ".load_state_dict] \"", key, "\" is ", v, " (expected a whole number of at least ", min, ")");
+  LOOM_CHECK(v == std::floor(v) && v >= static_cast<double>(min) && v <= 9007199254740992.0, "[",
+             who, ".load_state_dict] \"", key, "\" is ", v,
+             " (expected a whole number of at least ", min, ")");
   return static_cast<int64_t>(v);
 }
 
@@ -178,7 +180,8 @@ void CosineAnnealingLR::settings(SchedulerState& out) const {
 void CosineAnnealingLR::load_settings(const SchedulerState& s) {
   const int64_t t_max = require_int(s, "T_max", name(), 1);
   const double eta_min = require(s, "eta_min", name());
-  LOOM_CHECK(eta_min >= 0, "[", name(), ".load_state_dict] \"eta_min\" is ", eta_min, " (expected >= 0)");
+  LOOM_CHECK(eta_min >= 0, "[", name(), ".load_state_dict] \"eta_min\" is ", eta_min,
+             " (expected >= 0)");
   t_max_ = t_max;
   eta_min_ = eta_min;
 }
@@ -248,8 +251,8 @@ void LinearWarmup::settings(SchedulerState& out) const {
 void LinearWarmup::load_settings(const SchedulerState& s) {
   const int64_t warmup = require_int(s, "warmup_steps", name(), 0);
   const double start_factor = require(s, "start_factor", name());
-  LOOM_CHECK(start_factor > 0.0 && start_factor <= 1.0, "[", name(), ".load_state_dict] \"start_factor\" is ",
-             start_factor, " (expected in (0, 1])");
+  LOOM_CHECK(start_factor > 0.0 && start_factor <= 1.0, "[", name(),
+             ".load_state_dict] \"start_factor\" is ", start_factor, " (expected in (0, 1])");
   warmup_ = warmup;
   start_factor_ = start_factor;
 }

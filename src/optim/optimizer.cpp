@@ -104,7 +104,8 @@ void Optimizer::add_group(std::vector<Tensor> params,
   groups_.push_back(std::move(g));
 }
 
-void Optimizer::check_options(const std::vector<std::pair<std::string, double>>&, const std::string&) const {}
+void Optimizer::check_options(const std::vector<std::pair<std::string, double>>&,
+                              const std::string&) const {}
 
 ParamState& Optimizer::mutable_state(const Tensor& param) {
   return state_[param.impl()];
@@ -232,7 +233,8 @@ void Optimizer::load_state_dict(const OptimizerState& st) {
     check_options(next_options[g].options, who + "param_groups." + std::to_string(g) + ": ");
   }
   // Apply.
-  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(next_options[g].options);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    groups_[g].options = std::move(next_options[g].options);
   state_.clear();
   for (auto& pd : pending) mutable_state(*pd.param).set(pd.name, std::move(pd.value));
 }

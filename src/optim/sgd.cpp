@@ -55,19 +55,20 @@ void SGD::check_options(const std::vector<std::pair<std::string, double>>& optio
   g.options = options;
   const double lr = g.get("lr"), momentum = g.get("momentum"), dampening = g.get("dampening");
   const double wd = g.get("weight_decay"), nesterov = g.get("nesterov");
-  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr, " (expected >= 0)");
-  LOOM_CHECK(momentum >= 0.0 && std::isfinite(momentum), where, "invalid momentum value: momentum = ", momentum,
+  LOOM_CHECK(lr >= 0.0 && std::isfinite(lr), where, "invalid learning rate: lr = ", lr,
              " (expected >= 0)");
+  LOOM_CHECK(momentum >= 0.0 && std::isfinite(momentum), where,
+             "invalid momentum value: momentum = ", momentum, " (expected >= 0)");
   LOOM_CHECK(std::isfinite(dampening), where, "invalid dampening value: dampening = ", dampening);
-  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where, "invalid weight_decay value: weight_decay = ", wd,
-             " (expected >= 0)");
+  LOOM_CHECK(wd >= 0.0 && std::isfinite(wd), where,
+             "invalid weight_decay value: weight_decay = ", wd, " (expected >= 0)");
   for (const char* flag : {"nesterov", "maximize"}) {
     const double f = g.get(flag);
     LOOM_CHECK(f == 0.0 || f == 1.0, where, flag, " = ", f, " (expected 0 or 1)");
   }
   LOOM_CHECK(nesterov == 0.0 || (momentum > 0.0 && dampening == 0.0), where,
-             "nesterov momentum requires a momentum > 0 and zero dampening (got momentum=", momentum,
-             ", dampening=", dampening, ")");
+             "nesterov momentum requires a momentum > 0 and zero dampening (got momentum=",
+             momentum, ", dampening=", dampening, ")");
 }
 
 bool SGD::is_state_name(std::string_view name) const {

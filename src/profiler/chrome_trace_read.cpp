@@ -1,10 +1,10 @@
 // Reading a Chrome trace back (plain or gzip) into a Trace, for `loom trace` and the tests.
 #include <zlib.h>
 
+#include <sys/stat.h>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <sys/stat.h>
 
 #include "loom/error.h"
 #include "loom/json.h"
@@ -30,7 +30,8 @@ std::string read_all(const std::string& path) {
       int code = 0;
       std::string why = gzerror(f, &code);
       gzclose(f);
-      LOOM_THROW(DataError, "[trace] ", path, ": corrupt gzip data after ", out.size(), " bytes (", why, ")");
+      LOOM_THROW(DataError, "[trace] ", path, ": corrupt gzip data after ", out.size(), " bytes (",
+                 why, ")");
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
@@ -47,7 +48,9 @@ std::string read_all(const std::string& path) {
   return out;
 }
 
-int64_t us_to_ns(double us) { return std::llround(us * 1000.0); }
+int64_t us_to_ns(double us) {
+  return std::llround(us * 1000.0);
+}
 
 EventKind kind_from(const std::string& cat, const std::string& name) {
   if (name.rfind("ProfilerStep#", 0) == 0) return EventKind::Step;
@@ -77,7 +80,8 @@ struct EventReader {
   }
   double number(const char* key) const {
     const Json& v = need(key);
-    if (!v.is_number()) fail(std::string("has a non-numeric '") + key + "' (" + v.type_name() + ")");
+    if (!v.is_number())
+      fail(std::string("has a non-numeric '") + key + "' (" + v.type_name() + ")");
     const double d = v.as_double();
     if (!std::isfinite(d)) fail(std::string("has a non-finite '") + key + "'");
     return d;
@@ -121,7 +125,8 @@ void read_complete(const EventReader& r, Trace& t) {
       }
     }
     if (const Json* types = args->find("Input type"); types && types->is_array()) {
-      for (const Json& x : types->as_array()) e.input_dtypes.push_back(x.is_string() ? x.as_string() : "?");
+      for (const Json& x : types->as_array())
+        e.input_dtypes.push_back(x.is_string() ? x.as_string() : "?");
     }
     const Json* fwd = args->find("Fwd thread id");
     const Json* seq = args->find("Sequence number");
@@ -162,7 +167,8 @@ void read_memory(const EventReader& r, Trace& t) {
   m.delta_bytes = field("Bytes");
   m.allocated = field("Total Allocated");
   m.reserved = field("Total Reserved");
-  if (const Json* stream = args->find("Stream"); stream && stream->is_int()) m.stream = stream->as_int();
+  if (const Json* stream = args->find("Stream"); stream && stream->is_int())
+    m.stream = stream->as_int();
   t.memory.push_back(m);
 }
 
@@ -173,7 +179,8 @@ Trace parse_chrome_trace(std::string_view text, const std::string& what) {
   try {
     doc = Json::parse(text, what);
   } catch (const DataError& e) {
-    LOOM_THROW(DataError, "[trace] ", what, " is not a complete JSON document (truncated or corrupt?): ", e.what());
+    LOOM_THROW(DataError, "[trace] ", what,
+               " is not a complete JSON document (truncated or corrupt?): ", e.what());
   }
   const Json* events = nullptr;
   if (doc.is_array()) {
@@ -182,8 +189,10 @@ Trace parse_chrome_trace(std::string_view text, const std::string& what) {
     events = doc.find("traceEvents");
   }
   if (!events || !events->is_array()) {
-    LOOM_THROW(DataError, "[trace] ", what, " is not a Chrome trace: expected an object with a "
-               "\"traceEvents\" array (or an array of events) but got ", doc.type_name());
+    LOOM_THROW(DataError, "[trace] ", what,
+               " is not a Chrome trace: expected an object with a "
+               "\"traceEvents\" array (or an array of events) but got ",
+               doc.type_name());
   }
   Trace t;
   if (doc.is_object()) {
@@ -195,7 +204,8 @@ Trace parse_chrome_trace(std::string_view text, const std::string& what) {
   for (size_t i = 0; i < arr.size(); ++i) {
     const Json& ev = arr[i];
     if (!ev.is_object()) {
-      LOOM_THROW(DataError, "[trace] ", what, ": event #", i, " is a ", ev.type_name(), ", not an object");
+      LOOM_THROW(DataError, "[trace] ", what, ": event #", i, " is a ", ev.type_name(),
+                 ", not an object");
     }
     EventReader r{what, i, ev};
     const std::string ph = r.string("ph");
@@ -215,6 +225,8 @@ Trace parse_chrome_trace(std::string_view text, const std::string& what) {
   return t;
 }
 
-Trace read_chrome_trace(const std::string& path) { return parse_chrome_trace(read_all(path), path); }
+Trace read_chrome_trace(const std::string& path) {
+  return parse_chrome_trace(read_all(path), path);
+}
 
 }  // namespace loom::profiler

@@ -41,7 +41,9 @@ void append_us(std::string& out, int64_t ns) {
   out += buf;
 }
 
-void append_int(std::string& out, int64_t v) { out += std::to_string(v); }
+void append_int(std::string& out, int64_t v) {
+  out += std::to_string(v);
+}
 
 struct Writer {
   std::string out;
@@ -61,19 +63,21 @@ std::string chrome_trace_json(const Trace& trace) {
   const std::string pid = std::to_string(trace.pid);
 
   w.begin_event();
-  w.out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + pid + ", \"tid\": 0, \"args\": {\"name\": ";
+  w.out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + pid +
+           ", \"tid\": 0, \"args\": {\"name\": ";
   append_escaped(w.out, trace.process_name);
   w.out += "}}";
   for (size_t i = 0; i < trace.threads.size(); ++i) {
     const ThreadInfo& t = trace.threads[i];
     w.begin_event();
-    w.out += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + pid + ", \"tid\": " + std::to_string(t.tid) +
-             ", \"args\": {\"name\": ";
+    w.out += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + pid +
+             ", \"tid\": " + std::to_string(t.tid) + ", \"args\": {\"name\": ";
     append_escaped(w.out, t.name);
     w.out += "}}";
     w.begin_event();
-    w.out += "{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": " + pid + ", \"tid\": " +
-             std::to_string(t.tid) + ", \"args\": {\"sort_index\": " + std::to_string(i) + "}}";
+    w.out += "{\"ph\": \"M\", \"name\": \"thread_sort_index\", \"pid\": " + pid +
+             ", \"tid\": " + std::to_string(t.tid) +
+             ", \"args\": {\"sort_index\": " + std::to_string(i) + "}}";
   }
 
   // Complete events; remember forward operators by their autograd link for the flows.
@@ -112,7 +116,8 @@ std::string chrome_trace_json(const Trace& trace) {
       w.out += std::to_string(e.fwd_thread);
       arg("Sequence number");
       w.out += std::to_string(e.sequence_nr);
-      if (e.kind == EventKind::Operator) forward.emplace(std::make_pair(e.fwd_thread, e.sequence_nr), &e);
+      if (e.kind == EventKind::Operator)
+        forward.emplace(std::make_pair(e.fwd_thread, e.sequence_nr), &e);
     }
     if (e.bytes >= 0) {
       arg("bytes");
@@ -131,13 +136,14 @@ std::string chrome_trace_json(const Trace& trace) {
     const Event& f = *it->second;
     const std::string id = std::to_string(++flow_id);
     w.begin_event();
-    w.out += "{\"ph\": \"s\", \"cat\": \"fwdbwd\", \"name\": \"fwdbwd\", \"id\": " + id + ", \"pid\": " + pid +
-             ", \"tid\": " + std::to_string(f.tid) + ", \"ts\": ";
+    w.out += "{\"ph\": \"s\", \"cat\": \"fwdbwd\", \"name\": \"fwdbwd\", \"id\": " + id +
+             ", \"pid\": " + pid + ", \"tid\": " + std::to_string(f.tid) + ", \"ts\": ";
     append_us(w.out, f.start_ns);
     w.out += "}";
     w.begin_event();
-    w.out += "{\"ph\": \"f\", \"bp\": \"e\", \"cat\": \"fwdbwd\", \"name\": \"fwdbwd\", \"id\": " + id +
-             ", \"pid\": " + pid + ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
+    w.out +=
+        "{\"ph\": \"f\", \"bp\": \"e\", \"cat\": \"fwdbwd\", \"name\": \"fwdbwd\", \"id\": " + id +
+        ", \"pid\": " + pid + ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
     append_us(w.out, e.start_ns);
     w.out += "}";
   }
@@ -145,13 +151,15 @@ std::string chrome_trace_json(const Trace& trace) {
   // Allocator events: an instant per event with its details, and two counter tracks.
   for (const MemorySample& m : trace.memory) {
     w.begin_event();
-    w.out += "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"memory\", \"name\": \"[memory]\", \"pid\": " + pid +
-             ", \"tid\": " + std::to_string(m.tid) + ", \"ts\": ";
+    w.out +=
+        "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"memory\", \"name\": \"[memory]\", \"pid\": " +
+        pid + ", \"tid\": " + std::to_string(m.tid) + ", \"ts\": ";
     append_us(w.out, m.ts_ns);
     char buf[200];
     std::snprintf(buf, sizeof(buf),
-                  ", \"args\": {\"Addr\": %" PRIu64 ", \"Bytes\": %" PRId64 ", \"Total Allocated\": %" PRId64
-                  ", \"Total Reserved\": %" PRId64 ", \"Stream\": %" PRId64 "}}",
+                  ", \"args\": {\"Addr\": %" PRIu64 ", \"Bytes\": %" PRId64
+                  ", \"Total Allocated\": %" PRId64 ", \"Total Reserved\": %" PRId64
+                  ", \"Stream\": %" PRId64 "}}",
                   m.ptr, m.delta_bytes, m.allocated, m.reserved, m.stream);
     w.out += buf;
     for (int k = 0; k < 2; ++k) {
@@ -160,11 +168,14 @@ std::string chrome_trace_json(const Trace& trace) {
                       : "{\"ph\": \"C\", \"name\": \"reserved bytes\", \"pid\": ";
       w.out += pid + ", \"ts\": ";
       append_us(w.out, m.ts_ns);
-      w.out += ", \"args\": {\"bytes\": " + std::to_string(k == 0 ? m.allocated : m.reserved) + "}}";
+      w.out +=
+          ", \"args\": {\"bytes\": " + std::to_string(k == 0 ? m.allocated : m.reserved) + "}}";
     }
   }
-  w.out += "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"producer\": \"loom profiler\", \"origin_ns\": " +
-           std::to_string(trace.origin_ns) + "}}\n";
+  w.out +=
+      "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {\"producer\": \"loom profiler\", "
+      "\"origin_ns\": " +
+      std::to_string(trace.origin_ns) + "}}\n";
   return w.out;
 }
 
@@ -173,7 +184,8 @@ void write_chrome_trace(const Trace& trace, const std::string& path) {
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   if (gz) {
     gzFile f = gzopen(path.c_str(), "wb6");
-    LOOM_CHECK(f != nullptr, "[profiler] cannot write the trace to ", path, ": ", std::strerror(errno));
+    LOOM_CHECK(f != nullptr, "[profiler] cannot write the trace to ", path, ": ",
+               std::strerror(errno));
     size_t off = 0;
     bool ok = true;
     while (ok && off < json.size()) {
@@ -182,14 +194,17 @@ void write_chrome_trace(const Trace& trace, const std::string& path) {
       off += n;
     }
     const int closed = gzclose(f);
-    LOOM_CHECK(ok && closed == Z_OK, "[profiler] cannot write the trace to ", path, " (gzip write failed)");
+    LOOM_CHECK(ok && closed == Z_OK, "[profiler] cannot write the trace to ", path,
+               " (gzip write failed)");
     return;
   }
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  LOOM_CHECK(f != nullptr, "[profiler] cannot write the trace to ", path, ": ", std::strerror(errno));
+  LOOM_CHECK(f != nullptr, "[profiler] cannot write the trace to ", path, ": ",
+             std::strerror(errno));
   const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   const bool closed = std::fclose(f) == 0;
-  LOOM_CHECK(ok && closed, "[profiler] cannot write the trace to ", path, ": ", std::strerror(errno));
+  LOOM_CHECK(ok && closed, "[profiler] cannot write the trace to ", path, ": ",
+             std::strerror(errno));
 }
 
 }  // namespace loom::profiler

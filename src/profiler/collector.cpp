@@ -1,18 +1,19 @@
-// The collector: RecordFunction callbacks, per-thread buffers, allocator events and activity sources.
+// The collector: RecordFunction callbacks, per-thread buffers, allocator events and activity
+// sources.
 //
 // Note [profiler buffers]
 //   Every thread that records appends to its own ThreadBuffer: fixed-size RawEvents in chunks of
 //   kChunk that never move, plus a bump arena for what varies in size (scope names, input dims and
 //   dtypes). Operator names are not copied: they point into the dispatcher's operator table, whose
-//   entries are never erased. A thread registers its buffer once per session, under g_mu; after that
-//   an append takes no lock.
-//   Reading the buffers (harvest) happens only while nothing is collected. Each buffer has a
-//   `writing` flag that its thread raises around an append and that set_collecting(false) waits on:
-//   the thread stores writing = true then loads g_collecting, the stopper stores g_collecting = false
-//   then loads writing, both sequentially consistent, so either the thread sees the stop and drops its
-//   event, or the stopper sees the flag and waits for the append to finish.
-//   Buffers are shared_ptrs held by both the session and the thread (thread_local), so a thread that
-//   is still inside a callback when a session ends never touches freed memory.
+//   entries are never erased. A thread registers its buffer once per session, under g_mu; after
+//   that an append takes no lock. Reading the buffers (harvest) happens only while nothing is
+//   collected. Each buffer has a `writing` flag that its thread raises around an append and that
+//   set_collecting(false) waits on: the thread stores writing = true then loads g_collecting, the
+//   stopper stores g_collecting = false then loads writing, both sequentially consistent, so either
+//   the thread sees the stop and drops its event, or the stopper sees the flag and waits for the
+//   append to finish. Buffers are shared_ptrs held by both the session and the thread
+//   (thread_local), so a thread that is still inside a callback when a session ends never touches
+//   freed memory.
 #include "profiler/collector.h"
 
 #include <pthread.h>
@@ -43,9 +44,9 @@ std::atomic<bool> g_memory_active{false};
 namespace detail {
 namespace {
 
-constexpr size_t kChunk = 2048;             // events per chunk
-constexpr size_t kArenaBlock = 64 << 10;    // bytes per arena block
-constexpr size_t kMaxNameBytes = 4096;      // longer scope names are cut
+constexpr size_t kChunk = 2048;           // events per chunk
+constexpr size_t kArenaBlock = 64 << 10;  // bytes per arena block
+constexpr size_t kMaxNameBytes = 4096;    // longer scope names are cut
 
 struct RawEvent {
   const char* name;
@@ -57,8 +58,8 @@ struct RawEvent {
   uint64_t fwd_thread;
   uint64_t fwd_sequence_nr;
   int64_t bytes;
-  const int64_t* dims;    // per input: ndim, then the sizes
-  const int8_t* dtypes;   // per input
+  const int64_t* dims;   // per input: ndim, then the sizes
+  const int8_t* dtypes;  // per input
 };
 
 // Bump allocation in blocks that never move; clear() keeps the blocks for the next cycle.
@@ -132,11 +133,11 @@ struct Session {
 };
 
 std::mutex g_mu;
-Session g_session;                           // GUARDED_BY(g_mu), except the fields read below
-std::atomic<uint64_t> g_session_id{0};       // 0: none
+Session g_session;                      // GUARDED_BY(g_mu), except the fields read below
+std::atomic<uint64_t> g_session_id{0};  // 0: none
 std::atomic<bool> g_collecting{false};
 std::atomic<bool> g_record_shapes{true};
-uint64_t g_callbacks = 0;                    // RecordFunction handle; 0: not listening
+uint64_t g_callbacks = 0;  // RecordFunction handle; 0: not listening
 uint64_t g_next_session = 1;
 
 // The hot side (trivial, initial-exec TLS: no __tls_get_addr per event) and the owning side.
@@ -152,7 +153,9 @@ struct ThreadOwner {
 };
 thread_local ThreadOwner t_owner;
 
-uint64_t os_tid() { return static_cast<uint64_t>(::syscall(SYS_gettid)); }
+uint64_t os_tid() {
+  return static_cast<uint64_t>(::syscall(SYS_gettid));
+}
 
 LOOM_NOINLINE ThreadBuffer* register_thread() {
   if (t_slot.exited) return nullptr;
@@ -171,7 +174,8 @@ LOOM_NOINLINE ThreadBuffer* register_thread() {
 
 inline ThreadBuffer* this_thread_buffer() {
   const ThreadSlot& s = t_slot;
-  if (LOOM_UNLIKELY(s.session != g_session_id.load(std::memory_order_acquire) || s.buffer == nullptr)) {
+  if (LOOM_UNLIKELY(s.session != g_session_id.load(std::memory_order_acquire) ||
+                    s.buffer == nullptr)) {
     return register_thread();
   }
   return s.buffer;
@@ -179,12 +183,18 @@ inline ThreadBuffer* this_thread_buffer() {
 
 EventKind kind_of(OpEvent::Kind k) {
   switch (k) {
-    case OpEvent::Kind::Operator: return EventKind::Operator;
-    case OpEvent::Kind::UserScope: return EventKind::UserScope;
-    case OpEvent::Kind::Backward: return EventKind::Backward;
-    case OpEvent::Kind::Collective: return EventKind::Collective;
-    case OpEvent::Kind::DataStage: return EventKind::DataStage;
-    case OpEvent::Kind::CommWait: return EventKind::CommWait;
+    case OpEvent::Kind::Operator:
+      return EventKind::Operator;
+    case OpEvent::Kind::UserScope:
+      return EventKind::UserScope;
+    case OpEvent::Kind::Backward:
+      return EventKind::Backward;
+    case OpEvent::Kind::Collective:
+      return EventKind::Collective;
+    case OpEvent::Kind::DataStage:
+      return EventKind::DataStage;
+    case OpEvent::Kind::CommWait:
+      return EventKind::CommWait;
   }
   return EventKind::UserScope;
 }
@@ -248,7 +258,8 @@ bool g_sources_running = false;  // GUARDED_BY(g_sources_mu)
 // A thread's name: the one it gave itself with set_thread_name() (now, or when it first recorded:
 // loader workers may have exited), else "main" for the thread that started the profile, else its OS
 // name, else one guessed from what it recorded.
-std::string thread_name(const ThreadBuffer& b, uint64_t main_tid, const std::vector<Event>& events) {
+std::string thread_name(const ThreadBuffer& b, uint64_t main_tid,
+                        const std::vector<Event>& events) {
   if (std::string live = thread_name_of(b.tid); !live.empty()) return live;
   if (!b.loom_name.empty()) return b.loom_name;
   if (b.tid == main_tid) return "main";
@@ -259,10 +270,12 @@ std::string thread_name(const ThreadBuffer& b, uint64_t main_tid, const std::vec
   for (const Event& e : events) {
     if (e.tid == b.tid) ++counts[static_cast<int>(e.kind)];
   }
-  if (counts[static_cast<int>(EventKind::DataStage)] > 0 && counts[static_cast<int>(EventKind::Operator)] == 0) {
+  if (counts[static_cast<int>(EventKind::DataStage)] > 0 &&
+      counts[static_cast<int>(EventKind::Operator)] == 0) {
     return "data loader worker";
   }
-  if (counts[static_cast<int>(EventKind::Collective)] > 0 && counts[static_cast<int>(EventKind::Operator)] == 0) {
+  if (counts[static_cast<int>(EventKind::Collective)] > 0 &&
+      counts[static_cast<int>(EventKind::Operator)] == 0) {
     return "collectives";
   }
   return "thread " + std::to_string(b.tid);
@@ -356,8 +369,8 @@ void record_step(std::string_view name, int64_t start_ns, int64_t end_ns) {
   b->writing.store(false, std::memory_order_release);
 }
 
-void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated, int64_t total_reserved,
-                        int64_t stream) {
+void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
+                        int64_t total_reserved, int64_t stream) {
   ThreadBuffer* b = this_thread_buffer();
   if (b == nullptr) return;
   b->writing.store(true, std::memory_order_seq_cst);
@@ -408,7 +421,8 @@ Trace harvest() {
         e.input_shapes.emplace_back(d, d + nd);
         d += nd;
         const int8_t dt = r.dtypes[k];
-        e.input_dtypes.emplace_back(dt >= 0 && dt < kNumDTypes ? dtype_name(static_cast<DType>(dt)) : "?");
+        e.input_dtypes.emplace_back(dt >= 0 && dt < kNumDTypes ? dtype_name(static_cast<DType>(dt))
+                                                               : "?");
       }
       t.events.push_back(std::move(e));
     }
@@ -424,7 +438,8 @@ Trace harvest() {
     if (!used) continue;
     bool seen = false;
     for (const ThreadInfo& ti : t.threads) seen = seen || ti.tid == bp->tid;
-    if (!seen) t.threads.push_back(ThreadInfo{bp->tid, thread_name(*bp, g_session.main_tid, t.events)});
+    if (!seen)
+      t.threads.push_back(ThreadInfo{bp->tid, thread_name(*bp, g_session.main_tid, t.events)});
   }
   // Empty the buffers; forget those whose thread has ended (only the session holds them).
   std::vector<std::shared_ptr<ThreadBuffer>> keep;

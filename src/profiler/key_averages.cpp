@@ -118,7 +118,8 @@ std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
   char line[512];
   std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7s %12s %7s %12s %12s\n",
                 threads ? "Thread               " : "", "Name", "Kind",
-                shapes ? " Input shapes                  " : "", "Calls", "Self", "Self %", "Total", "Avg");
+                shapes ? " Input shapes                  " : "", "Calls", "Self", "Self %", "Total",
+                "Avg");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   for (size_t i = 0; i < stats.size() && i < rows; ++i) {
@@ -133,12 +134,12 @@ std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
       const std::string f = fit(s.thread, 20);
       thread_col = f + std::string(21 - f.size(), ' ');
     }
-    std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s\n", thread_col.c_str(),
-                  fit(s.name, 36).c_str(),
-                  event_kind_category(s.kind), shape_col.c_str(), static_cast<long long>(s.calls),
-                  fmt_time(static_cast<double>(s.self_ns)).c_str(),
-                  all_self > 0 ? 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(all_self) : 0.0,
-                  fmt_time(static_cast<double>(s.total_ns)).c_str(), fmt_time(s.avg_ns()).c_str());
+    std::snprintf(
+        line, sizeof(line), "%s%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s\n", thread_col.c_str(),
+        fit(s.name, 36).c_str(), event_kind_category(s.kind), shape_col.c_str(),
+        static_cast<long long>(s.calls), fmt_time(static_cast<double>(s.self_ns)).c_str(),
+        all_self > 0 ? 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(all_self) : 0.0,
+        fmt_time(static_cast<double>(s.total_ns)).c_str(), fmt_time(s.avg_ns()).c_str());
     out += line;
   }
   if (stats.size() > rows) out += "... " + std::to_string(stats.size() - rows) + " more\n";
@@ -181,13 +182,15 @@ std::string format_diff(const TraceDiff& d, size_t rows) {
     std::snprintf(line, sizeof(line), "self time per step (A: %lld steps, B: %lld steps)\n",
                   static_cast<long long>(d.steps_a), static_cast<long long>(d.steps_b));
   } else {
-    std::snprintf(line, sizeof(line), "total self time (a trace without ProfilerStep events: not per step)\n");
+    std::snprintf(line, sizeof(line),
+                  "total self time (a trace without ProfilerStep events: not per step)\n");
   }
   out += line;
   bool threads = false;
   for (const OpDelta& o : d.ops) threads = threads || o.thread != d.ops.front().thread;
-  std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8s %8s\n", threads ? "Thread               " : "",
-                "Name", "Self A", "Self B", "Change", "Change%", "Calls A", "Calls B");
+  std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8s %8s\n",
+                threads ? "Thread               " : "", "Name", "Self A", "Self B", "Change",
+                "Change%", "Calls A", "Calls B");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   double total_a = 0, total_b = 0;
@@ -198,25 +201,29 @@ std::string format_diff(const TraceDiff& d, size_t rows) {
   for (size_t i = 0; i < d.ops.size() && i < rows; ++i) {
     const OpDelta& o = d.ops[i];
     char pct[16] = "new";
-    if (o.self_a_ns > 0) std::snprintf(pct, sizeof(pct), "%+.1f%%", 100.0 * o.delta_ns() / o.self_a_ns);
+    if (o.self_a_ns > 0)
+      std::snprintf(pct, sizeof(pct), "%+.1f%%", 100.0 * o.delta_ns() / o.self_a_ns);
     if (o.calls_b == 0) std::snprintf(pct, sizeof(pct), "gone");
     std::string thread_col;
     if (threads) {
       const std::string f = fit(o.thread, 20);
       thread_col = f + std::string(21 - f.size(), ' ');
     }
-    std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8lld %8lld\n", thread_col.c_str(),
-                  fit(o.name, 36).c_str(),
-                  fmt_time(o.self_a_ns).c_str(), fmt_time(o.self_b_ns).c_str(),
-                  signed_time(o.delta_ns()).c_str(), pct,
+    std::snprintf(line, sizeof(line), "%s%-36s %12s %12s %12s %8s %8lld %8lld\n",
+                  thread_col.c_str(), fit(o.name, 36).c_str(), fmt_time(o.self_a_ns).c_str(),
+                  fmt_time(o.self_b_ns).c_str(), signed_time(o.delta_ns()).c_str(), pct,
                   static_cast<long long>(o.calls_a), static_cast<long long>(o.calls_b));
     out += line;
   }
   if (d.ops.size() > rows) out += "... " + std::to_string(d.ops.size() - rows) + " more\n";
-  std::snprintf(line, sizeof(line), "all self time: %s -> %s (%s)\n", fmt_time(total_a).c_str(),
-                fmt_time(total_b).c_str(),
-                total_a > 0 ? (std::to_string(static_cast<int>(std::lround(100.0 * (total_b - total_a) / total_a))) + "%").c_str()
-                            : "n/a");
+  std::snprintf(
+      line, sizeof(line), "all self time: %s -> %s (%s)\n", fmt_time(total_a).c_str(),
+      fmt_time(total_b).c_str(),
+      total_a > 0
+          ? (std::to_string(static_cast<int>(std::lround(100.0 * (total_b - total_a) / total_a))) +
+             "%")
+                .c_str()
+          : "n/a");
   out += line;
   return out;
 }

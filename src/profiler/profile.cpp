@@ -11,14 +11,22 @@ namespace loom::profiler {
 
 const char* event_kind_category(EventKind k) {
   switch (k) {
-    case EventKind::Operator: return "cpu_op";
-    case EventKind::UserScope: return "user_annotation";
-    case EventKind::Backward: return "autograd";
-    case EventKind::Collective: return "collective";
-    case EventKind::DataStage: return "data";
-    case EventKind::Step: return "step";
-    case EventKind::Kernel: return "kernel";
-    case EventKind::CommWait: return "comm_wait";
+    case EventKind::Operator:
+      return "cpu_op";
+    case EventKind::UserScope:
+      return "user_annotation";
+    case EventKind::Backward:
+      return "autograd";
+    case EventKind::Collective:
+      return "collective";
+    case EventKind::DataStage:
+      return "data";
+    case EventKind::Step:
+      return "step";
+    case EventKind::Kernel:
+      return "kernel";
+    case EventKind::CommWait:
+      return "comm_wait";
   }
   return "unknown";
 }
@@ -143,7 +151,9 @@ Profile::~Profile() {
   }
 }
 
-bool Profile::is_recording() const { return started_ && records(action_); }
+bool Profile::is_recording() const {
+  return started_ && records(action_);
+}
 
 void Profile::start() {
   LOOM_CHECK(!started_, "[profiler] start() called on a Profile that is already started");
@@ -154,7 +164,8 @@ void Profile::start() {
   trace_ = Trace{};
   step_num_ = 0;
   step_start_ns_ = detail::now_ns();
-  detail::begin_session(detail::CollectorOptions{opt_.record_shapes, opt_.profile_memory}, step_start_ns_);
+  detail::begin_session(detail::CollectorOptions{opt_.record_shapes, opt_.profile_memory},
+                        step_start_ns_);
   action_ = Schedule::Action::None;
   apply(opt_.schedule ? opt_.schedule->action_at(0) : Schedule::Action::Record);
 }
@@ -179,10 +190,12 @@ void Profile::step() {
   }
   const int64_t now = detail::now_ns();
   const Schedule::Action cur = action_;
-  if (records(cur)) detail::record_step("ProfilerStep#" + std::to_string(step_num_), step_start_ns_, now);
+  if (records(cur))
+    detail::record_step("ProfilerStep#" + std::to_string(step_num_), step_start_ns_, now);
   ++step_num_;
   step_start_ns_ = now;
-  const Schedule::Action next = opt_.schedule ? opt_.schedule->action_at(step_num_) : Schedule::Action::Record;
+  const Schedule::Action next =
+      opt_.schedule ? opt_.schedule->action_at(step_num_) : Schedule::Action::Record;
   if (cur == Schedule::Action::RecordAndSave || (records(cur) && !records(next))) finish_cycle();
   apply(next);
 }

@@ -110,9 +110,10 @@ std::string per_thread_tables(const Trace& trace, size_t top) {
     for (const OpStats& s : all) {
       if (s.thread == thread) rows.push_back(s);
     }
-    std::snprintf(line, sizeof(line), "\nThread \"%s\"%s: %s ms self time (%.1f%% of all threads')\n",
-                  thread.c_str(), step_threads.count(thread) ? " (runs the steps)" : "", ms(self_of[thread]).c_str(),
-                  pct(self_of[thread], all_self));
+    std::snprintf(line, sizeof(line),
+                  "\nThread \"%s\"%s: %s ms self time (%.1f%% of all threads')\n", thread.c_str(),
+                  step_threads.count(thread) ? " (runs the steps)" : "",
+                  ms(self_of[thread]).c_str(), pct(self_of[thread], all_self));
     out += line;
     out += format_table(rows, top);
   }
@@ -126,19 +127,22 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
   for (const Event& e : trace.events) {
     if (e.kind == EventKind::Step) steps.push_back(&e);
   }
-  std::sort(steps.begin(), steps.end(), [](const Event* a, const Event* b) { return a->start_ns < b->start_ns; });
+  std::sort(steps.begin(), steps.end(),
+            [](const Event* a, const Event* b) { return a->start_ns < b->start_ns; });
   // Each event goes to the steps it overlaps (steps follow each other; found by binary search).
   // Communication on the step's own thread (a synchronous collective, or a CommWait such as DDP's
   // wait for gradient allreduce inside AccumulateGrad) is cut out of the compute around it.
-  std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size()), own_comm(steps.size());
+  std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size()),
+      own_comm(steps.size());
   for (const Event& e : trace.events) {
     const bool is_comm = e.kind == EventKind::Collective || e.kind == EventKind::CommWait;
     const bool is_compute = e.kind == EventKind::Operator || e.kind == EventKind::Backward;
     const bool is_wait = e.kind == EventKind::DataStage && e.name == "data.wait";
     if (!is_comm && !is_compute && !is_wait) continue;
-    size_t k = static_cast<size_t>(std::lower_bound(steps.begin(), steps.end(), e.end_ns,
-                                                    [](const Event* s, int64_t t) { return s->start_ns < t; }) -
-                                   steps.begin());
+    size_t k = static_cast<size_t>(
+        std::lower_bound(steps.begin(), steps.end(), e.end_ns,
+                         [](const Event* s, int64_t t) { return s->start_ns < t; }) -
+        steps.begin());
     while (k > 0) {
       const Event& s = *steps[--k];
       if (s.end_ns <= e.start_ns) break;
@@ -156,19 +160,22 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
   for (size_t k = 0; k < steps.size(); ++k) {
     const Event* s = steps[k];
     const Intervals d = merged(std::move(wait[k]));
-    const Intervals c = subtract(subtract(merged(std::move(compute[k])), d), merged(std::move(own_comm[k])));
+    const Intervals c =
+        subtract(subtract(merged(std::move(compute[k])), d), merged(std::move(own_comm[k])));
     const Intervals m = merged(std::move(comm[k]));
     StepBreakdown b;
     const std::string& name = s->name;
     const size_t hash = name.find('#');
-    b.step = hash == std::string::npos ? static_cast<int64_t>(k) : std::atoll(name.c_str() + hash + 1);
+    b.step =
+        hash == std::string::npos ? static_cast<int64_t>(k) : std::atoll(name.c_str() + hash + 1);
     b.start_ns = s->start_ns;
     b.duration_ns = s->duration_ns();
     b.compute_ns = length(c);
     b.data_wait_ns = length(d);
     b.communication_ns = length(subtract(m, united(c, d)));
     b.overlapped_communication_ns = length(intersect(m, c));
-    b.idle_ns = std::max<int64_t>(0, b.duration_ns - b.compute_ns - b.data_wait_ns - b.communication_ns);
+    b.idle_ns =
+        std::max<int64_t>(0, b.duration_ns - b.compute_ns - b.data_wait_ns - b.communication_ns);
     out.push_back(b);
   }
   return out;
@@ -177,8 +184,8 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
 std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", "Step", "Time ms", "Compute ms (%)",
-                "Comm ms (%)", "Data wait ms (%)", "Idle ms (%)", "Overlap ms");
+  std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", "Step", "Time ms",
+                "Compute ms (%)", "Comm ms (%)", "Data wait ms (%)", "Idle ms (%)", "Overlap ms");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   auto row = [&](const std::string& label, const StepBreakdown& b) {
@@ -187,8 +194,9 @@ std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
       std::snprintf(c, sizeof(c), "%s (%4.1f%%)", ms(ns).c_str(), pct(ns, b.duration_ns));
       return std::string(c);
     };
-    std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", label.c_str(), ms(b.duration_ns).c_str(),
-                  cell(b.compute_ns).c_str(), cell(b.communication_ns).c_str(), cell(b.data_wait_ns).c_str(),
+    std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", label.c_str(),
+                  ms(b.duration_ns).c_str(), cell(b.compute_ns).c_str(),
+                  cell(b.communication_ns).c_str(), cell(b.data_wait_ns).c_str(),
                   cell(b.idle_ns).c_str(), ms(b.overlapped_communication_ns).c_str());
     out += line;
   };
@@ -245,9 +253,11 @@ std::string summarize(const Trace& trace, size_t top) {
     last = std::max(last, e.end_ns);
   }
   const std::vector<StepBreakdown> steps = step_breakdown(trace);
-  std::snprintf(line, sizeof(line), "%zu events on %zu thread(s) over %s ms, %zu allocator events, %zu step(s)\n",
-                trace.events.size(), tids.size(), trace.events.empty() ? "0" : ms(last - first).c_str(),
-                trace.memory.size(), steps.size());
+  std::snprintf(line, sizeof(line),
+                "%zu events on %zu thread(s) over %s ms, %zu allocator events, %zu step(s)\n",
+                trace.events.size(), tids.size(),
+                trace.events.empty() ? "0" : ms(last - first).c_str(), trace.memory.size(),
+                steps.size());
   out += line;
   if (trace.events.empty()) return out + "nothing was recorded\n";
   out += "\nTop " + std::to_string(top) + " by self time, per thread:\n";
@@ -262,7 +272,8 @@ std::string summarize(const Trace& trace, size_t top) {
                   static_cast<double>(peak_alloc) / 1e6, static_cast<double>(peak_res) / 1e6);
     out += line;
   }
-  if (steps.empty()) return out + "\nNo ProfilerStep events: no step breakdown (call Profile::step() per step).\n";
+  if (steps.empty())
+    return out + "\nNo ProfilerStep events: no step breakdown (call Profile::step() per step).\n";
   out += "\nStep breakdown:\n" + format_step_breakdown(steps);
   out += "Dominated by: " + dominant_part(steps) + "\n";
   return out;

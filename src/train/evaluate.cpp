@@ -12,8 +12,9 @@
 
 namespace loom::train::detail {
 
-EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test, int64_t batch,
-                    double mean, double std, Reporter* reporter, const std::string& what) {
+EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test,
+                    int64_t batch, double mean, double std, Reporter* reporter,
+                    const std::string& what) {
   autograd::NoGradGuard ng;
   const bool was_training = model.is_training();
   model.eval();
@@ -75,7 +76,8 @@ EvalReport evaluate_saved_model(const std::string& path, const std::string& data
   std::string source;
   if (S_ISDIR(st.st_mode)) {
     auto ck = io::load_latest_checkpoint(path);
-    LOOM_CHECK_AS(DataError, ck.has_value(), "[eval] ", path, " holds no checkpoint (no `latest` file)");
+    LOOM_CHECK_AS(DataError, ck.has_value(), "[eval] ", path,
+                  " holds no checkpoint (no `latest` file)");
     const Json& cfg = ck->sidecar.at("config");
     info.architecture = cfg.at("model").as_string();
     info.dataset = "fashion-mnist";
@@ -91,17 +93,20 @@ EvalReport evaluate_saved_model(const std::string& path, const std::string& data
     io::SafetensorsFile f = io::load_safetensors(path);
     info = detail::model_info_from_metadata(f.metadata, path);
     for (auto& [name, t] : f.tensors) params[name] = t;
-    source = path + " (" + info.architecture + ", trained " + std::to_string(info.trained_steps) + " steps)";
+    source = path + " (" + info.architecture + ", trained " + std::to_string(info.trained_steps) +
+             " steps)";
   }
   Generator gen(0);
   auto model = detail::build_model(info.architecture, gen);
   try {
     model->load_state_dict(params, /*strict=*/true);
   } catch (const ValueError& e) {
-    LOOM_THROW(DataError, "[eval] ", path, " does not hold a ", info.architecture, " model: ", e.what());
+    LOOM_THROW(DataError, "[eval] ", path, " does not hold a ", info.architecture,
+               " model: ", e.what());
   }
   const std::string dir = data_dir.empty() ? data::default_fashion_mnist_dir() : data_dir;
-  auto test = std::make_shared<const data::ShardReader>(data::fashion_mnist_shards(dir, /*train=*/false));
+  auto test =
+      std::make_shared<const data::ShardReader>(data::fashion_mnist_shards(dir, /*train=*/false));
   EvalReport r = detail::evaluate(*model, test, batch, info.mean, info.std, reporter, "evaluating");
   r.source = source;
   return r;

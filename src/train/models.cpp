@@ -23,14 +23,17 @@ std::string number(double v) {
 const std::string& require(const std::map<std::string, std::string>& m, const std::string& key,
                            const std::string& path) {
   auto it = m.find(key);
-  LOOM_CHECK_AS(DataError, it != m.end(), "[eval] ", path, " is not a model saved by `loom train --save-final`: "
-                "its safetensors metadata has no \"", key, "\"");
+  LOOM_CHECK_AS(DataError, it != m.end(), "[eval] ", path,
+                " is not a model saved by `loom train --save-final`: "
+                "its safetensors metadata has no \"",
+                key, "\"");
   return it->second;
 }
 
 }  // namespace
 
-std::vector<std::shared_ptr<data::FieldTransform>> input_fields(bool augment, double mean, double std) {
+std::vector<std::shared_ptr<data::FieldTransform>> input_fields(bool augment, double mean,
+                                                                double std) {
   data::ImageOptions io;
   io.mean = {mean};
   io.std = {std};
@@ -68,12 +71,14 @@ std::shared_ptr<nn::Sequential> build_model(const std::string& architecture, Gen
     m->push_back(std::make_shared<nn::ReLU>());
     m->push_back(std::make_shared<nn::Linear>(128, 10, true, &gen));
   } else {
-    LOOM_THROW(ValueError, "[train] unknown model architecture '", architecture, "' (expected mlp or cnn)");
+    LOOM_THROW(ValueError, "[train] unknown model architecture '", architecture,
+               "' (expected mlp or cnn)");
   }
   return m;
 }
 
-std::unique_ptr<optim::Optimizer> build_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainOptions& o,
+                                                  std::vector<Tensor> params) {
   if (o.optimizer == "sgd") {
     optim::SGDOptions so;
     so.lr = o.lr;
@@ -98,7 +103,8 @@ std::string describe_optimizer(const TrainOptions& o) {
     s += buf;
   }
   if (o.weight_decay > 0) {
-    std::snprintf(buf, sizeof(buf), " weight decay %g%s", o.weight_decay, o.optimizer == "adamw" ? " (decoupled)" : "");
+    std::snprintf(buf, sizeof(buf), " weight decay %g%s", o.weight_decay,
+                  o.optimizer == "adamw" ? " (decoupled)" : "");
     s += buf;
   }
   if (o.schedule == "cosine") s += ", cosine schedule";
@@ -125,23 +131,28 @@ void save_model(const std::string& path, nn::Module& model, const SavedModelInfo
                         {"loom_trained_steps", std::to_string(info.trained_steps)}});
 }
 
-SavedModelInfo model_info_from_metadata(const std::map<std::string, std::string>& m, const std::string& path) {
+SavedModelInfo model_info_from_metadata(const std::map<std::string, std::string>& m,
+                                        const std::string& path) {
   SavedModelInfo info;
   const std::string where = "[eval] " + path + ": metadata ";
   info.architecture = require(m, "loom_architecture", path);
   LOOM_CHECK_AS(DataError, info.architecture == "mlp" || info.architecture == "cnn", where,
                 "\"loom_architecture\" is '", info.architecture, "' (this loom knows mlp and cnn)");
   info.dataset = require(m, "loom_dataset", path);
-  LOOM_CHECK_AS(DataError, info.dataset == "fashion-mnist", where, "\"loom_dataset\" is '", info.dataset,
-                "' (this loom evaluates fashion-mnist models)");
+  LOOM_CHECK_AS(DataError, info.dataset == "fashion-mnist", where, "\"loom_dataset\" is '",
+                info.dataset, "' (this loom evaluates fashion-mnist models)");
   const std::string& shape = require(m, "loom_input_shape", path);
-  LOOM_CHECK_AS(DataError, shape == "1,28,28", where, "\"loom_input_shape\" is '", shape, "' (expected 1,28,28)");
+  LOOM_CHECK_AS(DataError, shape == "1,28,28", where, "\"loom_input_shape\" is '", shape,
+                "' (expected 1,28,28)");
   info.input_shape = {1, 28, 28};
   try {
-    info.mean = parse_double(require(m, "loom_normalize_mean", path), where + "\"loom_normalize_mean\"", -1e6, 1e6);
-    info.std = parse_double(require(m, "loom_normalize_std", path), where + "\"loom_normalize_std\"", 1e-12, 1e6);
+    info.mean = parse_double(require(m, "loom_normalize_mean", path),
+                             where + "\"loom_normalize_mean\"", -1e6, 1e6);
+    info.std = parse_double(require(m, "loom_normalize_std", path),
+                            where + "\"loom_normalize_std\"", 1e-12, 1e6);
     info.classes = parse_int(require(m, "loom_classes", path), where + "\"loom_classes\"", 10, 10);
-    info.trained_steps = parse_int(require(m, "loom_trained_steps", path), where + "\"loom_trained_steps\"", 0);
+    info.trained_steps =
+        parse_int(require(m, "loom_trained_steps", path), where + "\"loom_trained_steps\"", 0);
   } catch (const ValueError& e) {
     LOOM_THROW(DataError, e.what());
   }

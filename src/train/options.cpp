@@ -12,15 +12,20 @@ namespace {
 
 const char* fault_name(FaultKind k) {
   switch (k) {
-    case FaultKind::Mismatch: return "mismatch";
-    case FaultKind::Hang: return "hang";
-    case FaultKind::Kill: return "kill";
-    case FaultKind::None: break;
+    case FaultKind::Mismatch:
+      return "mismatch";
+    case FaultKind::Hang:
+      return "hang";
+    case FaultKind::Kill:
+      return "kill";
+    case FaultKind::None:
+      break;
   }
   return "none";
 }
 
-void check_one_of(const std::string& value, const char* option, std::initializer_list<const char*> allowed) {
+void check_one_of(const std::string& value, const char* option,
+                  std::initializer_list<const char*> allowed) {
   std::string list;
   for (const char* a : allowed) {
     if (value == a) return;
@@ -30,7 +35,8 @@ void check_one_of(const std::string& value, const char* option, std::initializer
 }
 
 void check_range(int64_t v, const char* option, int64_t lo, int64_t hi) {
-  LOOM_CHECK(v >= lo && v <= hi, "[train] ", option, " must be an integer ", describe_range(lo, hi), " but got ", v);
+  LOOM_CHECK(v >= lo && v <= hi, "[train] ", option, " must be an integer ", describe_range(lo, hi),
+             " but got ", v);
 }
 
 }  // namespace
@@ -44,7 +50,8 @@ FaultSpec FaultSpec::parse(const std::string& kind, int64_t rank, int64_t step) 
   } else if (kind == "kill") {
     f.kind = FaultKind::Kill;
   } else {
-    LOOM_THROW(ValueError, "[train] --inject-fault must be one of mismatch, hang, kill but got '", kind, "'");
+    LOOM_THROW(ValueError, "[train] --inject-fault must be one of mismatch, hang, kill but got '",
+               kind, "'");
   }
   check_range(rank, "the fault's rank", 0, 1 << 20);
   check_range(step, "the fault's step", 0, int64_t{1} << 40);
@@ -57,23 +64,27 @@ FaultSpec FaultSpec::parse(const std::string& spec) {
   const size_t a = spec.find(':');
   const size_t b = a == std::string::npos ? a : spec.find(':', a + 1);
   LOOM_CHECK(b != std::string::npos && spec.find(':', b + 1) == std::string::npos,
-             "[train] LOOM_INJECT_FAULT must be KIND:RANK:STEP (e.g. kill:1:20) but got '", spec, "'");
-  return parse(spec.substr(0, a), parse_int(spec.substr(a + 1, b - a - 1), "[train] LOOM_INJECT_FAULT's rank", 0),
+             "[train] LOOM_INJECT_FAULT must be KIND:RANK:STEP (e.g. kill:1:20) but got '", spec,
+             "'");
+  return parse(spec.substr(0, a),
+               parse_int(spec.substr(a + 1, b - a - 1), "[train] LOOM_INJECT_FAULT's rank", 0),
                parse_int(spec.substr(b + 1), "[train] LOOM_INJECT_FAULT's step", 0));
 }
 
 std::string FaultSpec::describe() const {
   if (kind == FaultKind::None) return "none";
-  return std::string(fault_name(kind)) + " on rank " + std::to_string(rank) + " at step " + std::to_string(step);
+  return std::string(fault_name(kind)) + " on rank " + std::to_string(rank) + " at step " +
+         std::to_string(step);
 }
 
 void TrainOptions::check() const {
   check_one_of(model, "--model", {"mlp", "cnn"});
   check_one_of(optimizer, "--optimizer", {"sgd", "adam", "adamw"});
   check_one_of(schedule, "--schedule", {"none", "cosine"});
-  LOOM_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1e3, "[train] --lr must be a number from 0 (exclusive) to 1000 but got ", lr);
-  LOOM_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1, "[train] --momentum must be in [0, 1) but got ",
-             momentum);
+  LOOM_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1e3,
+             "[train] --lr must be a number from 0 (exclusive) to 1000 but got ", lr);
+  LOOM_CHECK(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
+             "[train] --momentum must be in [0, 1) but got ", momentum);
   LOOM_CHECK(std::isfinite(weight_decay) && weight_decay >= 0 && weight_decay <= 1,
              "[train] --weight-decay must be from 0 to 1 but got ", weight_decay);
   check_range(epochs, "--epochs", 1, 1000000);
@@ -88,9 +99,11 @@ void TrainOptions::check() const {
   const Device dev(device);  // ValueError naming the text for anything but cpu, cuda[:N], meta
   LOOM_CHECK(!dev.is_meta(), "[train] --device meta has no data to train on: use cpu");
   if (dev.is_cuda()) {
-    LOOM_THROW(NotImplementedError, "[train] --device ", device, ": loom cannot train on CUDA yet (its CUDA "
+    LOOM_THROW(NotImplementedError, "[train] --device ", device,
+               ": loom cannot train on CUDA yet (its CUDA "
                "tensors, kernels and allocator are not written); this build ",
-               cuda::is_built() ? "has the CUDA runtime and sees " + std::to_string(cuda::device_count()) + " GPU(s)"
+               cuda::is_built() ? "has the CUDA runtime and sees " +
+                                      std::to_string(cuda::device_count()) + " GPU(s)"
                                 : std::string("was built without CUDA"),
                ". Use --device cpu");
   }

@@ -30,7 +30,8 @@ class Fields {
     size_t start = 0;
     while (j != nullptr) {
       const size_t dot = path.find('.', start);
-      const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      const std::string key =
+          path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
       j = j->is_object() ? j->find(key) : nullptr;
       if (dot == std::string::npos) break;
       start = dot + 1;
@@ -42,10 +43,12 @@ class Fields {
     if (j == nullptr) fail(path, "is missing", "");
     return *j;
   }
-  int64_t integer(const std::string& path, int64_t lo, int64_t hi, const std::string& why = "") const {
+  int64_t integer(const std::string& path, int64_t lo, int64_t hi,
+                  const std::string& why = "") const {
     const Json& j = at(path);
-    if (!j.is_number() || !std::isfinite(j.as_double()) || j.as_double() != std::floor(j.as_double()) ||
-        j.as_double() < -9.2e18 || j.as_double() > 9.2e18) {
+    if (!j.is_number() || !std::isfinite(j.as_double()) ||
+        j.as_double() != std::floor(j.as_double()) || j.as_double() < -9.2e18 ||
+        j.as_double() > 9.2e18) {
       fail(path, "is " + j.dump(), "expected an integer " + describe_range(lo, hi));
     }
     const int64_t v = j.as_int();
@@ -55,12 +58,14 @@ class Fields {
   double number(const std::string& path) const { return number(at(path), path); }
   // A value already found (its key may contain dots), named `path` in errors.
   double number(const Json& j, const std::string& path) const {
-    if (!j.is_number() || !std::isfinite(j.as_double())) fail(path, "is " + j.dump(), "expected a finite number");
+    if (!j.is_number() || !std::isfinite(j.as_double()))
+      fail(path, "is " + j.dump(), "expected a finite number");
     return j.as_double();
   }
-  [[noreturn]] void fail(const std::string& path, const std::string& what, const std::string& expected) const {
-    LOOM_THROW(DataError, "[train] ", file_, ": ", path, " ", what, expected.empty() ? "" : " (", expected,
-               expected.empty() ? "" : ")");
+  [[noreturn]] void fail(const std::string& path, const std::string& what,
+                         const std::string& expected) const {
+    LOOM_THROW(DataError, "[train] ", file_, ": ", path, " ", what, expected.empty() ? "" : " (",
+               expected, expected.empty() ? "" : ")");
   }
   const std::string& file() const { return file_; }
 
@@ -103,7 +108,8 @@ GeneratorState rng_read(const Fields& f, const std::string& path) {
 
 std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loop) {
   io::TensorMap tensors;
-  for (auto& [name, p] : s.model->named_parameters()) tensors.emplace_back("model." + name, p.detach());
+  for (auto& [name, p] : s.model->named_parameters())
+    tensors.emplace_back("model." + name, p.detach());
   for (auto& [name, b] : s.model->named_buffers()) tensors.emplace_back("model." + name, b);
   optim::OptimizerState os = s.optimizer->state_dict();
   for (auto& [name, v] : os.tensors) tensors.emplace_back("optim." + name, v);
@@ -134,7 +140,8 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   r.path = ck->path;
   const Fields f(ck->sidecar, ck->path + ".json");
   if (!ck->verified) {
-    r.notes.push_back("note: " + ck->path + " was written by an older loom (checkpoint format 1) and carries no "
+    r.notes.push_back("note: " + ck->path +
+                      " was written by an older loom (checkpoint format 1) and carries no "
                       "checksums: its bytes could not be verified");
   }
 
@@ -150,15 +157,19 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
       if (got == nullptr) continue;
     }
     if (got == nullptr) f.fail("config." + key, "is missing", "this run has " + want.dump());
-    const bool same = *got == want || (got->is_number() && want.is_number() && got->as_double() == want.as_double());
+    const bool same = *got == want || (got->is_number() && want.is_number() &&
+                                       got->as_double() == want.as_double());
     if (!same) {
-      LOOM_THROW(ValueError, "[train] the checkpoint ", ck->path, " was written by a run with config.", key, " = ",
-                 got->dump(), " but this run has ", want.dump(), " (--", key == "train_samples" ? "train-samples" : key,
+      LOOM_THROW(ValueError, "[train] the checkpoint ", ck->path,
+                 " was written by a run with config.", key, " = ", got->dump(),
+                 " but this run has ", want.dump(), " (--",
+                 key == "train_samples" ? "train-samples" : key,
                  "); resume with the same settings, or use another --checkpoint-dir");
     }
   }
   const double saved_lr = f.number("config.lr");
-  if (!(saved_lr > 0)) f.fail("config.lr", "is " + std::to_string(saved_lr), "expected a positive learning rate");
+  if (!(saved_lr > 0))
+    f.fail("config.lr", "is " + std::to_string(saved_lr), "expected a positive learning rate");
 
   // The loop position, against the run's shape and itself.
   const int64_t spe = shape.steps_per_epoch;
@@ -170,8 +181,9 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   const int64_t expect_step = loop.epoch * spe + loop.batch_in_epoch;
   if (loop.global_step != expect_step) {
     f.fail("loop.global_step", "is " + std::to_string(loop.global_step),
-           "expected " + std::to_string(expect_step) + " = loop.epoch " + std::to_string(loop.epoch) + " x " +
-               std::to_string(spe) + " steps + loop.batch_in_epoch " + std::to_string(loop.batch_in_epoch));
+           "expected " + std::to_string(expect_step) + " = loop.epoch " +
+               std::to_string(loop.epoch) + " x " + std::to_string(spe) +
+               " steps + loop.batch_in_epoch " + std::to_string(loop.batch_in_epoch));
   }
   if (ck->step != loop.global_step) {
     f.fail("checkpoint.step", "is " + std::to_string(ck->step),
@@ -181,25 +193,34 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   // The loader's position must be the loop's.
   const Json& dj = f.at("data");
   if (dj.is_null()) {
-    if (loop.global_step != 0) f.fail("data", "is null", "a loader state, since the run is at step " +
-                                                             std::to_string(loop.global_step));
+    if (loop.global_step != 0)
+      f.fail("data", "is null",
+             "a loader state, since the run is at step " + std::to_string(loop.global_step));
   } else {
     const int64_t de = f.integer("data.epoch", 0, 1000000);
-    const int64_t consumed = f.integer("data.consumed", 0, shape.epoch_samples,
-                                       ": an epoch of this run has " + std::to_string(shape.epoch_samples) + " samples");
+    const int64_t consumed =
+        f.integer("data.consumed", 0, shape.epoch_samples,
+                  ": an epoch of this run has " + std::to_string(shape.epoch_samples) + " samples");
     data::LoaderState ds = data::LoaderState::from_json(dj);
-    if (ds.seed != o.seed) f.fail("data.seed", "is " + f.at("data.seed").dump(), "expected --seed " + std::to_string(o.seed));
+    if (ds.seed != o.seed)
+      f.fail("data.seed", "is " + f.at("data.seed").dump(),
+             "expected --seed " + std::to_string(o.seed));
     if (ds.config_hash != shape.loader_hash) {
       f.fail("data.config_hash", "is " + f.at("data.config_hash").dump(),
-             "the loader of this run has another configuration (dataset, batch, shuffle, augmentation)");
+             "the loader of this run has another configuration (dataset, batch, shuffle, "
+             "augmentation)");
     }
     const bool mid_epoch = de == loop.epoch && consumed == loop.batch_in_epoch * o.batch;
-    const bool epoch_end = loop.batch_in_epoch == 0 && de + 1 == loop.epoch && consumed == shape.epoch_samples;
+    const bool epoch_end =
+        loop.batch_in_epoch == 0 && de + 1 == loop.epoch && consumed == shape.epoch_samples;
     if (!mid_epoch && !epoch_end) {
-      f.fail("data", "is at epoch " + std::to_string(de) + " with " + std::to_string(consumed) + " samples consumed",
+      f.fail("data",
+             "is at epoch " + std::to_string(de) + " with " + std::to_string(consumed) +
+                 " samples consumed",
              "expected epoch " + std::to_string(loop.epoch) + " with " +
                  std::to_string(loop.batch_in_epoch * o.batch) + " consumed (loop.batch_in_epoch " +
-                 std::to_string(loop.batch_in_epoch) + " x --batch " + std::to_string(o.batch) + ")" +
+                 std::to_string(loop.batch_in_epoch) + " x --batch " + std::to_string(o.batch) +
+                 ")" +
                  (loop.batch_in_epoch == 0 && loop.epoch > 0
                       ? ", or the end of epoch " + std::to_string(loop.epoch - 1) + " (" +
                             std::to_string(shape.epoch_samples) + " consumed)"
@@ -212,7 +233,8 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   optim::OptimizerState os;
   const Json& oj = f.at("optimizer");
   if (!oj.is_object()) f.fail("optimizer", "is " + oj.dump(), "expected an object");
-  for (const auto& [name, v] : oj.as_object()) os.scalars.emplace_back(name, f.number(v, "optimizer." + name));
+  for (const auto& [name, v] : oj.as_object())
+    os.scalars.emplace_back(name, f.number(v, "optimizer." + name));
   std::map<std::string, Tensor> model_state;
   for (auto& [name, t] : ck->tensors) {
     if (name.rfind("model.", 0) == 0) {
@@ -227,8 +249,10 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   optim::SchedulerState ss;
   const Json& sj = f.at("scheduler");
   if (s.scheduler) {
-    if (!sj.is_object()) f.fail("scheduler", "is " + sj.dump(), "expected the state of the --schedule " + o.schedule);
-    for (const auto& [name, v] : sj.as_object()) ss.emplace_back(name, f.number(v, "scheduler." + name));
+    if (!sj.is_object())
+      f.fail("scheduler", "is " + sj.dump(), "expected the state of the --schedule " + o.schedule);
+    for (const auto& [name, v] : sj.as_object())
+      ss.emplace_back(name, f.number(v, "scheduler." + name));
   } else if (!sj.is_null()) {
     f.fail("scheduler", "is " + sj.dump(), "expected null: this run has --schedule none");
   }
@@ -248,22 +272,25 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
       if (name.rfind("base_lrs.", 0) == 0 || name.rfind("last_lr.", 0) == 0) v *= scale;
     }
     char buf[200];
-    std::snprintf(buf, sizeof(buf), "resuming with --lr %g where the checkpoint's run used %g: every learning rate "
-                  "(and the schedule) is scaled by %g from step %lld", o.lr, saved_lr, scale,
-                  static_cast<long long>(loop.global_step));
+    std::snprintf(buf, sizeof(buf),
+                  "resuming with --lr %g where the checkpoint's run used %g: every learning rate "
+                  "(and the schedule) is scaled by %g from step %lld",
+                  o.lr, saved_lr, scale, static_cast<long long>(loop.global_step));
     r.notes.push_back(buf);
   }
 
   try {
     s.model->load_state_dict(model_state, /*strict=*/true);
   } catch (const ValueError& e) {
-    LOOM_THROW(DataError, "[train] ", ck->path, ".safetensors does not fit the --model ", o.model, ": ", e.what());
+    LOOM_THROW(DataError, "[train] ", ck->path, ".safetensors does not fit the --model ", o.model,
+               ": ", e.what());
   }
   try {
     s.optimizer->load_state_dict(os);
     if (s.scheduler) s.scheduler->load_state_dict(ss);
   } catch (const Error& e) {
-    LOOM_THROW(DataError, "[train] ", f.file(), ": the optimizer or scheduler state is invalid: ", e.what());
+    LOOM_THROW(DataError, "[train] ", f.file(),
+               ": the optimizer or scheduler state is invalid: ", e.what());
   }
   s.generator->set_state(model_rng);
   default_generator().set_state(default_rng);

@@ -1,4 +1,5 @@
-// Internal to the train layer: the pieces trainer.cpp, state.cpp, evaluate.cpp and models.cpp share.
+// Internal to the train layer: the pieces trainer.cpp, state.cpp, evaluate.cpp and models.cpp
+// share.
 #pragma once
 
 #include <map>
@@ -22,19 +23,23 @@ constexpr double kMean = 0.2860;
 constexpr double kStd = 0.3530;
 
 // The loader's fields: normalised images (with --augment also random crops and flips) and labels.
-std::vector<std::shared_ptr<data::FieldTransform>> input_fields(bool augment, double mean, double std);
+std::vector<std::shared_ptr<data::FieldTransform>> input_fields(bool augment, double mean,
+                                                                double std);
 
 std::shared_ptr<nn::Sequential> build_model(const std::string& architecture, Generator& gen);
-std::unique_ptr<optim::Optimizer> build_optimizer(const TrainOptions& o, std::vector<Tensor> params);
+std::unique_ptr<optim::Optimizer> build_optimizer(const TrainOptions& o,
+                                                  std::vector<Tensor> params);
 std::string describe_optimizer(const TrainOptions& o);
 
 // The saved-model format: a safetensors file of the parameters with SavedModelInfo in its metadata.
 void save_model(const std::string& path, nn::Module& model, const SavedModelInfo& info);
-SavedModelInfo model_info_from_metadata(const std::map<std::string, std::string>& metadata, const std::string& path);
+SavedModelInfo model_info_from_metadata(const std::map<std::string, std::string>& metadata,
+                                        const std::string& path);
 
 // Loss and accuracy of `model` over a test split (no grad, eval mode, batches of `batch`).
-EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test, int64_t batch,
-                    double mean, double std, Reporter* reporter, const std::string& what);
+EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardReader>& test,
+                    int64_t batch, double mean, double std, Reporter* reporter,
+                    const std::string& what);
 
 // Where the training loop stands.
 struct Loop {

@@ -1,22 +1,22 @@
 // The training loop of Trainer::run (trainer.h).
 //
 // Determinism: initialisation draws from Generator(seed); the sample order of epoch e is a pure
-// function of (seed, e) whatever the number of ranks or loader workers; kernels are deterministic for
-// a fixed thread count. A resumed run restores parameters, optimizer state, the loop position and the
-// loader's state (epoch, samples consumed) exactly, so every later step computes the same bits.
-// Validation and the final evaluation draw no random numbers, so they do not disturb this.
+// function of (seed, e) whatever the number of ranks or loader workers; kernels are deterministic
+// for a fixed thread count. A resumed run restores parameters, optimizer state, the loop position
+// and the loader's state (epoch, samples consumed) exactly, so every later step computes the same
+// bits. Validation and the final evaluation draw no random numbers, so they do not disturb this.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "loom/autograd.h"
@@ -40,12 +40,13 @@ using Clock = std::chrono::steady_clock;
 
 const config::StringSetting kInjectFault(
     "LOOM_INJECT_FAULT", "",
-    "KIND:RANK:STEP: make rank RANK of `loom train` fail before step STEP (mismatch, hang or kill), to see "
+    "KIND:RANK:STEP: make rank RANK of `loom train` fail before step STEP (mismatch, hang or "
+    "kill), to see "
     "the distributed failure reports (same as --inject-fault)");
 
-// Note [Stopping a data-parallel run]: the first SIGINT or SIGTERM asks the loop to stop at the next
-// step boundary, where the ranks agree to stop together and a checkpoint is written. A rank blocked
-// in a collective (a peer died or hangs) never gets there: when the loop has not moved for
+// Note [Stopping a data-parallel run]: the first SIGINT or SIGTERM asks the loop to stop at the
+// next step boundary, where the ranks agree to stop together and a checkpoint is written. A rank
+// blocked in a collective (a peer died or hangs) never gets there: when the loop has not moved for
 // kAbortGraceSeconds after the signal, or at a second signal, every process group is aborted, the
 // blocked collective throws DistError "aborted by SIGTERM" after writing its flight record, and the
 // run ends as stopped by the signal.
@@ -57,7 +58,8 @@ std::atomic<int64_t> g_progress{0};  // bumped by the loop at every step boundar
 
 void on_stop_signal(int sig) {
   g_stop_signal.store(sig);
-  if (g_signals_seen.fetch_add(1) >= 1) dist::abort_process_groups_from_signal(sig);  // async-signal-safe
+  if (g_signals_seen.fetch_add(1) >= 1)
+    dist::abort_process_groups_from_signal(sig);  // async-signal-safe
 }
 
 // SIGINT and SIGTERM stop the loop while a run is in progress (the previous handlers come back when
@@ -98,14 +100,16 @@ class StopSignals {
       if (p != seen_progress) {
         seen_progress = p;
         since = Clock::now();
-      } else if (std::chrono::duration<double>(Clock::now() - since).count() >= kAbortGraceSeconds) {
+      } else if (std::chrono::duration<double>(Clock::now() - since).count() >=
+                 kAbortGraceSeconds) {
         aborted_ = true;
         dist::abort_process_groups_from_signal(sig);
       }
     }
   }
 
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;     // GUARDED_BY(mu_)
@@ -119,7 +123,8 @@ struct Parallel {
   int rank = 0;
   int world = 1;
   bool leader() const { return rank == 0; }
-  // Whether any rank wants to stop (signals reach ranks at different steps; all must stop together).
+  // Whether any rank wants to stop (signals reach ranks at different steps; all must stop
+  // together).
   bool any(bool flag) const {
     if (!group) return flag;
     Tensor t = full({1}, Scalar(int64_t{flag ? 1 : 0}), TensorOptions(kInt64));
@@ -175,7 +180,8 @@ uint64_t file_bytes(const std::string& path) {
 // tensors freed during static destruction must still find it.
 memory::CachingAllocator* profiled_cpu_allocator() {
   static memory::CachingAllocator* cache = [] {
-    const size_t ram = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t ram =
+        static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
     auto* dev = new memory::SimulatedDevice(ram, /*backed=*/true);
     memory::AllocatorConfig ac;
     ac.history_capacity = 0;
@@ -190,13 +196,15 @@ memory::CachingAllocator* profiled_cpu_allocator() {
 // the loop ends. With several ranks each writes its own trace: out.json.gz -> out.rank1.json.gz.
 class ProfileWindow {
  public:
-  ProfileWindow(const TrainOptions& o, const Parallel& par) : schedule_(profiler::Schedule::parse(o.profile_steps)) {
+  ProfileWindow(const TrainOptions& o, const Parallel& par)
+      : schedule_(profiler::Schedule::parse(o.profile_steps)) {
     if (o.profile_path.empty()) return;
     cpu_cache_ = profiled_cpu_allocator();
     path_ = o.profile_path;
     if (par.world > 1) {
       const size_t dot = path_.find(".json");
-      path_.insert(dot == std::string::npos ? path_.size() : dot, ".rank" + std::to_string(par.rank));
+      path_.insert(dot == std::string::npos ? path_.size() : dot,
+                   ".rank" + std::to_string(par.rank));
     }
     profiler::ProfileOptions po;
     po.schedule = schedule_;
@@ -213,13 +221,17 @@ class ProfileWindow {
     if (!prof_) return;
     prof_->stop();
     profiler::write_chrome_trace(prof_->trace(), path_);
-    say("profile (" + schedule_.describe() + "): trace written to " + path_ + "\n" + profiler::summarize(prof_->trace(), 5));
-    if (prof_->trace().empty()) say("profile: the run ended before the recorded steps; try --profile-steps 0,0,5");
+    say("profile (" + schedule_.describe() + "): trace written to " + path_ + "\n" +
+        profiler::summarize(prof_->trace(), 5));
+    if (prof_->trace().empty())
+      say("profile: the run ended before the recorded steps; try --profile-steps 0,0,5");
     const memory::MemoryStats ms = cpu_cache_->stats();
     char buf[256];
-    std::snprintf(buf, sizeof(buf), "memory (CPU tensors through the caching allocator): peak allocated %.1f MB, "
+    std::snprintf(buf, sizeof(buf),
+                  "memory (CPU tensors through the caching allocator): peak allocated %.1f MB, "
                   "peak reserved %.1f MB, %lld segments, fragmentation now %.2f",
-                  static_cast<double>(ms.allocated_bytes.peak) / 1e6, static_cast<double>(ms.reserved_bytes.peak) / 1e6,
+                  static_cast<double>(ms.allocated_bytes.peak) / 1e6,
+                  static_cast<double>(ms.reserved_bytes.peak) / 1e6,
                   static_cast<long long>(ms.segments.current), ms.fragmentation());
     say(buf);
     prof_.reset();
@@ -234,19 +246,23 @@ class ProfileWindow {
 };
 
 // The lines after the final test accuracy: where the loader's time went, data parallelism.
-std::string final_report(const data::Loader& loader, double seconds, const dist::DistributedDataParallel* ddp,
-                         const Parallel& par) {
+std::string final_report(const data::Loader& loader, double seconds,
+                         const dist::DistributedDataParallel* ddp, const Parallel& par) {
   const data::LoaderMetrics lm = loader.metrics();
   char buf[512];
-  std::snprintf(buf, sizeof(buf), "data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches "
-                "ready on average; workers spent %.2f s reading, %.2f s decoding",
-                lm.wait_seconds, seconds > 0 ? 100.0 * lm.wait_seconds / seconds : 0.0, lm.max_wait_seconds * 1e3,
-                lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
+  std::snprintf(
+      buf, sizeof(buf),
+      "data: waited %.2f s for batches (%.1f%% of the run; longest %.1f ms), %.1f batches "
+      "ready on average; workers spent %.2f s reading, %.2f s decoding",
+      lm.wait_seconds, seconds > 0 ? 100.0 * lm.wait_seconds / seconds : 0.0,
+      lm.max_wait_seconds * 1e3, lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
   std::string report = buf;
   if (ddp) {
     auto st = ddp->stats();
-    std::snprintf(buf, sizeof(buf), "\ndata parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for "
-                  "gradients\nprocess group: ", static_cast<long long>(st.reductions),
+    std::snprintf(buf, sizeof(buf),
+                  "\ndata parallel: %lld bucket allreduces (%.1f MB), backward waited %.2f s for "
+                  "gradients\nprocess group: ",
+                  static_cast<long long>(st.reductions),
                   static_cast<double>(st.bytes_reduced) / 1e6, st.wait_seconds);
     report += buf + par.group->describe();
   }
@@ -289,8 +305,9 @@ TrainResult Trainer::run() {
   if (!o.profile_path.empty()) profiled_cpu_allocator();  // before the first tensor of the run
   set_thread_name("training");
   Parallel par = init_parallel();
-  LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch, " must be a multiple of the number of ranks ",
-             par.world, " (every rank takes the same share of a batch)");
+  LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch,
+             " must be a multiple of the number of ranks ", par.world,
+             " (every rank takes the same share of a batch)");
   Reporter* rep = par.leader() ? impl_->reporter : nullptr;
   auto say = [&](const std::string& line) {
     if (rep) rep->on_message(line);
@@ -322,26 +339,32 @@ TrainResult Trainer::run() {
     const io::OrphanSweep swept = io::remove_orphan_temp_files(o.checkpoint_dir);
     if (!swept.files.empty()) {
       char buf[160];
-      std::snprintf(buf, sizeof(buf), "removed %zu temporary file(s) (%.1f MB) that interrupted checkpoint writes "
-                    "left in %s", swept.files.size(), static_cast<double>(swept.bytes) / 1e6, o.checkpoint_dir.c_str());
+      std::snprintf(buf, sizeof(buf),
+                    "removed %zu temporary file(s) (%.1f MB) that interrupted checkpoint writes "
+                    "left in %s",
+                    swept.files.size(), static_cast<double>(swept.bytes) / 1e6,
+                    o.checkpoint_dir.c_str());
       say(buf);
     }
   }
   detail::Loop loop;
   if (o.resume) {
-    const detail::RunShape shape{steps_per_epoch, loader.order().epoch_size(par.world), loader.config_hash()};
+    const detail::RunShape shape{steps_per_epoch, loader.order().epoch_size(par.world),
+                                 loader.config_hash()};
     detail::Restored restored = detail::restore_state(o, shape, state);
     for (const auto& note : restored.notes) say(note);
     if (restored.found && restored.loop.epoch >= o.epochs) {
       loop = restored.loop;
-      say("the run in " + o.checkpoint_dir + " already finished: " + restored.path + " is at the end of epoch " +
-          std::to_string(loop.epoch) + " (step " + std::to_string(loop.global_step) + ") and --epochs is " +
-          std::to_string(o.epochs) + "; nothing left to train (pass a larger --epochs to train on)");
+      say("the run in " + o.checkpoint_dir + " already finished: " + restored.path +
+          " is at the end of epoch " + std::to_string(loop.epoch) + " (step " +
+          std::to_string(loop.global_step) + ") and --epochs is " + std::to_string(o.epochs) +
+          "; nothing left to train (pass a larger --epochs to train on)");
     } else if (restored.found) {
       loop = restored.loop;
       char buf[512];
-      std::snprintf(buf, sizeof(buf), "resumed from %s (epoch %lld, batch %lld, step %lld)", restored.path.c_str(),
-                    static_cast<long long>(loop.epoch + 1), static_cast<long long>(loop.batch_in_epoch),
+      std::snprintf(buf, sizeof(buf), "resumed from %s (epoch %lld, batch %lld, step %lld)",
+                    restored.path.c_str(), static_cast<long long>(loop.epoch + 1),
+                    static_cast<long long>(loop.batch_in_epoch),
                     static_cast<long long>(loop.global_step));
       say(buf);
     } else {
@@ -355,7 +378,8 @@ TrainResult Trainer::run() {
     // A finished run: say so and evaluate what it trained, instead of training nothing.
     result.status = TrainResult::Status::AlreadyFinished;
     if (par.leader()) {
-      EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "evaluating");
+      EvalReport ev =
+          detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "evaluating");
       result.test_loss = ev.loss;
       result.test_accuracy = ev.accuracy;
     }
@@ -383,9 +407,10 @@ TrainResult Trainer::run() {
     info.seed = o.seed;
     info.data = loader.describe();
     if (par.group) {
-      info.parallel = std::to_string(par.world) + " processes, " + std::to_string(o.batch / par.world) +
-                      " samples per rank per step, " + std::to_string(ddp->bucket_names().size()) +
-                      " gradient bucket(s); " + par.group->describe();
+      info.parallel = std::to_string(par.world) + " processes, " +
+                      std::to_string(o.batch / par.world) + " samples per rank per step, " +
+                      std::to_string(ddp->bucket_names().size()) + " gradient bucket(s); " +
+                      par.group->describe();
     }
     if (o.fault.kind != FaultKind::None) info.fault = o.fault.describe();
     rep->on_start(info);
@@ -413,121 +438,137 @@ TrainResult Trainer::run() {
   int64_t samples = 0;
   model->train();
   try {
-  while (loop.epoch < o.epochs) {
-    g_progress.fetch_add(1);
-    if (loop.data && loop.data->epoch == loop.epoch) {
-      loader.load_state(*loop.data);  // a resumed run: continue at exactly the next sample
-    } else {
-      loader.set_epoch(loop.epoch);
-    }
-    const auto e0 = Clock::now();
-    const int64_t first_batch = loop.batch_in_epoch;
-    int64_t epoch_samples = 0;
-    double loss_sum = 0;
-    bool stop = false;
-    while (loop.batch_in_epoch < steps_per_epoch) {
+    while (loop.epoch < o.epochs) {
       g_progress.fetch_add(1);
-      profile.step();
-      inject_fault(o.fault, par, loop.global_step, rep);
-      std::optional<data::Batch> batch = loader.next();
-      LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ", loop.batch_in_epoch,
-                           " of ", steps_per_epoch, " batches");
-      const int64_t len = batch->size() * par.world;
-      opt->zero_grad();
-      Tensor loss = cross_entropy(net->forward((*batch)["image"]), (*batch)["label"]);
-      loss.backward();
-      opt->step();
-      if (sched) sched->step();
-      result.final_loss = loss.item<double>();
-      LOOM_CHECK(std::isfinite(result.final_loss), "[train] the loss became ", result.final_loss, " at step ",
-                 loop.global_step, " (epoch ", loop.epoch + 1, ", batch ", loop.batch_in_epoch, "); try a smaller --lr");
-      batch.reset();  // its buffer goes back to the loader's pool
-      loop.data = loader.state();
-      ++loop.batch_in_epoch;
-      ++loop.global_step;
-      ++result.steps_run;
-      samples += len;
-      epoch_samples += len;
-      loss_sum += result.final_loss;
-      const bool max_reached = o.max_steps > 0 && result.steps_run >= o.max_steps;
-      stop = par.any(g_stop_signal.load() != 0 || max_reached);
-      if (stop && g_stop_signal.load() == 0 && !max_reached) g_stop_signal.store(SIGTERM);  // another rank's
-      if (rep) {
-        StepInfo si;
-        si.epoch = loop.epoch;
-        si.epochs = o.epochs;
-        si.step_in_epoch = loop.batch_in_epoch;
-        si.steps_per_epoch = steps_per_epoch;
-        si.global_step = loop.global_step;
-        si.total_steps = total_steps;
-        si.loss = result.final_loss;
-        const int64_t done_here = loop.batch_in_epoch - first_batch;
-        si.running_loss = loss_sum / static_cast<double>(done_here);
-        const double epoch_secs = std::chrono::duration<double>(Clock::now() - e0).count();
-        const double run_secs = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
-        si.samples_per_second = epoch_secs > 0 ? static_cast<double>(epoch_samples) / epoch_secs : 0;
-        const double per_step = run_secs / static_cast<double>(result.steps_run);
-        si.eta_epoch_seconds = per_step * static_cast<double>(steps_per_epoch - loop.batch_in_epoch);
-        si.eta_run_seconds = per_step * static_cast<double>(total_steps - loop.global_step);
-        si.last_in_epoch = loop.batch_in_epoch == steps_per_epoch;
-        rep->on_step(si);
+      if (loop.data && loop.data->epoch == loop.epoch) {
+        loader.load_state(*loop.data);  // a resumed run: continue at exactly the next sample
+      } else {
+        loader.set_epoch(loop.epoch);
       }
-      if (loop.batch_in_epoch == steps_per_epoch) break;
+      const auto e0 = Clock::now();
+      const int64_t first_batch = loop.batch_in_epoch;
+      int64_t epoch_samples = 0;
+      double loss_sum = 0;
+      bool stop = false;
+      while (loop.batch_in_epoch < steps_per_epoch) {
+        g_progress.fetch_add(1);
+        profile.step();
+        inject_fault(o.fault, par, loop.global_step, rep);
+        std::optional<data::Batch> batch = loader.next();
+        LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ",
+                             loop.batch_in_epoch, " of ", steps_per_epoch, " batches");
+        const int64_t len = batch->size() * par.world;
+        opt->zero_grad();
+        Tensor loss = cross_entropy(net->forward((*batch)["image"]), (*batch)["label"]);
+        loss.backward();
+        opt->step();
+        if (sched) sched->step();
+        result.final_loss = loss.item<double>();
+        LOOM_CHECK(std::isfinite(result.final_loss), "[train] the loss became ", result.final_loss,
+                   " at step ", loop.global_step, " (epoch ", loop.epoch + 1, ", batch ",
+                   loop.batch_in_epoch, "); try a smaller --lr");
+        batch.reset();  // its buffer goes back to the loader's pool
+        loop.data = loader.state();
+        ++loop.batch_in_epoch;
+        ++loop.global_step;
+        ++result.steps_run;
+        samples += len;
+        epoch_samples += len;
+        loss_sum += result.final_loss;
+        const bool max_reached = o.max_steps > 0 && result.steps_run >= o.max_steps;
+        stop = par.any(g_stop_signal.load() != 0 || max_reached);
+        if (stop && g_stop_signal.load() == 0 && !max_reached)
+          g_stop_signal.store(SIGTERM);  // another rank's
+        if (rep) {
+          StepInfo si;
+          si.epoch = loop.epoch;
+          si.epochs = o.epochs;
+          si.step_in_epoch = loop.batch_in_epoch;
+          si.steps_per_epoch = steps_per_epoch;
+          si.global_step = loop.global_step;
+          si.total_steps = total_steps;
+          si.loss = result.final_loss;
+          const int64_t done_here = loop.batch_in_epoch - first_batch;
+          si.running_loss = loss_sum / static_cast<double>(done_here);
+          const double epoch_secs = std::chrono::duration<double>(Clock::now() - e0).count();
+          const double run_secs =
+              std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+          si.samples_per_second =
+              epoch_secs > 0 ? static_cast<double>(epoch_samples) / epoch_secs : 0;
+          const double per_step = run_secs / static_cast<double>(result.steps_run);
+          si.eta_epoch_seconds =
+              per_step * static_cast<double>(steps_per_epoch - loop.batch_in_epoch);
+          si.eta_run_seconds = per_step * static_cast<double>(total_steps - loop.global_step);
+          si.last_in_epoch = loop.batch_in_epoch == steps_per_epoch;
+          rep->on_step(si);
+        }
+        if (loop.batch_in_epoch == steps_per_epoch) break;
+        if (stop) {
+          checkpoint(g_stop_signal.load()
+                         ? std::string("stopping (") + strsignal(g_stop_signal.load()) + ")"
+                         : std::string("stopping (--max-steps)"));
+          break;
+        }
+        if (loop.global_step % o.checkpoint_every == 0)
+          checkpoint("every " + std::to_string(o.checkpoint_every) + " steps");
+      }
+      if (loop.batch_in_epoch == steps_per_epoch) {
+        const int64_t ran = loop.batch_in_epoch - first_batch;
+        loop.batch_in_epoch = 0;
+        ++loop.epoch;
+        checkpoint("end of epoch " + std::to_string(loop.epoch));
+        EpochReport er;
+        er.epoch = loop.epoch - 1;
+        er.train_loss = ran > 0 ? loss_sum / static_cast<double>(ran) : NAN;
+        if (o.validate && par.leader() && !stop) {
+          const auto v0 = Clock::now();
+          const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd,
+                                                 rep, "validating");
+          er.val_loss = ev.loss;
+          er.val_accuracy = ev.accuracy;
+          result.validation_seconds += std::chrono::duration<double>(Clock::now() - v0).count();
+        }
+        er.seconds = std::chrono::duration<double>(Clock::now() - e0).count();
+        result.epochs.push_back(er);
+        if (rep) rep->on_epoch_end(er);
+      }
       if (stop) {
-        checkpoint(g_stop_signal.load() ? std::string("stopping (") + strsignal(g_stop_signal.load()) + ")"
-                                        : std::string("stopping (--max-steps)"));
-        break;
+        finish_profile();
+        result.status = TrainResult::Status::Stopped;
+        result.signal = g_stop_signal.load();
+        result.global_step = loop.global_step;
+        result.seconds =
+            std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+        if (rep) rep->on_end(result);
+        if (!o.checkpoint_dir.empty()) say("resume with the same command and --resume");
+        return result;
       }
-      if (loop.global_step % o.checkpoint_every == 0) checkpoint("every " + std::to_string(o.checkpoint_every) + " steps");
     }
-    if (loop.batch_in_epoch == steps_per_epoch) {
-      const int64_t ran = loop.batch_in_epoch - first_batch;
-      loop.batch_in_epoch = 0;
-      ++loop.epoch;
-      checkpoint("end of epoch " + std::to_string(loop.epoch));
-      EpochReport er;
-      er.epoch = loop.epoch - 1;
-      er.train_loss = ran > 0 ? loss_sum / static_cast<double>(ran) : NAN;
-      if (o.validate && par.leader() && !stop) {
-        const auto v0 = Clock::now();
-        const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "validating");
-        er.val_loss = ev.loss;
-        er.val_accuracy = ev.accuracy;
-        result.validation_seconds += std::chrono::duration<double>(Clock::now() - v0).count();
-      }
-      er.seconds = std::chrono::duration<double>(Clock::now() - e0).count();
-      result.epochs.push_back(er);
-      if (rep) rep->on_epoch_end(er);
-    }
-    if (stop) {
-      finish_profile();
-      result.status = TrainResult::Status::Stopped;
-      result.signal = g_stop_signal.load();
-      result.global_step = loop.global_step;
-      result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
-      if (rep) rep->on_end(result);
-      if (!o.checkpoint_dir.empty()) say("resume with the same command and --resume");
-      return result;
-    }
-  }
   } catch (const DistError& e) {
     // Note [Stopping a data-parallel run]: a signal aborted a collective this rank was blocked in.
     if (g_stop_signal.load() == 0) throw;
     result.status = TrainResult::Status::Stopped;
     result.signal = g_stop_signal.load();
     result.global_step = loop.global_step;
-    result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
-    std::fprintf(stderr, "[train] rank %d: %s arrived while this rank was blocked in a collective; the process "
-                 "group was aborted: %s\n", par.rank, strsignal(result.signal), e.what());
+    result.seconds =
+        std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+    std::fprintf(
+        stderr,
+        "[train] rank %d: %s arrived while this rank was blocked in a collective; the process "
+        "group was aborted: %s\n",
+        par.rank, strsignal(result.signal), e.what());
     if (rep) rep->on_end(result);
     return result;
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
-  result.samples_per_second = result.seconds > 0 ? static_cast<double>(samples) / result.seconds : 0;
+  result.seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count() - result.validation_seconds;
+  result.samples_per_second =
+      result.seconds > 0 ? static_cast<double>(samples) / result.seconds : 0;
   result.global_step = loop.global_step;
   finish_profile();
   if (!par.leader()) return result;
-  const EvalReport ev = detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "testing");
+  const EvalReport ev =
+      detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "testing");
   result.test_loss = ev.loss;
   result.test_accuracy = ev.accuracy;
   std::string report = final_report(loader, result.seconds, ddp.get(), par);
@@ -540,7 +581,8 @@ TrainResult Trainer::run() {
     info.std = detail::kStd;
     info.trained_steps = loop.global_step;
     detail::save_model(o.save_final, *model, info);
-    report += "\nmodel written to " + o.save_final + " (evaluate it with `loom eval " + o.save_final + "`)";
+    report += "\nmodel written to " + o.save_final + " (evaluate it with `loom eval " +
+              o.save_final + "`)";
   }
   if (rep) {
     rep->on_end(result);

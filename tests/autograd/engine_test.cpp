@@ -16,7 +16,9 @@ Tensor leaf(std::vector<double> v, std::vector<int64_t> shape = {}) {
   return from_vector(v, shape).requires_grad_();
 }
 
-std::vector<double> vec(const Tensor& t) { return to_vector<double>(t); }
+std::vector<double> vec(const Tensor& t) {
+  return to_vector<double>(t);
+}
 
 TEST(Autograd, TensorsThatDoNotRequireGradRecordNothing) {
   Tensor a = from_vector<double>({1, 2}), b = from_vector<double>({3, 4});
@@ -110,8 +112,7 @@ TEST(Autograd, GradOfAnIntermediateTensor) {
 TEST(Autograd, UnusedInputIsAnErrorUnlessAllowed) {
   Tensor x = leaf({1}), unused = leaf({2});
   Tensor f = sum(mul(x, 2.0));
-  std::string msg =
-      error_of<ValueError>([&] { autograd::grad({f}, {x, unused}, {}, true); });
+  std::string msg = error_of<ValueError>([&] { autograd::grad({f}, {x, unused}, {}, true); });
   EXPECT_CONTAINS(msg, "input 1");
   EXPECT_CONTAINS(msg, "allow_unused");
   auto g = autograd::grad({f}, {x, unused}, {}, true, false, /*allow_unused=*/true);
@@ -174,7 +175,9 @@ TEST(Autograd, ModifyingASavedTensorNamesTheOperator) {
 
 TEST(Autograd, InPlaceOnALeafThatRequiresGradFails) {
   Tensor x = leaf({1, 2});
-  EXPECT_CONTAINS(error_of<ValueError>([&] { x.add_(from_vector<double>({1, 1})); }),
+  EXPECT_CONTAINS(error_of<ValueError>([&] {
+                    x.add_(from_vector<double>({1, 1}));
+                  }),
                   "leaf tensor that requires grad");
   NoGradGuard ng;
   x.add_(from_vector<double>({1, 1}));  // allowed without grad (as an optimizer does)
@@ -216,8 +219,14 @@ TEST(Autograd, NodesRunMostRecentFirst) {
   std::vector<char> order;
   Tensor a = mul(x, 2.0);
   Tensor b = mul(y, 2.0);
-  autograd::register_hook(a, [&](const Tensor&) { order.push_back('a'); return Tensor(); });
-  autograd::register_hook(b, [&](const Tensor&) { order.push_back('b'); return Tensor(); });
+  autograd::register_hook(a, [&](const Tensor&) {
+    order.push_back('a');
+    return Tensor();
+  });
+  autograd::register_hook(b, [&](const Tensor&) {
+    order.push_back('b');
+    return Tensor();
+  });
   sum(add(a, b)).backward();
   EXPECT_EQ(order, (std::vector<char>{'b', 'a'}));
 }

@@ -22,7 +22,9 @@ struct Net {
 };
 
 // d loss / d w computed without touching any .grad() (grad() never offers sinks).
-Tensor reference_grad(const Net& n) { return autograd::grad({n.loss()}, {n.w})[0]; }
+Tensor reference_grad(const Net& n) {
+  return autograd::grad({n.loss()}, {n.w})[0];
+}
 
 TEST(GradSink, LinearAddsIntoAnExistingGrad) {
   Net n(1);
@@ -56,7 +58,8 @@ TEST(GradSink, PostAccumulateHooksRunOnceWithTheAccumulatedGrad) {
   Net n(3);
   n.loss().backward();
   std::vector<Tensor> seen;
-  autograd::register_post_accumulate_grad_hook(n.w, [&](const Tensor& leaf) { seen.push_back(leaf.grad().clone()); });
+  autograd::register_post_accumulate_grad_hook(
+      n.w, [&](const Tensor& leaf) { seen.push_back(leaf.grad().clone()); });
   const uint64_t before = autograd::grads_accumulated_in_place();
   n.loss().backward();
   EXPECT_EQ(autograd::grads_accumulated_in_place(), before + 1);
@@ -80,17 +83,25 @@ TEST(GradSink, RefusedWhereTheUsualPathDiffers) {
   const auto none = [](Net&) {};
   const auto backward = [](Net& n) { n.loss().backward(); };
   // A tensor hook sees (and here doubles) the gradient before it is added.
-  check("tensor hook", [](Net& n) { autograd::register_hook(n.w, [](const Tensor& g) { return mul(g, 2.0); }); },
-        backward, 3.0);
+  check(
+      "tensor hook",
+      [](Net& n) { autograd::register_hook(n.w, [](const Tensor& g) { return mul(g, 2.0); }); },
+      backward, 3.0);
   // The weight used twice: the two gradients are summed before the add, as without the sink.
-  check("two uses", none,
-        [](Net& n) { add(n.loss(), sum(pow(tanh(linear(n.x, n.w, n.b)), 2.0))).backward(); }, 3.0);
+  check(
+      "two uses", none,
+      [](Net& n) { add(n.loss(), sum(pow(tanh(linear(n.x, n.w, n.b)), 2.0))).backward(); }, 3.0);
   // create_graph: the accumulated gradient must itself be differentiable.
-  check("create_graph", none, [](Net& n) { autograd::backward({n.loss()}, {}, std::nullopt, true); }, 2.0);
+  check(
+      "create_graph", none, [](Net& n) { autograd::backward({n.loss()}, {}, std::nullopt, true); },
+      2.0);
   // backward(inputs=): gradients are captured, then accumulated.
-  check("inputs=", none, [](Net& n) { autograd::backward({n.loss()}, {}, std::nullopt, false, {n.w}); }, 2.0);
+  check(
+      "inputs=", none,
+      [](Net& n) { autograd::backward({n.loss()}, {}, std::nullopt, false, {n.w}); }, 2.0);
   // grad() leaves .grad() alone.
-  check("grad()", none, [](Net& n) { autograd::grad({n.loss()}, {n.w}); }, 1.0);
+  check(
+      "grad()", none, [](Net& n) { autograd::grad({n.loss()}, {n.w}); }, 1.0);
 }
 
 TEST(GradSink, NotOfferedWithoutAGrad) {

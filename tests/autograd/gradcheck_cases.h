@@ -1,5 +1,6 @@
 // A registry of gradcheck cases, one or more per differentiable operator, filled from several files
-// and run by gradcheck_test.cpp. coverage: every operator with a registered derivative must have a case.
+// and run by gradcheck_test.cpp. coverage: every operator with a registered derivative must have a
+// case.
 #pragma once
 
 #include <functional>
@@ -12,7 +13,7 @@
 namespace loom::testing {
 
 struct GradCase {
-  std::string op;     // operator name as registered with LOOM_DERIVATIVES: "mul", "pow.Tensor_Scalar"
+  std::string op;  // operator name as registered with LOOM_DERIVATIVES: "mul", "pow.Tensor_Scalar"
   std::string label;  // what this case exercises: "broadcast", "non-contiguous", ...
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> fn;
   std::function<std::vector<Tensor>()> inputs;  // float64; those that require grad are checked
@@ -35,7 +36,8 @@ inline Tensor rnd(std::vector<int64_t> shape, uint64_t seed, double lo = -1.0, d
   return t;
 }
 // The same values laid out non-contiguously (a transposed copy, transposed back): a leaf.
-inline Tensor noncontig(std::vector<int64_t> shape, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+inline Tensor noncontig(std::vector<int64_t> shape, uint64_t seed, double lo = -1.0,
+                        double hi = 1.0) {
   Tensor base = rnd(shape, seed, lo, hi, false);
   Tensor t = base.dim() >= 2 ? base.transpose(0, 1).contiguous().transpose(0, 1) : base;
   if (base.dim() < 2) {

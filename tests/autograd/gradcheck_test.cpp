@@ -22,7 +22,8 @@ TEST(Gradcheck, EveryCase) {
   ASSERT_FALSE(grad_cases().empty());
   for (const GradCase& c : grad_cases()) {
     SCOPED_TRACE(c.op + " [" + c.label + "]");
-    if (std::getenv("LOOM_GRADCHECK_VERBOSE")) std::fprintf(stderr, "case %s [%s]\n", c.op.c_str(), c.label.c_str());
+    if (std::getenv("LOOM_GRADCHECK_VERBOSE"))
+      std::fprintf(stderr, "case %s [%s]\n", c.op.c_str(), c.label.c_str());
     autograd::GradcheckOptions opt;
     opt.atol = c.atol;
     opt.rtol = c.rtol;
@@ -37,7 +38,8 @@ TEST(Gradcheck, EveryCase) {
       std::string r2 = autograd::gradgradcheck(c.fn, c.inputs(), opt);
       EXPECT_EQ(r2, "") << "second derivative of " << c.op << " [" << c.label << "]";
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "second derivative of " << c.op << " [" << c.label << "] threw: " << e.what();
+      ADD_FAILURE() << "second derivative of " << c.op << " [" << c.label
+                    << "] threw: " << e.what();
     }
   }
 }
@@ -70,14 +72,15 @@ TEST(Gradcheck, EveryOperatorIsDifferentiableOrDeclaredNot) {
       takes_tensor |= a.type.kind == SchemaType::Kind::Tensor;
       has_out |= a.is_write && a.kwarg_only;
     }
-    if (has_out) continue;  // out= never records
+    if (has_out) continue;        // out= never records
     if (!takes_tensor) continue;  // factories
     if (!autograd::find_derivative(name)) missing.push_back(name);
   }
   std::string list;
   for (auto& m : missing) list += "  " + m + "\n";
-  EXPECT_TRUE(missing.empty()) << "operators with neither a derivative nor a nondifferentiable mark:\n"
-                               << list;
+  EXPECT_TRUE(missing.empty())
+      << "operators with neither a derivative nor a nondifferentiable mark:\n"
+      << list;
 }
 
 }  // namespace

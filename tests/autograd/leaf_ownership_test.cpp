@@ -16,7 +16,9 @@ Tensor leaf(std::vector<double> v) {
   return from_vector(v, {n}).requires_grad_();
 }
 
-std::vector<double> vec(const Tensor& t) { return to_vector<double>(t); }
+std::vector<double> vec(const Tensor& t) {
+  return to_vector<double>(t);
+}
 
 TEST(LeafOwnership, AccumulateGradIsMadeOncePerLeaf) {
   Tensor x = leaf({1, 2});

@@ -15,7 +15,9 @@ namespace {
 using V = std::vector<Tensor>;
 using testing::rnd;
 
-Tensor ints(std::vector<int64_t> v) { return from_vector(v, {static_cast<int64_t>(v.size())}); }
+Tensor ints(std::vector<int64_t> v) {
+  return from_vector(v, {static_cast<int64_t>(v.size())});
+}
 
 Tensor mlp_loss(const Tensor& x, const Tensor& target, const V& p) {
   return cross_entropy(linear(relu(linear(x, p[0], p[1])), p[2], p[3]), target);
@@ -73,11 +75,11 @@ TEST(NnGrad, MlpSecondDerivative) {
 TEST(NnGrad, ConvReluMaxPoolLinearCrossEntropyPassesGradcheck) {
   auto fn = [](const V& p) {
     Tensor h = relu(conv2d(p[0], p[1], p[2], {1, 1}, {1, 1}));  // [2, 2, 4, 4]
-    h = max_pool2d(h, {2, 2}).flatten(1);                      // [2, 8]
+    h = max_pool2d(h, {2, 2}).flatten(1);                       // [2, 8]
     return V{cross_entropy(linear(h, p[3], p[4]), ints({2, 0}))};
   };
-  const V inputs = {rnd({2, 1, 4, 4}, 506), rnd({2, 1, 3, 3}, 507), rnd({2}, 508),
-                    rnd({3, 8}, 509), rnd({3}, 510)};
+  const V inputs = {rnd({2, 1, 4, 4}, 506), rnd({2, 1, 3, 3}, 507), rnd({2}, 508), rnd({3, 8}, 509),
+                    rnd({3}, 510)};
   EXPECT_EQ(autograd::gradcheck(fn, inputs), "");
 }
 
@@ -103,7 +105,8 @@ Tensor f32(std::vector<int64_t> shape, uint64_t seed, double lo = -2.0, double h
 }
 
 TEST(NnGrad, FusedBackwardKernelsMatchTheDifferentiableFormulas) {
-  expect_fused_matches_composed("sigmoid", [](const V& x) { return sigmoid(x[0]); }, {f32({3, 40}, 511)});
+  expect_fused_matches_composed("sigmoid", [](const V& x) { return sigmoid(x[0]); },
+                                {f32({3, 40}, 511)});
   expect_fused_matches_composed("tanh", [](const V& x) { return tanh(x[0]); }, {f32({3, 40}, 512)});
   expect_fused_matches_composed("silu", [](const V& x) { return silu(x[0]); }, {f32({3, 40}, 513)});
   expect_fused_matches_composed("gelu", [](const V& x) { return gelu(x[0]); }, {f32({3, 40}, 514)});
@@ -111,21 +114,24 @@ TEST(NnGrad, FusedBackwardKernelsMatchTheDifferentiableFormulas) {
                                 {f32({3, 40}, 515)});
   expect_fused_matches_composed("softmax", [](const V& x) { return softmax(x[0], 1); },
                                 {f32({4, 33}, 516)});
-  expect_fused_matches_composed("log_softmax dim 0", [](const V& x) { return log_softmax(x[0], 0); },
-                                {f32({5, 7}, 517)});
   expect_fused_matches_composed(
-      "softmax computed in float64", [](const V& x) { return softmax(x[0], -1, DType::Float64); },
-      {f32({3, 9}, 518)});
-  expect_fused_matches_composed(
-      "layer_norm",
-      [](const V& x) { return layer_norm(x[0], {6}, x[1], x[2]); },
-      {f32({4, 6}, 519), f32({6}, 520), f32({6}, 521)});
-  expect_fused_matches_composed(
-      "cross_entropy", [](const V& x) { return cross_entropy(x[0], ints({1, 0, 4})); },
-      {f32({3, 5}, 522)});
-  expect_fused_matches_composed(
-      "conv2d", [](const V& x) { return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}); },
-      {f32({2, 3, 5, 5}, 523), f32({4, 3, 3, 3}, 524), f32({4}, 525)});
+      "log_softmax dim 0", [](const V& x) { return log_softmax(x[0], 0); }, {f32({5, 7}, 517)});
+  expect_fused_matches_composed("softmax computed in float64",
+                                [](const V& x) { return softmax(x[0], -1, DType::Float64); },
+                                {f32({3, 9}, 518)});
+  expect_fused_matches_composed("layer_norm",
+                                [](const V& x) { return layer_norm(x[0], {6}, x[1], x[2]); },
+                                {f32({4, 6}, 519), f32({6}, 520), f32({6}, 521)});
+  expect_fused_matches_composed("cross_entropy",
+                                [](const V& x) {
+                                  return cross_entropy(x[0], ints({1, 0, 4}));
+                                },
+                                {f32({3, 5}, 522)});
+  expect_fused_matches_composed("conv2d",
+                                [](const V& x) {
+                                  return conv2d(x[0], x[1], x[2], {1, 1}, {1, 1});
+                                },
+                                {f32({2, 3, 5, 5}, 523), f32({4, 3, 3, 3}, 524), f32({4}, 525)});
 }
 
 TEST(NnGrad, NllLossWeightGradientIsNotImplemented) {

@@ -1,6 +1,6 @@
-// Autograd through views: in-place updates of a view rewrite its base's history (CopySlices), a view
-// whose base changed in place reads the base's new history, and the errors that protect leaves and
-// saved tensors. Every expected value is computed by hand.
+// Autograd through views: in-place updates of a view rewrite its base's history (CopySlices), a
+// view whose base changed in place reads the base's new history, and the errors that protect leaves
+// and saved tensors. Every expected value is computed by hand.
 #include <gtest/gtest.h>
 
 #include "loom/autograd.h"
@@ -17,7 +17,9 @@ Tensor leaf(Vec v, std::vector<int64_t> shape = {}) {
   if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
   return from_vector(v, shape).requires_grad_();
 }
-Vec vec(const Tensor& t) { return to_vector<double>(t); }
+Vec vec(const Tensor& t) {
+  return to_vector<double>(t);
+}
 
 TEST(AutogradViews, InPlaceMulThroughSelect) {
   Tensor x = leaf({1, 2, 3, 4});
@@ -87,7 +89,7 @@ TEST(AutogradViews, InPlaceThroughAChainOfViews) {
   Tensor x = leaf({1, 2, 3, 4, 5, 6});
   Tensor y = mul(x, 1.0);
   Tensor v = y.view({2, 3}).transpose(0, 1).select(0, 2);  // elements 2 and 5
-  v.add_(v);  // doubles them: its derivative is 2
+  v.add_(v);                                               // doubles them: its derivative is 2
   EXPECT_EQ(vec(y), (Vec{1, 2, 6, 4, 5, 12}));
   sum(mul(y, y)).backward();  // d/dx y^2 = 2 y dy/dx
   EXPECT_EQ(vec(x.grad()), (Vec{2, 4, 24, 8, 10, 48}));

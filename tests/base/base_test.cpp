@@ -16,7 +16,8 @@ namespace loom {
 namespace {
 
 const config::IntSetting kTestInt("LOOM_TEST_INT", 5, 1, 10, "a test int");
-const config::ChoiceSetting kTestChoice("LOOM_TEST_CHOICE", "auto", {"auto", "tcp", "shm"}, "a test choice");
+const config::ChoiceSetting kTestChoice("LOOM_TEST_CHOICE", "auto", {"auto", "tcp", "shm"},
+                                        "a test choice");
 const config::FlagSetting kTestFlag("LOOM_TEST_FLAG", false, "a test flag");
 const config::RealSetting kTestReal("LOOM_TEST_REAL", 2.5, 0.001, 100, "a test real");
 const config::StringSetting kTestSecret("LOOM_TEST_SECRET", "", "a test secret", /*secret=*/true);
@@ -113,8 +114,9 @@ TEST(Config, EverySettingIsListedBeforeItIsRead) {
   // Declared at load time by the layers that own them; nothing in this test binary has read them.
   std::set<std::string> names;
   for (const auto& e : config::list()) names.insert(e.name);
-  for (const char* n : {"LOOM_NUM_THREADS", "LOOM_GEMM", "LOOM_TRANSPORT", "LOOM_TCP_CHANNELS", "LOOM_STORE_TOKEN",
-                        "LOOM_FLIGHT_DIR", "LOOM_FASHION_MNIST_DIR", "LOOM_CACHE_DIR", "LOOM_DIST_TIMEOUT"}) {
+  for (const char* n :
+       {"LOOM_NUM_THREADS", "LOOM_GEMM", "LOOM_TRANSPORT", "LOOM_TCP_CHANNELS", "LOOM_STORE_TOKEN",
+        "LOOM_FLIGHT_DIR", "LOOM_FASHION_MNIST_DIR", "LOOM_CACHE_DIR", "LOOM_DIST_TIMEOUT"}) {
     EXPECT_TRUE(names.count(n)) << n << " is not declared";
   }
 }
@@ -127,14 +129,16 @@ TEST(Config, TypedSettingsCheckValuesWhereTheyEnter) {
   {
     Env env("LOOM_TEST_INT", "11");
     EXPECT_EQ(value_error([] { kTestInt.get(); }),
-              "[config] LOOM_TEST_INT='11' (from the environment) is not valid: expected an integer from 1 to "
+              "[config] LOOM_TEST_INT='11' (from the environment) is not valid: expected an "
+              "integer from 1 to "
               "10 (a test int)");
     Env env2("LOOM_TEST_CHOICE", "SHM");  // any case
     EXPECT_EQ(kTestChoice.get(), "shm");
     Env env3("LOOM_TEST_FLAG", "yes");
     EXPECT_TRUE(kTestFlag.get());
     Env env4("LOOM_TEST_REAL", "1e9");
-    EXPECT_NE(value_error([] { kTestReal.get(); }).find("expected a number from 0.001 to 100"), std::string::npos);
+    EXPECT_NE(value_error([] { kTestReal.get(); }).find("expected a number from 0.001 to 100"),
+              std::string::npos);
     // list() reports a bad value instead of throwing.
     bool seen = false;
     for (const auto& e : config::list()) {
@@ -155,7 +159,8 @@ TEST(Config, TypedSettingsCheckValuesWhereTheyEnter) {
   }
   // The API is checked when it sets, and wins over the environment.
   EXPECT_EQ(value_error([] { config::set("LOOM_TEST_CHOICE", "udp"); }),
-            "[config] LOOM_TEST_CHOICE='udp' (set through config::set) is not valid: expected one of auto, "
+            "[config] LOOM_TEST_CHOICE='udp' (set through config::set) is not valid: expected one "
+            "of auto, "
             "tcp, shm (a test choice)");
   {
     Env env("LOOM_TEST_INT", "7");

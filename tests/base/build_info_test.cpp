@@ -17,7 +17,8 @@ TEST(BuildInfo, PartsAgreeWithTheBuild) {
     EXPECT_FALSE(p.detail.empty()) << p.name << ": a part says what it is or how to enable it";
     if (p.name == "cuda") EXPECT_EQ(p.built, cuda::is_built());
     // A toolkit library can be part of the build only with the CUDA backend.
-    if (p.name != "cuda" && p.name != "io_uring" && !cuda::is_built()) EXPECT_FALSE(p.built) << p.name;
+    if (p.name != "cuda" && p.name != "io_uring" && !cuda::is_built())
+      EXPECT_FALSE(p.built) << p.name;
   }
   for (const char* n : {"cuda", "cublasLt", "cudnn", "cupti", "nvrtc", "nccl", "io_uring"}) {
     EXPECT_TRUE(names.count(n)) << n;
@@ -28,7 +29,8 @@ TEST(BuildInfo, PartsAgreeWithTheBuild) {
 }
 
 TEST(BuildInfo, TheCudaSelfCheckNamesWhyItCannotRun) {
-  if (cuda::is_available()) GTEST_SKIP() << "a GPU is present; the self-check runs (loom info --cuda-check)";
+  if (cuda::is_available())
+    GTEST_SKIP() << "a GPU is present; the self-check runs (loom info --cuda-check)";
   const std::string why = cuda::self_check();
   EXPECT_NE(why.find("[cuda]"), std::string::npos) << why;
 }

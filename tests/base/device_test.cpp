@@ -33,7 +33,9 @@ class FakeCudaInterface final : public DeviceInterface {
     current_ = index;
     ++set_device_calls;
   }
-  Stream new_stream(DeviceIndex index) override { return Stream(Device(DeviceType::CUDA, index), next_++); }
+  Stream new_stream(DeviceIndex index) override {
+    return Stream(Device(DeviceType::CUDA, index), next_++);
+  }
   void check_stream(const Stream& s) const override {
     LOOM_CHECK(s.id() < next_, "[fake cuda] unknown ", s);
   }
@@ -51,7 +53,8 @@ class FakeCudaInterface final : public DeviceInterface {
     delete static_cast<int*>(event);
     ++destroyed;
   }
-  void copy(void* dst, Device, const void* src, Device, size_t n, const Stream& stream, bool) override {
+  void copy(void* dst, Device, const void* src, Device, size_t n, const Stream& stream,
+            bool) override {
     std::memcpy(dst, src, n);
     last_copy_stream = stream;
   }
@@ -221,7 +224,8 @@ TEST(Event, CpuEventsHaveFinishedAtOnce) {
   Event moved(std::move(e));
   EXPECT_TRUE(moved.was_recorded());
   EXPECT_FALSE(e.was_recorded());  // NOLINT(bugprone-use-after-move): moved-from is reset
-  EXPECT_CONTAINS(error_of<ValueError>([&] { moved.record(Stream(kMeta, 0)); }), "cannot be recorded on meta");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { moved.record(Stream(kMeta, 0)); }),
+                  "cannot be recorded on meta");
 }
 
 TEST_F(FakeCuda, EventsUseTheirInterface) {
@@ -272,7 +276,8 @@ TEST(DeviceInterface, CudaSlotWithoutADeviceSaysSo) {
   EXPECT_EQ(cuda.current_device(), 0);
   const std::string msg = error_of<NotImplementedError>([] { new_stream(cuda_device(0)); });
   EXPECT_CONTAINS(msg, "[cuda] new_stream");
-  EXPECT_CONTAINS(msg, cuda::is_built() ? "no CUDA device is visible" : "not available in this build");
+  EXPECT_CONTAINS(msg,
+                  cuda::is_built() ? "no CUDA device is visible" : "not available in this build");
   EXPECT_THROW(DeviceGuard(cuda_device(1)), NotImplementedError);
   EXPECT_THROW(cuda.memory_info(0), NotImplementedError);
   float x = 0;

@@ -5,7 +5,9 @@
 namespace loom {
 namespace {
 
-std::vector<float> vals(const Tensor& t) { return to_vector<float>(t); }
+std::vector<float> vals(const Tensor& t) {
+  return to_vector<float>(t);
+}
 
 TEST(Tensor, ViewsShareStorageAndVersion) {
   Tensor a = arange(0, 12, 1, kFloat32).view({3, 4});
@@ -20,7 +22,8 @@ TEST(Tensor, ViewsShareStorageAndVersion) {
   EXPECT_EQ(vals(a.select(1, 1)), (std::vector<float>{-1, -1, -1}));
   // slice with step, narrow, expand, squeeze/unsqueeze, as_strided
   EXPECT_EQ(vals(arange(0, 10, 1, kFloat32).slice(0, 1, 9, 3)), (std::vector<float>{1, 4, 7}));
-  EXPECT_EQ(vals(arange(0, 10, 1, kFloat32).slice(0, -3, std::nullopt)), (std::vector<float>{7, 8, 9}));
+  EXPECT_EQ(vals(arange(0, 10, 1, kFloat32).slice(0, -3, std::nullopt)),
+            (std::vector<float>{7, 8, 9}));
   EXPECT_EQ(a.narrow(1, 2, 2).sizes().vec(), (std::vector<int64_t>{3, 2}));
   Tensor e = from_vector<float>({1, 2}, {2, 1}).expand({2, 3});
   EXPECT_EQ(e.strides().vec(), (std::vector<int64_t>{1, 0}));
@@ -89,8 +92,10 @@ TEST(Tensor, PrintsLikePyTorch) {
   EXPECT_EQ(from_vector<bool>({true, false}).str(), "tensor([ True, False])");
   EXPECT_EQ(scalar_tensor(2.5).str(), "tensor(2.5000)");
   EXPECT_EQ(zeros({0, 3}).str(), "tensor([], size=[0, 3])");
-  EXPECT_EQ(from_vector<double>({1e-5, 1.0}).str(), "tensor([1.0000e-05, 1.0000e+00], dtype=float64)");
-  EXPECT_EQ(empty({2}, TensorOptions().with_device(kMeta)).str(), "tensor(..., device='meta', size=[2])");
+  EXPECT_EQ(from_vector<double>({1e-5, 1.0}).str(),
+            "tensor([1.0000e-05, 1.0000e+00], dtype=float64)");
+  EXPECT_EQ(empty({2}, TensorOptions().with_device(kMeta)).str(),
+            "tensor(..., device='meta', size=[2])");
   std::string big = arange(0, 2000, 1, kInt64).str();
   EXPECT_NE(big.find("..."), std::string::npos);
 }
@@ -145,7 +150,8 @@ TEST(Copy, CastsBroadcastsAndChecks) {
   Tensor h = from_vector<float>({0.1f, 1000.5f}).to(kFloat16).to(kFloat32);
   EXPECT_NEAR(vals(h)[0], 0.1f, 1e-4);
   EXPECT_EQ(vals(h)[1], 1000.5f);
-  EXPECT_EQ(to_vector<bool>(from_vector<float>({0, 2}).to(kBool)), (std::vector<bool>{false, true}));
+  EXPECT_EQ(to_vector<bool>(from_vector<float>({0, 2}).to(kBool)),
+            (std::vector<bool>{false, true}));
   EXPECT_THROW(zeros({2}).copy_(zeros({3})), ValueError);
 }
 

@@ -55,7 +55,8 @@ TEST(CudaRuntime, CopiesRoundTripOnASideStreamOrderedByEvents) {
     StreamGuard guard(side);
     EXPECT_EQ(current_stream(gpu), side);
     // host -> a, then a -> b on the side stream (device to device through the same interface).
-    copy_bytes(a, gpu, host.data(), Device(DeviceType::CPU), n * sizeof(float), /*non_blocking=*/true);
+    copy_bytes(a, gpu, host.data(), Device(DeviceType::CPU), n * sizeof(float),
+               /*non_blocking=*/true);
     copy_bytes(b, gpu, a, gpu, n * sizeof(float), /*non_blocking=*/true);
     Event done(DeviceType::CUDA);
     done.record(side);

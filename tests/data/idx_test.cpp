@@ -22,7 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // IDX bytes: header for `type` and `dims`, then `payload` as given (already big-endian).
-std::string idx_bytes(unsigned char type, const std::vector<uint32_t>& dims, const std::string& payload) {
+std::string idx_bytes(unsigned char type, const std::vector<uint32_t>& dims,
+                      const std::string& payload) {
   std::string s = {'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
   for (uint32_t d : dims) {
     for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((d >> shift) & 0xFF);
@@ -66,8 +67,9 @@ std::string run_capture(const std::string& cmd) {
 class Idx : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("loom_idx_test_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("loom_idx_test_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override {
@@ -92,7 +94,8 @@ class Idx : public ::testing::Test {
 
 TEST_F(Idx, ReadsEveryElementType) {
   {
-    Tensor t = read_idx(write("u8", idx_bytes(0x08, {2, 3}, std::string("\x00\x01\x02\x7f\x80\xff", 6))));
+    Tensor t =
+        read_idx(write("u8", idx_bytes(0x08, {2, 3}, std::string("\x00\x01\x02\x7f\x80\xff", 6))));
     EXPECT_EQ(t.dtype(), kUInt8);
     EXPECT_EQ(t.shape_str(), "[2, 3]");
     EXPECT_EQ(to_vector<uint8_t>(t), (std::vector<uint8_t>{0, 1, 2, 127, 128, 255}));
@@ -170,9 +173,10 @@ TEST_F(Idx, BadInputNamesFileAndOffset) {
   path = write("short_data", good.substr(0, good.size() - 3));
   msg = message_of([&] { read_idx(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
-  EXPECT_NE(msg.find("truncated IDX data: 8 byte(s) expected from byte offset 12 but the data ends at "
-                     "byte offset 17"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("truncated IDX data: 8 byte(s) expected from byte offset 12 but the data ends at "
+               "byte offset 17"),
+      std::string::npos)
       << msg;
 
   path = write("tiny", std::string("\x00\x00", 2));
@@ -181,7 +185,8 @@ TEST_F(Idx, BadInputNamesFileAndOffset) {
 
   path = write("trailing", good + "zz");
   msg = message_of([&] { read_idx(path); });
-  EXPECT_NE(msg.find("2 unexpected byte(s) after the IDX data, from byte offset 20"), std::string::npos)
+  EXPECT_NE(msg.find("2 unexpected byte(s) after the IDX data, from byte offset 20"),
+            std::string::npos)
       << msg;
 
   // Dimensions whose product overflows 64 bits must not wrap around into a small allocation.
@@ -231,7 +236,8 @@ TEST_F(Idx, LoadsFashionMnistLayout) {
   EXPECT_EQ(train.images.dtype(), kUInt8);
   EXPECT_EQ(train.images.shape_str(), "[12, 28, 28]");
   EXPECT_EQ(train.labels.dtype(), kInt64);
-  EXPECT_EQ(to_vector<int64_t>(train.labels), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1}));
+  EXPECT_EQ(to_vector<int64_t>(train.labels),
+            (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1}));
   EXPECT_EQ(to_vector<uint8_t>(train.images)[785], 785 % 256);
   MnistSplit test = load_fashion_mnist(dir_.string(), false);
   EXPECT_EQ(test.images.shape_str(), "[3, 28, 28]");
@@ -305,7 +311,9 @@ TEST(FashionMnistDebian, TrainAndTestSplits) {
   if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3 to cross-check";
   const std::string script =
       "import gzip, struct\n"
-      "d = '" + std::string(kDebianDir) + "/'\n"
+      "d = '" +
+      std::string(kDebianDir) +
+      "/'\n"
       "with gzip.open(d + 'train-images-idx3-ubyte.gz', 'rb') as f:\n"
       "    magic, n, r, c = struct.unpack('>IIII', f.read(16))\n"
       "    px = f.read(r * c)\n"

@@ -14,8 +14,8 @@
 #include "loom/data/loader.h"
 #include "loom/data/shard.h"
 #include "loom/error.h"
-#include "test_errors.h"
 #include "temp_dir.h"
+#include "test_errors.h"
 
 namespace loom::data {
 namespace {
@@ -41,7 +41,8 @@ struct TestData {
       uint8_t img[16];
       for (int k = 0; k < 16; ++k) img[k] = static_cast<uint8_t>(i + k);
       float v[3] = {static_cast<float>(i), static_cast<float>(2 * i), static_cast<float>(3 * i)};
-      w.add({Value::of_int(i), Value::of_tensor(DType::UInt8, {4, 4}, img), Value::of_tensor(DType::Float32, {3}, v)});
+      w.add({Value::of_int(i), Value::of_tensor(DType::UInt8, {4, 4}, img),
+             Value::of_tensor(DType::Float32, {3}, v)});
     }
     w.finish();
   }
@@ -64,7 +65,8 @@ std::vector<int64_t> check_rows(const Batch& b) {
 }
 
 // The sequence of global ids rank `rank` of `world` reads in `epoch`, from position `start`.
-std::vector<int64_t> rank_sequence(std::shared_ptr<const ShardReader> ds, LoaderOptions o, int64_t epoch) {
+std::vector<int64_t> rank_sequence(std::shared_ptr<const ShardReader> ds, LoaderOptions o,
+                                   int64_t epoch) {
   Loader l(ds, o);
   l.set_epoch(epoch);
   std::vector<int64_t> out;
@@ -114,15 +116,18 @@ TEST(Loader, EveryWorldAndWorkerCountSeesEachSampleOnceInOneOrder) {
         }
         std::vector<int64_t> g = interleave(ranks);
         const int64_t n = data.n;
-        const int64_t expect = pad == PadPolicy::Pad ? (n + world - 1) / world * world : n / world * world;
-        ASSERT_EQ(static_cast<int64_t>(g.size()), expect) << "world " << world << " workers " << workers;
+        const int64_t expect =
+            pad == PadPolicy::Pad ? (n + world - 1) / world * world : n / world * world;
+        ASSERT_EQ(static_cast<int64_t>(g.size()), expect)
+            << "world " << world << " workers " << workers;
         // The first min(n, size) positions are distinct samples, and the same sequence for every
         // world size and worker count; padding repeats the order from its start.
         std::vector<int64_t> head(g.begin(), g.begin() + std::min<int64_t>(n, expect));
         std::vector<int64_t> sorted = head;
         std::sort(sorted.begin(), sorted.end());
         EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-        for (int64_t p = n; p < expect; ++p) EXPECT_EQ(g[static_cast<size_t>(p)], g[static_cast<size_t>(p - n)]);
+        for (int64_t p = n; p < expect; ++p)
+          EXPECT_EQ(g[static_cast<size_t>(p)], g[static_cast<size_t>(p - n)]);
         if (reference.empty()) {
           // world 1 under Pad sees all n samples
           reference = head;
@@ -188,7 +193,8 @@ TEST(Loader, ResumeAtRandomPointsAcrossWorldSizesReproducesTheSequence) {
         auto b = l.next();
         if (!b) break;
         auto ids = check_rows(*b);
-        part1[static_cast<size_t>(r)].insert(part1[static_cast<size_t>(r)].end(), ids.begin(), ids.end());
+        part1[static_cast<size_t>(r)].insert(part1[static_cast<size_t>(r)].end(), ids.begin(),
+                                             ids.end());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // let workers run ahead
       LoaderState s = l.state();
@@ -203,15 +209,17 @@ TEST(Loader, ResumeAtRandomPointsAcrossWorldSizesReproducesTheSequence) {
       l.load_state(loaded);
       while (auto b = l.next()) {
         auto ids = check_rows(*b);
-        part2[static_cast<size_t>(r)].insert(part2[static_cast<size_t>(r)].end(), ids.begin(), ids.end());
+        part2[static_cast<size_t>(r)].insert(part2[static_cast<size_t>(r)].end(), ids.begin(),
+                                             ids.end());
       }
     }
     std::vector<int64_t> g = interleave(part1), tail = interleave(part2);
     g.insert(g.end(), tail.begin(), tail.end());
     // Padding differs with the world size; compare the real samples.
     g.resize(std::min(g.size(), static_cast<size_t>(data.n)));
-    ASSERT_EQ(g, uninterrupted) << "trial " << trial << ": world " << w1 << "x" << k1 << " -> " << w2 << "x" << k2
-                                << " after " << steps << " steps (consumed " << state.consumed << ")";
+    ASSERT_EQ(g, uninterrupted) << "trial " << trial << ": world " << w1 << "x" << k1 << " -> "
+                                << w2 << "x" << k2 << " after " << steps << " steps (consumed "
+                                << state.consumed << ")";
   }
 }
 
@@ -248,7 +256,10 @@ TEST(Loader, StatePastTheEndOfTheEpochIsRefused) {
   EXPECT_FALSE(a.next().has_value());
   s.consumed = 2000;
   const std::string m = loom::testing::error_of<ValueError>([&] { a.load_state(s); });
-  EXPECT_NE(m.find("consumed = 2000 is past the end of epoch 0, which has 40 positions for 1 rank(s)"), std::string::npos) << m;
+  EXPECT_NE(
+      m.find("consumed = 2000 is past the end of epoch 0, which has 40 positions for 1 rank(s)"),
+      std::string::npos)
+      << m;
 }
 
 TEST(Loader, BreakingOutEarlyAndKeepingBatchesNeverDeadlocks) {
@@ -418,10 +429,12 @@ TEST(Loader, ImageTransformNormalisesCropsAndFlipsReproducibly) {
                 for (int y = 0; y < 4 && ok; ++y) {
                   for (int xx = 0; xx < 4 && ok; ++xx) {
                     const int sx = (flip ? 3 - xx : xx) + dx, sy = y + dy;
-                    const double v = (sy < 0 || sy > 3 || sx < 0 || sx > 3)
-                                         ? 0.0
-                                         : static_cast<double>(static_cast<uint8_t>(i + sy * 4 + sx));
-                    ok = std::abs(got[static_cast<size_t>(y * 4 + xx)] - (v / 255.0 - 0.5) / 0.25) < 1e-5;
+                    const double v =
+                        (sy < 0 || sy > 3 || sx < 0 || sx > 3)
+                            ? 0.0
+                            : static_cast<double>(static_cast<uint8_t>(i + sy * 4 + sx));
+                    ok = std::abs(got[static_cast<size_t>(y * 4 + xx)] - (v / 255.0 - 0.5) / 0.25) <
+                         1e-5;
                   }
                 }
                 if (ok) {
@@ -457,7 +470,8 @@ TEST(Loader, DescribeAndBadOptions) {
   LoaderOptions f;
   f.fields = {copy_column("nope")};
   EXPECT_THROW(Loader(ds, f), ValueError);
-  EXPECT_THROW(DeviceStage([] { return std::optional<Batch>(); }, Device(DeviceType::CUDA, 0)), NotImplementedError);
+  EXPECT_THROW(DeviceStage([] { return std::optional<Batch>(); }, Device(DeviceType::CUDA, 0)),
+               NotImplementedError);
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ Samples make_samples(int n, const std::string& prefix, int seed) {
 }
 
 // Writes the samples as files under dir/src and tars them with GNU tar in `format`.
-void gnu_tar(const TempDir& dir, const Samples& samples, const std::string& format, const std::string& tar) {
+void gnu_tar(const TempDir& dir, const Samples& samples, const std::string& format,
+             const std::string& tar) {
   std::string list;
   for (const auto& [key, exts] : samples) {
     for (const auto& [ext, data] : exts) {
@@ -150,8 +151,8 @@ TEST(PackTar, DotSlashPrefixAndDirectoriesAreIgnored) {
 TEST(PackTar, LabelAndIndexAreIntegersOthersBytes) {
   TempDir dir;
   std::string bytes = tar_entry("k1.index", " 12 \n") + tar_entry("k1.label", "-3") +
-                      tar_entry("k1.txt", "one") + tar_entry("k2.index", "+4") + tar_entry("k2.label", "0") +
-                      tar_entry("k2.txt", "");
+                      tar_entry("k1.txt", "one") + tar_entry("k2.index", "+4") +
+                      tar_entry("k2.label", "0") + tar_entry("k2.txt", "");
   bytes += tar_end(bytes.size());
   write_file(dir / "x.tar", bytes);
   pack(dir / "x.tar", dir / "out");
@@ -213,7 +214,8 @@ TEST(PackTarErrors, ReaderErrorsStopThePack) {
 
 TEST(PackTarErrors, NonContiguousKey) {
   TempDir dir;
-  const std::string bytes = tar_entry("a.cls", "1") + tar_entry("b.cls", "2") + tar_entry("a.txt", "x");
+  const std::string bytes =
+      tar_entry("a.cls", "1") + tar_entry("b.cls", "2") + tar_entry("a.txt", "x");
   const std::string msg = pack_error(dir, bytes);
   EXPECT_CONTAINS(msg, dir / "bad.tar");
   EXPECT_CONTAINS(msg, "member 'a.txt' at byte offset 2048");
@@ -236,8 +238,9 @@ TEST(PackTarErrors, KeyRepeatedInALaterTar) {
 
 TEST(PackTarErrors, MissingExtension) {
   TempDir dir;
-  const std::string bytes = tar_entry("a.cls", "1") + tar_entry("a.txt", "x") + tar_entry("b.cls", "2") +
-                            tar_entry("c.cls", "3") + tar_entry("c.txt", "z");
+  const std::string bytes = tar_entry("a.cls", "1") + tar_entry("a.txt", "x") +
+                            tar_entry("b.cls", "2") + tar_entry("c.cls", "3") +
+                            tar_entry("c.txt", "z");
   const std::string msg = pack_error(dir, bytes);
   EXPECT_CONTAINS(msg, dir / "bad.tar");
   EXPECT_CONTAINS(msg, "member 'b.cls' at byte offset 2048");
@@ -246,7 +249,8 @@ TEST(PackTarErrors, MissingExtension) {
 
 TEST(PackTarErrors, ExtraExtension) {
   TempDir dir;
-  const std::string bytes = tar_entry("a.cls", "1") + tar_entry("b.cls", "2") + tar_entry("b.png", "p");
+  const std::string bytes =
+      tar_entry("a.cls", "1") + tar_entry("b.cls", "2") + tar_entry("b.png", "p");
   const std::string msg = pack_error(dir, bytes);
   EXPECT_CONTAINS(msg, "member 'b.png' at byte offset 2048");
   EXPECT_CONTAINS(msg, "sample 'b' has an extra '.png' member");
@@ -262,7 +266,8 @@ TEST(PackTarErrors, DuplicateExtensionInOneSample) {
 
 TEST(PackTarErrors, NonIntegerCls) {
   TempDir dir;
-  const std::string bytes = tar_entry("a.cls", "1") + tar_entry("b.cls", "cat\n") + tar_entry("c.cls", "3");
+  const std::string bytes =
+      tar_entry("a.cls", "1") + tar_entry("b.cls", "cat\n") + tar_entry("c.cls", "3");
   const std::string msg = pack_error(dir, bytes);
   EXPECT_CONTAINS(msg, dir / "bad.tar");
   EXPECT_CONTAINS(msg, "member 'b.cls' at byte offset 1024");
@@ -340,7 +345,8 @@ TEST(PackFiles, ZstdAndManyShards) {
     EXPECT_EQ(reader.compressed(), std::string(out) == "zstd");
     ASSERT_EQ(reader.size(), 60);
     std::string buffer, scratch;
-    for (int i = 0; i < 60; ++i) EXPECT_EQ(reader.read(i, buffer, scratch).bytes(1), data[i]) << out << " " << i;
+    for (int i = 0; i < 60; ++i)
+      EXPECT_EQ(reader.read(i, buffer, scratch).bytes(1), data[i]) << out << " " << i;
   }
 }
 
@@ -372,7 +378,8 @@ TEST(PackSource, MissingOrUnknown) {
 
 // ---- IDX ----
 
-std::string idx_file(unsigned char type, const std::vector<uint32_t>& dims, const std::string& payload) {
+std::string idx_file(unsigned char type, const std::vector<uint32_t>& dims,
+                     const std::string& payload) {
   std::string s = {'\0', '\0', static_cast<char>(type), static_cast<char>(dims.size())};
   for (uint32_t d : dims) {
     for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((d >> shift) & 0xFF);
@@ -381,7 +388,8 @@ std::string idx_file(unsigned char type, const std::vector<uint32_t>& dims, cons
 }
 
 // Every image and label of the dataset equal the IDX files' (read independently with read_idx).
-void expect_idx_dataset(const std::string& out, const std::string& images_path, const std::string& labels_path) {
+void expect_idx_dataset(const std::string& out, const std::string& images_path,
+                        const std::string& labels_path) {
   const Tensor images = read_idx(images_path);
   const Tensor labels = read_idx(labels_path);
   const int64_t n = images.size(0);
@@ -405,8 +413,8 @@ void expect_idx_dataset(const std::string& out, const std::string& images_path, 
     const bool same_label = v.integer(1) == want_labels[i];
     if (!same_image || !same_label) {
       ++mismatches;
-      ADD_FAILURE() << "sample " << i << ": image " << (same_image ? "equal" : "differs") << ", label "
-                    << v.integer(1) << " vs " << int{want_labels[i]};
+      ADD_FAILURE() << "sample " << i << ": image " << (same_image ? "equal" : "differs")
+                    << ", label " << v.integer(1) << " vs " << int{want_labels[i]};
     }
   }
 }
@@ -414,7 +422,8 @@ void expect_idx_dataset(const std::string& out, const std::string& images_path, 
 TEST(PackIdx, SyntheticTrainSplit) {
   TempDir dir;
   constexpr uint32_t kN = 7;
-  write_file(dir / "idx/train-images-idx3-ubyte", idx_file(0x08, {kN, 28, 28}, pattern_bytes(kN * 784, 11)));
+  write_file(dir / "idx/train-images-idx3-ubyte",
+             idx_file(0x08, {kN, 28, 28}, pattern_bytes(kN * 784, 11)));
   std::string labels;
   for (uint32_t i = 0; i < kN; ++i) labels += static_cast<char>((i * 3) % 10);
   write_file(dir / "idx/train-labels-idx1-ubyte", idx_file(0x08, {kN}, labels));
@@ -428,7 +437,8 @@ TEST(PackIdx, SyntheticTrainSplit) {
   EXPECT_EQ(r.kind, "idx");
   EXPECT_EQ(r.samples, kN);
   EXPECT_GE(calls, 1);
-  expect_idx_dataset(dir / "out", dir / "idx/train-images-idx3-ubyte", dir / "idx/train-labels-idx1-ubyte");
+  expect_idx_dataset(dir / "out", dir / "idx/train-images-idx3-ubyte",
+                     dir / "idx/train-labels-idx1-ubyte");
 
   // The test split is not there: the loader's error names the missing file.
   options.split = "test";
@@ -445,7 +455,8 @@ TEST(PackIdx, FashionMnistCachePacksOnceAndNoticesChanges) {
   TempDir dir;
   const std::string idx = dir / "idx";
   auto write_split = [&](uint32_t n, int seed) {
-    write_file(idx + "/train-images-idx3-ubyte", idx_file(0x08, {n, 28, 28}, pattern_bytes(n * 784, seed)));
+    write_file(idx + "/train-images-idx3-ubyte",
+               idx_file(0x08, {n, 28, 28}, pattern_bytes(n * 784, seed)));
     std::string labels;
     for (uint32_t i = 0; i < n; ++i) labels += static_cast<char>((i * 7) % 10);
     write_file(idx + "/train-labels-idx1-ubyte", idx_file(0x08, {n}, labels));
@@ -457,12 +468,12 @@ TEST(PackIdx, FashionMnistCachePacksOnceAndNoticesChanges) {
   const auto packed_at = fs::last_write_time(out + "/index.json");
   EXPECT_EQ(fashion_mnist_shards(idx, true, 0, dir / "cache"), out);
   EXPECT_EQ(fs::last_write_time(out + "/index.json"), packed_at);  // not packed again
-  write_split(9, 2);  // another size: another identity
+  write_split(9, 2);                                               // another size: another identity
   EXPECT_EQ(fashion_mnist_shards(idx, true, 0, dir / "cache"), out);
   EXPECT_EQ(ShardReader(out).size(), 9);
   expect_idx_dataset(out, idx + "/train-images-idx3-ubyte", idx + "/train-labels-idx1-ubyte");
-  const std::string msg =
-      error_of<DataError>([&] { fashion_mnist_shards(dir / "nothing-here", true, 0, dir / "cache"); });
+  const std::string msg = error_of<DataError>(
+      [&] { fashion_mnist_shards(dir / "nothing-here", true, 0, dir / "cache"); });
   EXPECT_CONTAINS(msg, "apt install dataset-fashion-mnist");
 }
 
@@ -481,7 +492,9 @@ TEST(PackIdx, RealFashionMnistTestSplit) {
   PackOptions options;
   options.split = "test";
   std::vector<int64_t> reported = {0};
-  options.progress = [&](int64_t samples, uint64_t, uint64_t, uint64_t) { reported.push_back(samples); };
+  options.progress = [&](int64_t samples, uint64_t, uint64_t, uint64_t) {
+    reported.push_back(samples);
+  };
   const PackResult r = pack(root, dir / "out", options);
   EXPECT_EQ(r.kind, "idx");
   EXPECT_EQ(r.samples, 10000);

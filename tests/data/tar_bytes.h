@@ -1,5 +1,5 @@
-// Test helpers for the tar reader and `pack`: a temporary directory, file I/O, and tar archives built
-// byte by byte (so that tests can make the bad ones GNU tar refuses to write).
+// Test helpers for the tar reader and `pack`: a temporary directory, file I/O, and tar archives
+// built byte by byte (so that tests can make the bad ones GNU tar refuses to write).
 #pragma once
 
 #include "temp_dir.h"
@@ -14,7 +14,6 @@
 #include <string>
 
 namespace loom::testing {
-
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -48,7 +47,7 @@ struct TarHeader {
   uint64_t size = 0;
   char type = '0';
   std::string linkname;
-  bool base256_size = false;  // write the size GNU's base-256 way
+  bool base256_size = false;     // write the size GNU's base-256 way
   bool signed_checksum = false;  // store the signed byte sum (as some old tars did)
 };
 
@@ -70,7 +69,10 @@ inline std::string tar_header(const TarHeader& h) {
   std::snprintf(&b[136], 12, "%011o", 1700000000);
   b[156] = h.type;
   std::memcpy(&b[157], h.linkname.data(), std::min<size_t>(h.linkname.size(), 100));
-  std::memcpy(&b[257], "ustar\0" "00", 8);
+  std::memcpy(&b[257],
+              "ustar\0"
+              "00",
+              8);
   std::memcpy(&b[265], "user", 4);
   std::memcpy(&b[297], "group", 5);
   std::memset(&b[148], ' ', 8);
@@ -81,7 +83,9 @@ inline std::string tar_header(const TarHeader& h) {
   return b;
 }
 
-inline std::string tar_padding(size_t n) { return std::string((512 - n % 512) % 512, '\0'); }
+inline std::string tar_padding(size_t n) {
+  return std::string((512 - n % 512) % 512, '\0');
+}
 
 // A regular-file member: header, data, padding.
 inline std::string tar_entry(const std::string& name, const std::string& data, char type = '0') {

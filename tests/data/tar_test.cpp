@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "data/tar_reader.h"
 #include "data/tar_bytes.h"
+#include "data/tar_reader.h"
 #include "loom/error.h"
 #include "test_errors.h"
 
@@ -43,7 +43,8 @@ Members read_all(const std::string& path) {
   return out;
 }
 
-std::string tar_error(const std::string& bytes, const TempDir& dir, const std::string& name = "bad.tar") {
+std::string tar_error(const std::string& bytes, const TempDir& dir,
+                      const std::string& name = "bad.tar") {
   const std::string path = dir / name;
   write_file(path, bytes);
   return error_of<DataError>([&] { read_all(path); });
@@ -64,7 +65,8 @@ TEST_P(TarGnuFormats, ReadsWhatGnuTarWrites) {
     want.emplace_back(std::string("sub/") + std::string(120, 'x') + ".dat", pattern_bytes(1000, 3));
   } else {
     // ustar splits a long path into prefix and name.
-    want.emplace_back(std::string(60, 'p') + "/" + std::string(60, 'q') + ".dat", pattern_bytes(10, 4));
+    want.emplace_back(std::string(60, 'p') + "/" + std::string(60, 'q') + ".dat",
+                      pattern_bytes(10, 4));
   }
   for (const auto& [name, data] : want) write_file(dir / ("src/" + name), data);
   std::sort(want.begin(), want.end());
@@ -112,7 +114,8 @@ TEST(TarReader, ReadsFromAPipe) {
   TempDir dir;
   const std::string path = dir / "pipe.tar";
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
-  std::string bytes = tar_entry("a.bin", pattern_bytes(500000, 5)) + tar_entry("b.bin", pattern_bytes(777, 6));
+  std::string bytes =
+      tar_entry("a.bin", pattern_bytes(500000, 5)) + tar_entry("b.bin", pattern_bytes(777, 6));
   bytes += tar_end(bytes.size());
   std::thread writer([&] {
     FILE* f = std::fopen(path.c_str(), "wb");
@@ -158,7 +161,8 @@ TEST(TarReader, PaxHeadersOverridePathAndSize) {
   const std::string long_name = "dir/" + std::string(200, 'n') + ".bin";
   const std::string data = pattern_bytes(600, 7);
   // 'x': path and size (the ustar header says 0 bytes); 'g': a global path nobody overrides.
-  const std::string x = pax_record("path", long_name) + pax_record("size", "600") + pax_record("mtime", "1.5");
+  const std::string x =
+      pax_record("path", long_name) + pax_record("size", "600") + pax_record("mtime", "1.5");
   TarHeader xh{"PaxHeaders/x", x.size(), 'x'};
   std::string bytes = tar_header(xh) + x + loom::testing::tar_padding(x.size());
   TarHeader fh{"short", 0, '0'};
@@ -185,7 +189,8 @@ TEST(TarReader, VolumeLabelIsSkippedSparseIsRefused) {
   write_file(dir / "x.tar", bytes);
   EXPECT_EQ(read_all(dir / "x.tar"), (Members{{"a.txt", "aaa"}}));
 
-  const std::string x = pax_record("GNU.sparse.major", "1") + pax_record("GNU.sparse.name", "s.bin");
+  const std::string x =
+      pax_record("GNU.sparse.major", "1") + pax_record("GNU.sparse.name", "s.bin");
   bytes = tar_entry("a.txt", "aaa") + tar_header(TarHeader{"PaxHeaders/s", x.size(), 'x'}) + x +
           loom::testing::tar_padding(x.size()) + tar_entry("GNUSparseFile.0/s.bin", "map");
   bytes += tar_end(bytes.size());
@@ -222,7 +227,8 @@ TEST(TarReader, TruncatedHeader) {
 
 TEST(TarReader, TruncatedMemberData) {
   TempDir dir;
-  const std::string bytes = tar_entry("a.txt", "aaa") + tar_entry("b.bin", pattern_bytes(5000, 1)).substr(0, 3000);
+  const std::string bytes =
+      tar_entry("a.txt", "aaa") + tar_entry("b.bin", pattern_bytes(5000, 1)).substr(0, 3000);
   const std::string msg = tar_error(bytes, dir);
   EXPECT_CONTAINS(msg, dir / "bad.tar");
   EXPECT_CONTAINS(msg, "member 'b.bin' at byte offset 1024");
@@ -331,7 +337,8 @@ TEST(TarReader, BadSizeField) {
 TEST(TarReader, MalformedPaxRecord) {
   TempDir dir;
   const std::string x = "99 path=oops\n";
-  std::string bytes = tar_header(TarHeader{"PaxHeaders/x", x.size(), 'x'}) + x + loom::testing::tar_padding(x.size());
+  std::string bytes = tar_header(TarHeader{"PaxHeaders/x", x.size(), 'x'}) + x +
+                      loom::testing::tar_padding(x.size());
   bytes += tar_entry("a.txt", "aaa");
   bytes += tar_end(bytes.size());
   const std::string msg = tar_error(bytes, dir);

@@ -56,8 +56,12 @@ LOOM_LIBRARY_IMPL(dtest, CPU, m) {
   m.impl("twice", loom::twice_cpu);
   m.impl("only_cpu", loom::twice_cpu);
 }
-LOOM_LIBRARY_IMPL(dtest, Meta, m) { m.impl("twice", loom::twice_meta); }
-LOOM_LIBRARY_IMPL(dtest, Autograd, m) { m.impl("twice", loom::twice_autograd); }
+LOOM_LIBRARY_IMPL(dtest, Meta, m) {
+  m.impl("twice", loom::twice_meta);
+}
+LOOM_LIBRARY_IMPL(dtest, Autograd, m) {
+  m.impl("twice", loom::twice_autograd);
+}
 
 namespace loom {
 namespace {
@@ -90,9 +94,12 @@ TEST_F(Dispatch, SchemaParsesAndPrintsBack) {
 }
 
 TEST_F(Dispatch, BadSchemasNameTheProblemAndOffset) {
-  const char* bad[] = {"ns::f(Tensor x -> Tensor", "ns::f(Tensr x) -> Tensor",
-                       "ns::f(Tensor x, Tensor x) -> Tensor", "f(Tensor x) -> Tensor",
-                       "ns::f(int x=1.5) -> Tensor", "ns::f(Tensor x) Tensor"};
+  const char* bad[] = {"ns::f(Tensor x -> Tensor",
+                       "ns::f(Tensr x) -> Tensor",
+                       "ns::f(Tensor x, Tensor x) -> Tensor",
+                       "f(Tensor x) -> Tensor",
+                       "ns::f(int x=1.5) -> Tensor",
+                       "ns::f(Tensor x) Tensor"};
   for (const char* b : bad) {
     try {
       parse_schema(b);
@@ -282,13 +289,14 @@ TEST_F(Dispatch, RecordFunctionSeesTopLevelOperators) {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<uint64_t> seqs;
-  uint64_t h = add_record_callbacks(RecordFunctionCallbacks{
-      [&](OpEvent& ev) {
-        names.emplace_back(ev.name);
-        seqs.push_back(ev.sequence_nr);
-        if (!ev.input_shapes.empty()) shapes.push_back(ev.input_shapes[0].vec());
-      },
-      nullptr, true});
+  uint64_t h =
+      add_record_callbacks(RecordFunctionCallbacks{[&](OpEvent& ev) {
+                                                     names.emplace_back(ev.name);
+                                                     seqs.push_back(ev.sequence_nr);
+                                                     if (!ev.input_shapes.empty())
+                                                       shapes.push_back(ev.input_shapes[0].vec());
+                                                   },
+                                                   nullptr, true});
   Tensor a = ones({2, 3});
   Tensor b = mul(a, a);
   remove_record_callbacks(h);

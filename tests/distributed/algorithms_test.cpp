@@ -115,7 +115,8 @@ TEST_P(AllreduceTest, LargeCountInManyPieces) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
-                         ::testing::Combine(::testing::Values(Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree,
+                         ::testing::Combine(::testing::Values(Algo::Ring, Algo::Tree,
+                                                              Algo::DoubleBinaryTree,
                                                               Algo::HalvingDoubling, Algo::OneShot),
                                             ::testing::Range(1, 9)),
                          [](const ::testing::TestParamInfo<AllreduceTest::ParamType>& info) {
@@ -150,7 +151,8 @@ TEST(AllreduceSelect, ThresholdsAndReasons) {
 }
 
 TEST(AllreduceSelect, ParsesNames) {
-  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling, Algo::OneShot}) {
+  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling,
+                 Algo::OneShot}) {
     EXPECT_EQ(parse_algo(algo_name(a)), a);
   }
   std::string msg = loom::testing::error_of<ValueError>([] { parse_algo("butterfly"); });
@@ -166,13 +168,14 @@ TEST(AllreduceSelect, ChunkBytesFromConfig) {
     ChunkBytes chunk(1);  // kept at a floor
     EXPECT_GE(pipeline_chunk_bytes(), 8u);
   }
-  EXPECT_GE(pipeline_chunk_bytes(), 64u << 10);  // the default
+  EXPECT_GE(pipeline_chunk_bytes(), 64u << 10);                          // the default
   EXPECT_THROW(config::set("LOOM_DIST_CHUNK_BYTES", "-5"), ValueError);  // refused where it enters
   {
     loom::testing::ScopedEnv env{{"LOOM_DIST_CHUNK_BYTES", "-5"}};
     config::set("LOOM_DIST_CHUNK_BYTES", "");  // moves the generation: read again
-    EXPECT_CONTAINS(loom::testing::error_of<ValueError>([] { pipeline_chunk_bytes(); }),
-                    "LOOM_DIST_CHUNK_BYTES='-5' (from the environment) is not valid: expected an integer");
+    EXPECT_CONTAINS(
+        loom::testing::error_of<ValueError>([] { pipeline_chunk_bytes(); }),
+        "LOOM_DIST_CHUNK_BYTES='-5' (from the environment) is not valid: expected an integer");
   }
   config::set("LOOM_DIST_CHUNK_BYTES", "");
 }
@@ -186,9 +189,10 @@ TEST(AllreduceSelect, DispatchHonoursLoomAlgo) {
                 allreduce(c, Algo::Auto, p, cs.count, cs.dt, cs.op);
               });
   }
-  EXPECT_CONTAINS(loom::testing::error_of<ValueError>([] { config::set("LOOM_ALGO", "nope"); }),
-                  "LOOM_ALGO='nope' (set through config::set) is not valid: expected one of auto, ring, "
-                  "tree, dbt, rhd, oneshot");
+  EXPECT_CONTAINS(
+      loom::testing::error_of<ValueError>([] { config::set("LOOM_ALGO", "nope"); }),
+      "LOOM_ALGO='nope' (set through config::set) is not valid: expected one of auto, ring, "
+      "tree, dbt, rhd, oneshot");
   config::set("LOOM_ALGO", "");  // the environment applies again
   loom::testing::ScopedEnv env{{"LOOM_ALGO", "nope"}};
   std::vector<char> one(4);

@@ -44,23 +44,36 @@ class RecordingBackend final : public Backend {
   RecordingBackend() : Backend("recording") {}
   bool supports(DeviceType t) const override { return t == DeviceType::Meta; }
   std::string describe() const override { return "records calls"; }
-  void begin_call(std::string (*)(const void*), const void*, Clock::time_point) override { note("begin"); }
+  void begin_call(std::string (*)(const void*), const void*, Clock::time_point) override {
+    note("begin");
+  }
   void end_call() override { note("end"); }
-  void broadcast(const Tensor& t, int root) override { note("broadcast(" + std::to_string(root) + ")"); }
+  void broadcast(const Tensor& t, int root) override {
+    note("broadcast(" + std::to_string(root) + ")");
+  }
   void allreduce(const Tensor& t, ReduceOp op) override {
     note(std::string("allreduce(") + reduce_op_name(op) + "," + std::to_string(t.numel()) + ")");
   }
   void allreduce_coalesced(const std::vector<Tensor>& ts, ReduceOp) override {
     note("allreduce_coalesced(" + std::to_string(ts.size()) + ")");
   }
-  void reduce(const Tensor&, int root, ReduceOp) override { note("reduce(" + std::to_string(root) + ")"); }
+  void reduce(const Tensor&, int root, ReduceOp) override {
+    note("reduce(" + std::to_string(root) + ")");
+  }
   void allgather(const std::vector<Tensor>& outs, const Tensor&) override {
     note("allgather(" + std::to_string(outs.size()) + ")");
   }
-  void allgather_into_tensor(const Tensor&, const Tensor&) override { note("allgather_into_tensor"); }
-  void reduce_scatter(const Tensor&, const std::vector<Tensor>&, ReduceOp) override { note("reduce_scatter"); }
-  void reduce_scatter_tensor(const Tensor&, const Tensor&, ReduceOp) override { note("reduce_scatter_tensor"); }
-  void alltoallv(const Tensor&, const Tensor&, const std::vector<int64_t>&, const std::vector<int64_t>&) override {
+  void allgather_into_tensor(const Tensor&, const Tensor&) override {
+    note("allgather_into_tensor");
+  }
+  void reduce_scatter(const Tensor&, const std::vector<Tensor>&, ReduceOp) override {
+    note("reduce_scatter");
+  }
+  void reduce_scatter_tensor(const Tensor&, const Tensor&, ReduceOp) override {
+    note("reduce_scatter_tensor");
+  }
+  void alltoallv(const Tensor&, const Tensor&, const std::vector<int64_t>&,
+                 const std::vector<int64_t>&) override {
     note("alltoallv");
   }
   void gather(const std::vector<Tensor>&, const Tensor&, int) override { note("gather"); }
@@ -92,7 +105,9 @@ struct RecordingForMeta {
   BackendFactory previous;
 };
 
-Tensor meta(int64_t n) { return empty({n}, TensorOptions(kFloat32).with_device(kMeta)); }
+Tensor meta(int64_t n) {
+  return empty({n}, TensorOptions(kFloat32).with_device(kMeta));
+}
 
 TEST(BackendSeam, DefaultFactoriesByDeviceType) {
   EXPECT_EQ(backend_factory(DeviceType::CPU), &make_cpu_backend);
@@ -113,13 +128,15 @@ TEST(BackendSeam, FacadeNumbersChecksAndRecordsWhatTheBackendRuns) {
     std::vector<Tensor> outs = {meta(6), meta(6)};
     pg->allgather(outs, t);
     pg->broadcast(t, 1, {.async_op = true})->wait();
-    CHILD_CHECK(calls() == "made,begin,allreduce(max,6),end,begin,allgather(2),end,begin,broadcast(1),end",
-                calls());
+    CHILD_CHECK(
+        calls() == "made,begin,allreduce(max,6),end,begin,allgather(2),end,begin,broadcast(1),end",
+        calls());
     CHILD_CHECK(pg->sequence_number() == 3, pg->sequence_number());
     // The façade's argument checks stand before the backend.
     std::vector<Tensor> one = {meta(6)};
-    CHILD_CHECK(error_of<ValueError>([&] { pg->allgather(one, t); }).find("1 output tensors given") !=
-                    std::string::npos,
+    CHILD_CHECK(error_of<ValueError>([&] {
+                  pg->allgather(one, t);
+                }).find("1 output tensors given") != std::string::npos,
                 "allgather with one output");
     Tensor cpu = full({6}, Scalar(1.0), TensorOptions(kFloat32));
     std::vector<Tensor> mixed = {meta(6), cpu};
@@ -137,15 +154,16 @@ TEST(BackendSeam, FacadeNumbersChecksAndRecordsWhatTheBackendRuns) {
         pg->allreduce(t, ReduceOp::Min);
       }
     });
-    CHILD_CHECK(mismatch.find("reduce op (rank 0: sum, rank 1: min)") != std::string::npos, mismatch);
+    CHILD_CHECK(mismatch.find("reduce op (rank 0: sum, rank 1: min)") != std::string::npos,
+                mismatch);
     CHILD_CHECK(calls() == before + ",begin", calls());
     // CPU tensors still take the CPU backend of the same group.
     pg->allreduce(cpu);
     CHILD_CHECK(cpu.data_ptr<float>()[5] == 2.0f, cpu.data_ptr<float>()[5]);
     // Observable: the description and the flight record name the backends.
     const std::string d = pg->describe();
-    CHILD_CHECK(d.find("(backend cpu): ") != std::string::npos && d.find("; backend recording: records calls") !=
-                    std::string::npos,
+    CHILD_CHECK(d.find("(backend cpu): ") != std::string::npos &&
+                    d.find("; backend recording: records calls") != std::string::npos,
                 d);
     const std::string flight = pg->flight_record_json();
     CHILD_CHECK(flight.find("\"backend\":\"recording\"") != std::string::npos &&
@@ -172,8 +190,8 @@ TEST(BackendSeam, AbortReachesEveryBackend) {
 
 // A tensor on a CUDA device without memory: enough to pick a backend in a build without CUDA.
 Tensor cuda_tensor() {
-  Storage s = make_intrusive<StorageImpl>(DataPtr(nullptr, nullptr, nullptr, Device(DeviceType::CUDA, 0)), 0,
-                                          nullptr);
+  Storage s = make_intrusive<StorageImpl>(
+      DataPtr(nullptr, nullptr, nullptr, Device(DeviceType::CUDA, 0)), 0, nullptr);
   return make_tensor(std::move(s), kFloat32, {0}, {1});
 }
 
@@ -183,9 +201,10 @@ TEST(BackendSeam, CudaTensorsPickTheNcclSlotWhichIsNotInThisBuild) {
     Tensor t = cuda_tensor();
     CHILD_CHECK(t.device().is_cuda(), t.device().str());
     const std::string why = error_of<NotImplementedError>([&] { pg->allreduce(t); });
-    CHILD_CHECK(why.find("[dist] allreduce: tensor is on cuda:0; GPU tensors need the NCCL backend, which "
-                         "is not available in this build (") != std::string::npos,
-                why);
+    CHILD_CHECK(
+        why.find("[dist] allreduce: tensor is on cuda:0; GPU tensors need the NCCL backend, which "
+                 "is not available in this build (") != std::string::npos,
+        why);
     const std::string send = error_of<NotImplementedError>([&] { pg->broadcast(t, 0); });
     CHILD_CHECK(send.find("not available in this build") != std::string::npos, send);
     // Failed before taking a sequence number; the group still works.
@@ -202,7 +221,9 @@ TEST(BackendSeam, DeviceTypeWithoutBackendIsNotImplemented) {
     auto pg = make_group(rank, 1, path);
     Tensor t = meta(4);
     const std::string why = error_of<NotImplementedError>([&] { pg->allreduce(t); });
-    CHILD_CHECK(why == "[dist] allreduce: tensor is on meta; no process-group backend takes meta tensors", why);
+    CHILD_CHECK(
+        why == "[dist] allreduce: tensor is on meta; no process-group backend takes meta tensors",
+        why);
   });
   EXPECT_ALL_RANKS_OK(res);
 }
@@ -215,9 +236,10 @@ struct BadSetting {
 };
 
 TEST(BackendSeam, BadDistributedSettingIsATypedErrorNamingIt) {
-  for (BadSetting bad : {BadSetting{"LOOM_ALGO", "fastest"}, BadSetting{"LOOM_TCP_CHANNELS", "0"},
-                         BadSetting{"LOOM_TRANSPORT", "carrier-pigeon"}, BadSetting{"LOOM_DIST_DEBUG", "loud"},
-                         BadSetting{"LOOM_FLIGHT_ENTRIES", "many"}, BadSetting{"LOOM_DIST_TIMEOUT", "-3"}}) {
+  for (BadSetting bad :
+       {BadSetting{"LOOM_ALGO", "fastest"}, BadSetting{"LOOM_TCP_CHANNELS", "0"},
+        BadSetting{"LOOM_TRANSPORT", "carrier-pigeon"}, BadSetting{"LOOM_DIST_DEBUG", "loud"},
+        BadSetting{"LOOM_FLIGHT_ENTRIES", "many"}, BadSetting{"LOOM_DIST_TIMEOUT", "-3"}}) {
     SCOPED_TRACE(bad.name);
     auto res = run_processes(1, [bad](int rank, const std::string& path) {
       ::setenv(bad.name, bad.value, 1);
@@ -225,7 +247,8 @@ TEST(BackendSeam, BadDistributedSettingIsATypedErrorNamingIt) {
         auto store = std::make_shared<FileStore>(path);
         ProcessGroup::create(store, rank, 1);
       });
-      CHILD_CHECK(why.find(bad.name) != std::string::npos && why.find(bad.value) != std::string::npos, why);
+      CHILD_CHECK(
+          why.find(bad.name) != std::string::npos && why.find(bad.value) != std::string::npos, why);
     });
     EXPECT_ALL_RANKS_OK(res);
   }

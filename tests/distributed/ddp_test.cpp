@@ -141,9 +141,9 @@ TEST(DistributedDataParallel, NoSyncAccumulatesThenAverages) {
 }
 
 // Rank 1 joins late, so rank 0's backward blocks in its last AccumulateGrad until the allreduce of
-// the gradients is done. Rank 0's profile shows that time as a comm_wait range ("ddp::wait_allreduce")
-// inside AccumulateGrad: excluded from AccumulateGrad's self time and counted as communication, not
-// compute, in the step breakdown.
+// the gradients is done. Rank 0's profile shows that time as a comm_wait range
+// ("ddp::wait_allreduce") inside AccumulateGrad: excluded from AccumulateGrad's self time and
+// counted as communication, not compute, in the step breakdown.
 TEST(DistributedDataParallel, ProfilerShowsTheAllreduceWaitAsCommunication) {
   auto res = run_processes(2, [&](int rank, const std::string& path) {
     auto pg = make_group(rank, 2, path);
@@ -171,12 +171,14 @@ TEST(DistributedDataParallel, ProfilerShowsTheAllreduceWaitAsCommunication) {
         wait = &e;
       }
     }
-    CHILD_CHECK(wait != nullptr, "no ddp::wait_allreduce in the trace:\n" << profiler::summarize(t));
+    CHILD_CHECK(wait != nullptr, "no ddp::wait_allreduce in the trace:\n"
+                                     << profiler::summarize(t));
     CHILD_CHECK(wait->kind == profiler::EventKind::CommWait, static_cast<int>(wait->kind));
     // Rank 1 came at least ~300 ms late; rank 0's own forward and backward take a few ms.
     CHILD_CHECK(wait->duration_ns() > 100'000'000, wait->duration_ns());
     for (const profiler::Event& e : t.events) {
-      if (e.name == "AccumulateGrad" && e.tid == wait->tid && e.start_ns <= wait->start_ns && e.end_ns >= wait->end_ns) {
+      if (e.name == "AccumulateGrad" && e.tid == wait->tid && e.start_ns <= wait->start_ns &&
+          e.end_ns >= wait->end_ns) {
         acc = &e;
       }
     }
@@ -189,13 +191,15 @@ TEST(DistributedDataParallel, ProfilerShowsTheAllreduceWaitAsCommunication) {
       }
     }
     CHILD_CHECK(acc_self >= 0 && acc_self + wait->duration_ns() <= acc_total,
-                "AccumulateGrad self " << acc_self << " ns includes the wait of " << wait->duration_ns() << " ns");
+                "AccumulateGrad self " << acc_self << " ns includes the wait of "
+                                       << wait->duration_ns() << " ns");
     const auto steps = profiler::step_breakdown(t);
     CHILD_CHECK(steps.size() == 1, steps.size());
     CHILD_CHECK(steps[0].communication_ns >= wait->duration_ns(),
                 steps[0].communication_ns << " ns of communication, wait " << wait->duration_ns());
     CHILD_CHECK(steps[0].compute_ns < wait->duration_ns(), steps[0].compute_ns);
-    CHILD_CHECK(profiler::dominant_part(steps).rfind("communication", 0) == 0, profiler::dominant_part(steps));
+    CHILD_CHECK(profiler::dominant_part(steps).rfind("communication", 0) == 0,
+                profiler::dominant_part(steps));
   });
   for (size_t r = 0; r < res.size(); ++r)
     EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ": " << res[r].output;

@@ -58,9 +58,9 @@ TEST(FlightRecorder, EntriesStayWholeUnderConcurrentWritesAndWraparound) {
         const int64_t t = static_cast<int64_t>(3 * s);
         bool ok = e.fp.count == s * 7 && e.t_scheduled_us == t;
         ok = ok && (e.state >= FlightRecorder::Started ? e.t_started_us == t + 1 && e.algo == "ring"
-                                                        : e.t_started_us == 0 && e.algo.empty());
+                                                       : e.t_started_us == 0 && e.algo.empty());
         ok = ok && (e.state == FlightRecorder::Completed ? e.t_completed_us == t + 2
-                                                          : e.t_completed_us == 0);
+                                                         : e.t_completed_us == 0);
         if (!ok) torn.fetch_add(1);
       }
       reads.fetch_add(1);
@@ -103,35 +103,42 @@ TEST(FlightRecorder, ContractMismatchNamesFields) {
 
 TEST(DistDebug, NamesTheRankThatDidNotJoin) {
   std::string dir = loom::testing::make_temp_dir();
-  auto res = loom::testing::run_processes(3, [&](int rank, const std::string& path) {
-    setenv("LOOM_FLIGHT_DIR", dir.c_str(), 1);
-    ProcessGroupOptions o;
-    o.timeout = std::chrono::milliseconds(1500);
-    auto pg = loom::testing::make_group(rank, 3, path, o);
-    Tensor t = full({32}, Scalar(1.0), TensorOptions(kFloat32));
-    pg->allreduce(t);
-    pg->broadcast(t, 0);
-    if (rank == 1) {  // hangs outside loom before the third collective
-      std::this_thread::sleep_for(std::chrono::seconds(4));
-      return;
-    }
-    try {
-      pg->allreduce(t);
-    } catch (const DistError&) {
-    }
-  }, 30);
+  auto res = loom::testing::run_processes(
+      3,
+      [&](int rank, const std::string& path) {
+        setenv("LOOM_FLIGHT_DIR", dir.c_str(), 1);
+        ProcessGroupOptions o;
+        o.timeout = std::chrono::milliseconds(1500);
+        auto pg = loom::testing::make_group(rank, 3, path, o);
+        Tensor t = full({32}, Scalar(1.0), TensorOptions(kFloat32));
+        pg->allreduce(t);
+        pg->broadcast(t, 0);
+        if (rank == 1) {  // hangs outside loom before the third collective
+          std::this_thread::sleep_for(std::chrono::seconds(4));
+          return;
+        }
+        try {
+          pg->allreduce(t);
+        } catch (const DistError&) {
+        }
+      },
+      30);
   for (auto& r : res) EXPECT_EQ(r.exit_code, 0) << r.output;
   std::string report = analyze_flight_records(dir);
   EXPECT_CONTAINS(report, "group 'world' (3 ranks, records from 2)");
-  EXPECT_CONTAINS(report, "rank 1 did not join allreduce(float32[32], count=32, op=sum) #2; ranks 0,2 waited in it");
+  EXPECT_CONTAINS(
+      report,
+      "rank 1 did not join allreduce(float32[32], count=32, op=sum) #2; ranks 0,2 waited in it");
   EXPECT_CONTAINS(report, "rank 1 wrote no record");
   EXPECT_CONTAINS(report, "rank 0: last allreduce(float32[32], count=32, op=sum) #2 failed");
   // A corrupt record is a DataError naming the file and line.
-  std::ofstream(dir + "/flight-world-rank1.json") << "{\"group\":\"world\",\"rank\":1,\"size\":3}\n{not json\n";
+  std::ofstream(dir + "/flight-world-rank1.json")
+      << "{\"group\":\"world\",\"rank\":1,\"size\":3}\n{not json\n";
   std::string err = loom::testing::error_of<DataError>([&] { analyze_flight_records(dir); });
   EXPECT_CONTAINS(err, "flight-world-rank1.json line 2");
-  EXPECT_CONTAINS(loom::testing::error_of<DataError>([&] { analyze_flight_records(dir + "/nope"); }),
-                  "cannot open directory");
+  EXPECT_CONTAINS(
+      loom::testing::error_of<DataError>([&] { analyze_flight_records(dir + "/nope"); }),
+      "cannot open directory");
   (void)!std::system(("rm -rf '" + dir + "'").c_str());
 }
 

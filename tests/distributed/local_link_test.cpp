@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "distributed/algorithms/tree_pipeline.h"
-#include "distributed/transport/local_link.h"
 #include "distributed/local_ranks.h"
+#include "distributed/transport/local_link.h"
 #include "loom/error.h"
 #include "test_errors.h"
 

@@ -30,7 +30,8 @@ struct RankResult {
 };
 
 inline std::string make_temp_dir() {
-  std::string t = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + std::string("/loom-dist-XXXXXX");
+  std::string t =
+      (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + std::string("/loom-dist-XXXXXX");
   std::vector<char> buf(t.begin(), t.end());
   buf.push_back('\0');
   char* d = ::mkdtemp(buf.data());
@@ -38,8 +39,9 @@ inline std::string make_temp_dir() {
 }
 
 // fn(rank, store_path) runs in each child.
-inline std::vector<RankResult> run_processes(int size, const std::function<void(int, const std::string&)>& fn,
-                                         int timeout_s = 60) {
+inline std::vector<RankResult> run_processes(int size,
+                                             const std::function<void(int, const std::string&)>& fn,
+                                             int timeout_s = 60) {
   std::string dir = make_temp_dir();
   std::string store_path = dir + "/store";
   std::vector<pid_t> pids(static_cast<size_t>(size));
@@ -100,7 +102,8 @@ inline std::vector<RankResult> run_processes(int size, const std::function<void(
     }
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < size; ++r) {
-        if (results[static_cast<size_t>(r)].exit_code == -1) ::kill(pids[static_cast<size_t>(r)], SIGKILL);
+        if (results[static_cast<size_t>(r)].exit_code == -1)
+          ::kill(pids[static_cast<size_t>(r)], SIGKILL);
       }
       for (int r = 0; r < size; ++r) {
         if (results[static_cast<size_t>(r)].exit_code == -1) {
@@ -119,7 +122,8 @@ inline std::vector<RankResult> run_processes(int size, const std::function<void(
 }
 
 // A group over a FileStore for a test rank.
-inline std::shared_ptr<dist::ProcessGroup> make_group(int rank, int size, const std::string& store_path,
+inline std::shared_ptr<dist::ProcessGroup> make_group(int rank, int size,
+                                                      const std::string& store_path,
                                                       dist::ProcessGroupOptions o = {}) {
   auto store = std::make_shared<dist::FileStore>(store_path);
   if (o.timeout == dist::default_timeout()) o.timeout = std::chrono::seconds(20);
@@ -139,8 +143,8 @@ inline std::shared_ptr<dist::ProcessGroup> make_group(int rank, int size, const 
   } while (0)
 
 // Expects every rank to have exited 0, printing the outputs otherwise.
-#define EXPECT_ALL_RANKS_OK(results)                                                       \
-  for (size_t r_ = 0; r_ < (results).size(); ++r_) {                                      \
+#define EXPECT_ALL_RANKS_OK(results)                                                        \
+  for (size_t r_ = 0; r_ < (results).size(); ++r_) {                                        \
     EXPECT_EQ((results)[r_].exit_code, 0) << "rank " << r_ << ": " << (results)[r_].output; \
   }
 

@@ -398,9 +398,9 @@ TEST(ProcessGroup, ContractMismatchesAreNamedOnEveryRank) {
 
 // With no spinning and no yielding, every wait that finds nothing sleeps on the shared-memory
 // doorbell at once, so peers' notifications carry the whole exchange (Note [Doorbells] in
-// src/distributed/transport/communicator.h). A lost wake-up would leave a sleep to run to its 10 ms bound: many such, and the
-// 300 small collectives below would take seconds. Results are checked as well, for every size from
-// inline messages to ones read by address.
+// src/distributed/transport/communicator.h). A lost wake-up would leave a sleep to run to its 10 ms
+// bound: many such, and the 300 small collectives below would take seconds. Results are checked as
+// well, for every size from inline messages to ones read by address.
 TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {
   const int size = 3;
   auto res = run_processes(size, [&](int rank, const std::string& path) {
@@ -412,10 +412,12 @@ TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {
     for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 18}) {
       Tensor t = rank_tensor(rank, n);
       pg->allreduce(t);
-      check_values(t, [&](int64_t i) { return reference(ReduceOp::Sum, size, i); }, 1e-5, "allreduce");
+      check_values(
+          t, [&](int64_t i) { return reference(ReduceOp::Sum, size, i); }, 1e-5, "allreduce");
       Tensor b = rank_tensor(rank, n);
       pg->broadcast(b, size - 1);
-      check_values(b, [&](int64_t i) { return value(size - 1, i); }, 0, "broadcast");
+      check_values(
+          b, [&](int64_t i) { return value(size - 1, i); }, 0, "broadcast");
     }
     for (int i = 0; i < 300; ++i) {
       Tensor t = full({4}, Scalar(1.0), TensorOptions(kFloat32));
@@ -437,20 +439,23 @@ TEST(ProcessGroup, SleepingWaitsAreWokenByPeers) {
 }
 
 // Large messages over shared memory are read by the receiver and, while the sender waits, written
-// by the sender too, piece by piece (Note [Cooperative copies] in src/distributed/transport/shm_link.cpp). Messages
-// of many sizes (none a whole number of pieces) go back to back, so a piece copied for the wrong
-// message, at the wrong offset or twice would show in the values. The receiver copies each message
-// out the moment its receive completes and then overwrites it: a piece still on its way then (a
-// receive completed too early) shows as missing in the copy or as written over the overwrite. The
-// sender must have helped.
+// by the sender too, piece by piece (Note [Cooperative copies] in
+// src/distributed/transport/shm_link.cpp). Messages of many sizes (none a whole number of pieces)
+// go back to back, so a piece copied for the wrong message, at the wrong offset or twice would show
+// in the values. The receiver copies each message out the moment its receive completes and then
+// overwrites it: a piece still on its way then (a receive completed too early) shows as missing in
+// the copy or as written over the overwrite. The sender must have helped.
 TEST(ProcessGroup, LargeMessagesAreCopiedByBothSides) {
   const int size = 2;
   auto res = run_processes(size, [&](int rank, const std::string& path) {
     ProcessGroupOptions o;
     o.transport = "shm";
     auto pg = make_group(rank, size, path, o);
-    auto pattern = [](int64_t msg, int64_t i) { return static_cast<float>((msg * 7919 + i) % 65521); };
-    const std::vector<int64_t> numels = {(1 << 17) + 1, (1 << 19) + 3, (3 << 18) + 5, (1 << 21) + 7};
+    auto pattern = [](int64_t msg, int64_t i) {
+      return static_cast<float>((msg * 7919 + i) % 65521);
+    };
+    const std::vector<int64_t> numels = {(1 << 17) + 1, (1 << 19) + 3, (3 << 18) + 5,
+                                         (1 << 21) + 7};
     int64_t msg = 0;
     for (int round = 0; round < 30; ++round) {
       // Point to point, several in flight: rank 0 sends, rank 1 receives into fresh tensors.
@@ -477,14 +482,16 @@ TEST(ProcessGroup, LargeMessagesAreCopiedByBothSides) {
         const int64_t m = msg - static_cast<int64_t>(numels.size()) + static_cast<int64_t>(k);
         for (int64_t i = 0; i < got[k].numel(); ++i) {
           CHILD_CHECK(p[i] == pattern(m, i), "message " << m << " element " << i << " is " << p[i]);
-          CHILD_CHECK(after[i] == -2.0f, "message " << m << " element " << i << " was written after "
+          CHILD_CHECK(after[i] == -2.0f, "message " << m << " element " << i
+                                                    << " was written after "
                                                     << "its receive completed: " << after[i]);
         }
       }
       // A broadcast, where the root has nothing else to do but help.
       Tensor b = full({(1 << 20) + 9}, Scalar(rank == 0 ? 2.5 : 0.0), TensorOptions(kFloat32));
       pg->broadcast(b, 0);
-      check_values(b, [](int64_t) { return 2.5; }, 0, "broadcast");
+      check_values(
+          b, [](int64_t) { return 2.5; }, 0, "broadcast");
     }
     if (rank == 0) {
       const std::string d = pg->describe();
@@ -533,8 +540,8 @@ TEST(ProcessGroup, MessagesAheadOfTheirReceivesAreHeld) {
       }
     });
     for (size_t r = 0; r < res.size(); ++r) {
-      EXPECT_EQ(res[r].exit_code, 0) << (streamed ? "streamed" : "by address") << ", rank " << r << ": "
-                                     << res[r].output;
+      EXPECT_EQ(res[r].exit_code, 0)
+          << (streamed ? "streamed" : "by address") << ", rank " << r << ": " << res[r].output;
     }
   }
 }

@@ -35,9 +35,10 @@ TEST(StoreTimeout, DefaultTimeoutFromEnvironment) {
   }
   {
     testing::ScopedEnv env{{"LOOM_DIST_TIMEOUT", "abc"}};
-    EXPECT_CONTAINS(error_of<ValueError>([] { default_timeout(); }),
-                    "[config] LOOM_DIST_TIMEOUT='abc' (from the environment) is not valid: expected a "
-                    "number from 0.001 to 100000000");
+    EXPECT_CONTAINS(
+        error_of<ValueError>([] { default_timeout(); }),
+        "[config] LOOM_DIST_TIMEOUT='abc' (from the environment) is not valid: expected a "
+        "number from 0.001 to 100000000");
   }
   {
     testing::ScopedEnv env{{"LOOM_DIST_TIMEOUT", "-1"}};

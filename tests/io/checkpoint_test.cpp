@@ -33,7 +33,8 @@ TEST(Checkpoint, LatestNamesTheNewestAndOldOnesAreRotated) {
   TempDir d;
   EXPECT_FALSE(io::load_latest_checkpoint(d.path).has_value());
   for (int step = 10; step <= 40; step += 10) {
-    io::save_checkpoint(d.path, step, state(static_cast<float>(step)), Json::object({{"epoch", step / 10}}), 2);
+    io::save_checkpoint(d.path, step, state(static_cast<float>(step)),
+                        Json::object({{"epoch", step / 10}}), 2);
   }
   auto c = io::load_latest_checkpoint(d.path);
   ASSERT_TRUE(c.has_value());
@@ -41,7 +42,8 @@ TEST(Checkpoint, LatestNamesTheNewestAndOldOnesAreRotated) {
   EXPECT_EQ(c->sidecar.at("epoch").as_int(), 4);
   EXPECT_EQ(to_vector<float>(c->tensors[0].second), std::vector<float>(6, 40.0f));
   int files = 0;
-  for (const auto& e : fs::directory_iterator(d.path)) files += e.path().filename().string().rfind("step-", 0) == 0;
+  for (const auto& e : fs::directory_iterator(d.path))
+    files += e.path().filename().string().rfind("step-", 0) == 0;
   EXPECT_EQ(files, 4);  // two checkpoints, two files each
   EXPECT_TRUE(fs::exists(d.path + "/step-000000030.safetensors"));
   EXPECT_FALSE(fs::exists(d.path + "/step-000000020.safetensors"));
@@ -60,9 +62,11 @@ TEST(Checkpoint, CorruptSidecarAndPointerAreDataErrors) {
   TempDir d;
   const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object());
   std::ofstream(prefix + ".json") << "{\"checkpoint\": {\"format\": ";
-  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "step-000000005.json");
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "step-000000005.json");
   std::ofstream(d.path + "/latest") << "../../etc/passwd\n";
-  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "does not name a checkpoint");
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "does not name a checkpoint");
 }
 
 TEST(Checkpoint, MismatchedStepBetweenFilesIsDetected) {
@@ -70,12 +74,14 @@ TEST(Checkpoint, MismatchedStepBetweenFilesIsDetected) {
   const std::string a = io::save_checkpoint(d.path, 5, state(1.0f), Json::object(), 5);
   const std::string b = io::save_checkpoint(d.path, 6, state(2.0f), Json::object(), 5);
   fs::copy_file(a + ".safetensors", b + ".safetensors", fs::copy_options::overwrite_existing);
-  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "different step");
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "different step");
 }
 
 TEST(Checkpoint, AFlippedBitInATensorIsCaughtAndNamed) {
   TempDir d;
-  const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
+  const std::string prefix =
+      io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
   // The last byte of the file is the last byte of the last tensor's data.
   std::fstream f(prefix + ".safetensors", std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(-8, std::ios::end);
@@ -86,13 +92,16 @@ TEST(Checkpoint, AFlippedBitInATensorIsCaughtAndNamed) {
   f.write(&c, 1);
   f.close();
   const std::string msg = error_of<DataError>([&] { io::load_latest_checkpoint(d.path); });
-  EXPECT_CONTAINS(msg, "step-000000005.safetensors: the bytes of tensor 'optim.state.0.step' fail their CRC32C");
+  EXPECT_CONTAINS(
+      msg,
+      "step-000000005.safetensors: the bytes of tensor 'optim.state.0.step' fail their CRC32C");
   EXPECT_CONTAINS(msg, "the file is corrupt");
 }
 
 TEST(Checkpoint, AnEditedSidecarFailsItsChecksum) {
   TempDir d;
-  const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
+  const std::string prefix =
+      io::save_checkpoint(d.path, 5, state(1.0f), Json::object({{"epoch", 1}}));
   auto c = io::load_latest_checkpoint(d.path);
   ASSERT_TRUE(c.has_value() && c->verified);
   std::string text = io::read_file(prefix + ".json");
@@ -110,16 +119,22 @@ TEST(Checkpoint, AnEditedSidecarFailsItsChecksum) {
 TEST(Checkpoint, ATensorMissingFromTheFileOrRenamedIsCaught) {
   TempDir d;
   const std::string prefix = io::save_checkpoint(d.path, 5, state(1.0f), Json::object());
-  io::save_safetensors(prefix + ".safetensors", {{"model.w", full({2, 3}, 1.0f)}}, {{"loom_step", "5"}});
-  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "holds 1 tensors but its sidecar lists 2");
-  io::save_safetensors(prefix + ".safetensors", {{"model.v", full({2, 3}, 1.0f)}, {"optim.state.0.step", from_vector<int64_t>({7})}},
+  io::save_safetensors(prefix + ".safetensors", {{"model.w", full({2, 3}, 1.0f)}},
                        {{"loom_step", "5"}});
-  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }), "tensor 0 is 'model.v' but the sidecar lists 'model.w'");
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "holds 1 tensors but its sidecar lists 2");
+  io::save_safetensors(
+      prefix + ".safetensors",
+      {{"model.v", full({2, 3}, 1.0f)}, {"optim.state.0.step", from_vector<int64_t>({7})}},
+      {{"loom_step", "5"}});
+  EXPECT_CONTAINS(error_of<DataError>([&] { io::load_latest_checkpoint(d.path); }),
+                  "tensor 0 is 'model.v' but the sidecar lists 'model.w'");
 }
 
 TEST(Checkpoint, KeepsTheNewestKAndAtLeastOne) {
   TempDir d;
-  for (int step = 1; step <= 5; ++step) io::save_checkpoint(d.path, step, state(1.0f), Json::object(), /*keep=*/1);
+  for (int step = 1; step <= 5; ++step)
+    io::save_checkpoint(d.path, step, state(1.0f), Json::object(), /*keep=*/1);
   int jsons = 0;
   for (const auto& e : fs::directory_iterator(d.path)) jsons += e.path().extension() == ".json";
   EXPECT_EQ(jsons, 1);

@@ -10,8 +10,8 @@
 #include <functional>
 
 #include "loom/io.h"
-#include "test_errors.h"
 #include "loom/ops.h"
+#include "test_errors.h"
 
 namespace loom::io {
 namespace {
@@ -48,7 +48,9 @@ Tensor vec(std::vector<T> v, IntArrayRef shape) {
   return from_vector(v, shape);
 }
 
-std::string message_of(const std::function<void()>& f) { return testing::error_of<DataError>(f); }
+std::string message_of(const std::function<void()>& f) {
+  return testing::error_of<DataError>(f);
+}
 
 void expect_same(const TensorMap& want, const TensorMap& got) {
   ASSERT_EQ(want.size(), got.size());

@@ -6,14 +6,14 @@
 #include <vector>
 
 #include "loom/error.h"
-#include "loom/memory/snapshot_json.h"
 #include "loom/memory/alloc_context.h"
 #include "loom/memory/alloc_trace.h"
-#include "training_trace.h"
+#include "loom/memory/snapshot_json.h"
 #include "loom/nn.h"
 #include "loom/ops.h"
 #include "loom/optim.h"
 #include "test_errors.h"
+#include "training_trace.h"
 
 namespace loom::memory {
 namespace {

@@ -12,9 +12,9 @@
 #include "loom/error.h"
 #include "loom/io.h"
 #include "loom/memory/alloc_trace.h"
-#include "training_trace.h"
 #include "loom/ops.h"
 #include "test_errors.h"
+#include "training_trace.h"
 
 namespace loom::memory {
 namespace {
@@ -134,7 +134,8 @@ TEST(AllocTrace, EveryCorruptFileIsADataErrorNamingTheFileAndWhere) {
       {doc(R"(["a", 0, 5, 0], ["a", 0, 5, 0])"),
        "event 1: alloc of id 0 which is still live (allocated at event 0)"},
       {doc(R"(["a", 0, 5])"), "event 0: an alloc has 4 or 5 fields"},
-      {doc(R"(["a", 0, 5, 0, 2])", R"("format": "loom-alloc-trace", "version": 2, "contexts": ["x"])"),
+      {doc(R"(["a", 0, 5, 0, 2])",
+           R"("format": "loom-alloc-trace", "version": 2, "contexts": ["x"])"),
        "event 0: context 2 is not an index into \"contexts\" (1 names)"},
       {doc(R"(["s", 1, 2])"), "event 0: a step marker has 2 fields"},
       {doc(R"(["s", -1])"), "event 0: negative steps -1"},

@@ -18,7 +18,9 @@
 namespace loom::memory::testing {
 
 // Stream `id` of the simulated device (whose streams are named as the CPU's).
-inline Stream on(StreamId id) { return Stream(kCPU, id); }
+inline Stream on(StreamId id) {
+  return Stream(kCPU, id);
+}
 
 constexpr size_t KiB = size_t{1} << 10;
 constexpr size_t MiB = size_t{1} << 20;
@@ -121,8 +123,8 @@ inline void expect_consistent(const CachingAllocator& a, bool sole_user = true) 
 }
 
 // The blocks a random workload holds, by address, with the bytes each added to the allocator's
-// allocated count. On a backed device each carries a tag in its first and last byte, checked when it
-// is taken back. The counters follow what the allocator's statistics should say.
+// allocated count. On a backed device each carries a tag in its first and last byte, checked when
+// it is taken back. The counters follow what the allocator's statistics should say.
 struct LiveBlocks {
   struct Block {
     size_t requested;
@@ -130,7 +132,8 @@ struct LiveBlocks {
     uint8_t tag;
   };
   std::map<uint64_t, Block> by_address;
-  int64_t requested = 0, requested_peak = 0, allocated = 0, allocated_peak = 0, count = 0, count_peak = 0;
+  int64_t requested = 0, requested_peak = 0, allocated = 0, allocated_peak = 0, count = 0,
+          count_peak = 0;
 
   // Records a block the allocator just handed out (`block` = what it added to allocated_bytes);
   // false (with the test failed) if it overlaps a live one.
@@ -177,14 +180,16 @@ struct LiveBlocks {
   bool empty() const { return by_address.empty(); }
   std::vector<void*> pointers() const {
     std::vector<void*> out;
-    for (const auto& [x, b] : by_address) out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
+    for (const auto& [x, b] : by_address)
+      out.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(x)));
     return out;
   }
 };
 
 // The end of every random workload: frees what is still live, lets the device finish, empties the
 // cache, and expects the allocator and its device back where they started.
-inline void expect_drains_to_empty(CachingAllocator& a, SimulatedDevice& dev, const std::vector<void*>& live) {
+inline void expect_drains_to_empty(CachingAllocator& a, SimulatedDevice& dev,
+                                   const std::vector<void*>& live) {
   for (void* p : live) a.free(p);
   dev.complete();
   a.empty_cache();

@@ -149,7 +149,7 @@ TEST(RecordingAllocatorStreams, LogsTheStreamOfEachAllocation) {
   {
     DataPtr a = rec.allocate(64);  // the default stream
     StreamGuard g(side);
-    DataPtr b = rec.allocate(64);                      // the current stream
+    DataPtr b = rec.allocate(64);                           // the current stream
     DataPtr c = rec.allocate_on(64, default_stream(kCPU));  // the stream asked for
   }
   std::vector<StreamId> streams;

@@ -35,9 +35,8 @@ TEST(Init, FanInFanOutAndGain) {
             std::make_pair(int64_t{784}, int64_t{256}));
   EXPECT_EQ(init::calculate_fan_in_and_fan_out(empty({16, 3, 5, 5})),
             std::make_pair(int64_t{75}, int64_t{400}));
-  EXPECT_CONTAINS(
-      error_of<ValueError>([] { init::calculate_fan_in_and_fan_out(empty({5})); }),
-      "fewer than 2 dimensions");
+  EXPECT_CONTAINS(error_of<ValueError>([] { init::calculate_fan_in_and_fan_out(empty({5})); }),
+                  "fewer than 2 dimensions");
   EXPECT_DOUBLE_EQ(init::calculate_gain("relu"), std::sqrt(2.0));
   EXPECT_DOUBLE_EQ(init::calculate_gain("tanh"), 5.0 / 3.0);
   EXPECT_DOUBLE_EQ(init::calculate_gain("linear"), 1.0);
@@ -45,11 +44,11 @@ TEST(Init, FanInFanOutAndGain) {
   EXPECT_DOUBLE_EQ(init::calculate_gain("leaky_relu", std::sqrt(5.0)), std::sqrt(1.0 / 3.0));
   EXPECT_CONTAINS(error_of<ValueError>([] { init::calculate_gain("swish"); }), "swish");
   EXPECT_CONTAINS(error_of<ValueError>([] {
-                       init::kaiming_uniform_(empty({3, 3}), 0, "fan_avg");
-                     }),
-                     "fan_avg");
+                    init::kaiming_uniform_(empty({3, 3}), 0, "fan_avg");
+                  }),
+                  "fan_avg");
   EXPECT_CONTAINS(error_of<TypeError>([] { init::uniform_(empty({3}, kInt64)); }),
-                     "floating-point");
+                  "floating-point");
 }
 
 TEST(Init, KaimingUniformBoundAndVariance) {

@@ -72,22 +72,22 @@ TEST(Conv2d, ShapeAndDtypeErrors) {
   nn::Conv2d conv(3, 8, 5);
   const std::string ch = error_of<ValueError>([&] { conv(zeros({2, 4, 32, 32})); });
   EXPECT_CONTAINS(ch,
-                     "[Conv2d(3, 8, kernel_size=[5, 5], stride=[1, 1])] input has 4 channels, "
-                     "expected 3 (input shape [2, 4, 32, 32]");
+                  "[Conv2d(3, 8, kernel_size=[5, 5], stride=[1, 1])] input has 4 channels, "
+                  "expected 3 (input shape [2, 4, 32, 32]");
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       conv(zeros({3, 32}));
-                     }),
-                     "expected a 3-D (C, H, W) or 4-D (N, C, H, W) input but got shape [3, 32]");
+                    conv(zeros({3, 32}));
+                  }),
+                  "expected a 3-D (C, H, W) or 4-D (N, C, H, W) input but got shape [3, 32]");
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       conv(zeros({1, 3, 4, 4}));
-                     }),
-                     "smaller than the effective kernel size 5x5");
+                    conv(zeros({1, 3, 4, 4}));
+                  }),
+                  "smaller than the effective kernel size 5x5");
   EXPECT_CONTAINS(error_of<TypeError>([&] {
-                       conv(zeros({1, 3, 8, 8}, kFloat64));
-                     }),
-                     "input dtype float64 does not match the module's parameter dtype float32");
+                    conv(zeros({1, 3, 8, 8}, kFloat64));
+                  }),
+                  "input dtype float64 does not match the module's parameter dtype float32");
   EXPECT_CONTAINS(error_of<ValueError>([] { nn::Conv2d(3, 8, 3, 1, 0, 1, 2); }),
-                     "in_channels (3) must be divisible by groups (2)");
+                  "in_channels (3) must be divisible by groups (2)");
   EXPECT_CONTAINS(error_of<ValueError>([] { nn::Conv2d(3, 8, 0); }), "kernel_size");
 }
 
@@ -100,11 +100,11 @@ TEST(MaxPool2d, ForwardAndErrors) {
   EXPECT_EQ(pool3(x).sizes(), IntArrayRef({1, 1, 4, 4}));
   EXPECT_CONTAINS(error_of<ValueError>([&] { pool(zeros({4, 4})); }), "[MaxPool2d(");
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       nn::MaxPool2d(3)(zeros({1, 2, 2}));
-                     }),
-                     "smaller than the effective kernel size 3x3");
+                    nn::MaxPool2d(3)(zeros({1, 2, 2}));
+                  }),
+                  "smaller than the effective kernel size 3x3");
   EXPECT_CONTAINS(error_of<ValueError>([] { nn::MaxPool2d(2, 2, 2); }),
-                     "at most half the kernel size");
+                  "at most half the kernel size");
 }
 
 TEST(Activations, ReluGeluFlatten) {
@@ -120,9 +120,9 @@ TEST(Activations, ReluGeluFlatten) {
   EXPECT_EQ(nn::Flatten()(zeros({2, 3, 4, 5})).sizes(), IntArrayRef({2, 60}));
   EXPECT_EQ(nn::Flatten(0, 1)(zeros({2, 3, 4})).sizes(), IntArrayRef({6, 4}));
   EXPECT_CONTAINS(error_of<ValueError>([] {
-                       nn::Flatten(2)(zeros({2, 3}));
-                     }),
-                     "[Flatten(start_dim=2, end_dim=-1)]");
+                    nn::Flatten(2)(zeros({2, 3}));
+                  }),
+                  "[Flatten(start_dim=2, end_dim=-1)]");
 }
 
 TEST(Dropout, TrainAndEval) {
@@ -169,10 +169,7 @@ TEST(LayerNorm, ForwardAndErrors) {
   EXPECT_EQ(msg,
             "[LayerNorm([4], eps=1e-05)] expected the last 1 dimension(s) of the input to be [4] "
             "but got input shape [8, 32]");
-  EXPECT_CONTAINS(error_of<TypeError>([&] {
-                       ln(zeros({2, 4}, kFloat64));
-                     }),
-                     "input dtype float64");
+  EXPECT_CONTAINS(error_of<TypeError>([&] { ln(zeros({2, 4}, kFloat64)); }), "input dtype float64");
   nn::LayerNorm plain({2, 4}, 1e-5, /*elementwise_affine=*/false);
   EXPECT_EQ(plain.parameters().size(), 0u);
   EXPECT_EQ(plain(zeros({3, 2, 4}, kFloat64)).dtype(), kFloat64);
@@ -189,12 +186,12 @@ TEST(Embedding, LookupPaddingAndErrors) {
   EXPECT_EQ(values(y.select(0, 1).select(0, 0)), values(emb.weight().select(0, 9)));
   EXPECT_EQ(emb(idx.to(kInt32)).sizes(), IntArrayRef({2, 2, 3}));
   EXPECT_CONTAINS(error_of<TypeError>([&] { emb(zeros({2})); }),
-                     "[Embedding(10, 3, padding_idx=0)] expected integer indices (int64 or int32) "
-                     "but got float32");
+                  "[Embedding(10, 3, padding_idx=0)] expected integer indices (int64 or int32) "
+                  "but got float32");
   EXPECT_CONTAINS(error_of<IndexError>([&] {
-                       emb(from_vector<int64_t>({3, 10}));
-                     }),
-                     "[Embedding(10, 3, padding_idx=0)] index out of range");
+                    emb(from_vector<int64_t>({3, 10}));
+                  }),
+                  "[Embedding(10, 3, padding_idx=0)] index out of range");
   EXPECT_CONTAINS(error_of<ValueError>([] { nn::Embedding(10, 3, 10); }), "padding_idx");
 }
 
@@ -212,7 +209,7 @@ TEST(Sequential, ChainsAndIndexes) {
   // A shape error deep inside names the module that raised it.
   nn::Sequential bad{std::make_shared<nn::Linear>(4, 8), std::make_shared<nn::Linear>(7, 2)};
   EXPECT_CONTAINS(error_of<ValueError>([&] { bad(x); }),
-                     "[Linear(7 -> 2)] input has 8 features in its last dimension, expected 7");
+                  "[Linear(7 -> 2)] input has 8 features in its last dimension, expected 7");
 }
 
 }  // namespace

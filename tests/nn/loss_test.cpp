@@ -21,12 +21,10 @@ TEST(MSELoss, ValuesAndReductions) {
 }
 
 TEST(MSELoss, Errors) {
-  const std::string shape = error_of<ValueError>([] {
-    nn::mse_loss(zeros({4, 1}), zeros({4}));
-  });
+  const std::string shape = error_of<ValueError>([] { nn::mse_loss(zeros({4, 1}), zeros({4})); });
   EXPECT_CONTAINS(shape, "[mse_loss] input shape [4, 1] and target shape [4] differ");
   EXPECT_CONTAINS(error_of<TypeError>([] { nn::mse_loss(zeros({4}), zeros({4}, kFloat64)); }),
-                     "input dtype float32 and target dtype float64 differ");
+                  "input dtype float32 and target dtype float64 differ");
 }
 
 TEST(MSELoss, Gradient) {
@@ -69,7 +67,7 @@ TEST(CrossEntropyLoss, ValuesSmoothingAndReduction) {
   nn::CrossEntropyOptions bad;
   bad.label_smoothing = 1.5;
   EXPECT_CONTAINS(error_of<ValueError>([&] { nn::cross_entropy_loss(x, t, bad); }),
-                     "label_smoothing");
+                  "label_smoothing");
 }
 
 // Through the derivatives of log_softmax and nll_loss.

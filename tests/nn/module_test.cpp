@@ -95,17 +95,16 @@ TEST(Module, RegistrationErrors) {
   Module m;
   m.register_parameter("w", zeros({2}));
   EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_parameter("w", zeros({2})); }),
-                     "attribute \"w\" already exists");
+                  "attribute \"w\" already exists");
   EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_buffer("a.b", zeros({2})); }),
-                     "can't contain");
+                  "can't contain");
   EXPECT_CONTAINS(error_of<TypeError>([&] { m.register_parameter("i", zeros({2}, kInt64)); }),
-                     "floating-point");
+                  "floating-point");
   Tensor leaf = ones({2});
   leaf.requires_grad_();
   Tensor non_leaf = mul(leaf, 2.0);
   EXPECT_CONTAINS(error_of<ValueError>([&] { m.register_parameter("n", non_leaf); }), "leaf");
-  EXPECT_CONTAINS(error_of<NotImplementedError>([&] { m.forward(ones({1})); }),
-                     "has no forward");
+  EXPECT_CONTAINS(error_of<NotImplementedError>([&] { m.forward(ones({1})); }), "has no forward");
   EXPECT_CONTAINS(error_of<ValueError>([&] { (void)m.parameter("nope"); }), "no parameter");
   Sequential s;
   EXPECT_CONTAINS(error_of<IndexError>([&] { (void)s[0]; }), "out of range");
@@ -146,9 +145,9 @@ TEST(Module, ToDtypeConvertsParametersAndForwardFollows) {
   Tensor y = lin(ones({3, 4}, kFloat64));
   EXPECT_EQ(y.dtype(), kFloat64);
   EXPECT_CONTAINS(error_of<TypeError>([&] {
-                       lin(ones({3, 4}, kFloat32));
-                     }),
-                     "input dtype float32 does not match the module's parameter dtype float64");
+                    lin(ones({3, 4}, kFloat32));
+                  }),
+                  "input dtype float32 does not match the module's parameter dtype float64");
 }
 
 TEST(Module, StateDictRoundTrip) {

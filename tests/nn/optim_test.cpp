@@ -213,21 +213,20 @@ TEST(Optimizer, SkipsParametersWithoutGradAndGroups) {
 
 TEST(Optimizer, OptionAndParameterErrors) {
   Tensor p = make_param(kFloat32, false);
-  EXPECT_CONTAINS(
-      error_of<ValueError>([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
-      "nesterov momentum requires a momentum > 0");
+  EXPECT_CONTAINS(error_of<ValueError>([&] { optim::SGD({p}, {.lr = 0.1, .nesterov = true}); }),
+                  "nesterov momentum requires a momentum > 0");
   EXPECT_CONTAINS(error_of<ValueError>([&] { optim::SGD({p}, {.lr = -1}); }),
-                     "invalid learning rate");
+                  "invalid learning rate");
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       optim::Adam({p}, {.betas = {0.9, 1.0}});
-                     }),
-                     "invalid beta parameter at index 1");
+                    optim::Adam({p}, {.betas = {0.9, 1.0}});
+                  }),
+                  "invalid beta parameter at index 1");
   EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({}, {}); }), "empty parameter list");
   EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({p, p}, {}); }), "appears twice");
   EXPECT_CONTAINS(error_of<ValueError>([&] { optim::Adam({mul(p, 2.0)}, {}); }), "non-leaf");
   optim::SGD opt({p});
   EXPECT_CONTAINS(error_of<ValueError>([&] { opt.add_param_group({p}, {}); }),
-                     "already is in another parameter group");
+                  "already is in another parameter group");
 }
 
 // Runs steps first..last of an optimizer over two parameters.
@@ -317,7 +316,7 @@ TEST(Optimizer, LoadStateDictErrors) {
   run_steps(sgd, ps, 1, 1);
   optim::Adam adam(ps);
   EXPECT_CONTAINS(error_of<ValueError>([&] { adam.load_state_dict(sgd.state_dict()); }),
-                     "unexpected key \"param_groups.0.momentum\"");
+                  "unexpected key \"param_groups.0.momentum\"");
 
   run_steps(adam, ps, 1, 1);
   auto st = adam.state_dict();
@@ -329,16 +328,16 @@ TEST(Optimizer, LoadStateDictErrors) {
   auto bad_dtype = clone_state(st);
   bad_dtype.tensors[2].second = zeros({2, 3}, kInt64);
   EXPECT_CONTAINS(error_of<TypeError>([&] { adam.load_state_dict(bad_dtype); }),
-                     "\"state.0.exp_avg_sq\" must be floating-point");
+                  "\"state.0.exp_avg_sq\" must be floating-point");
   auto bad_index = clone_state(st);
   bad_index.tensors.emplace_back("state.5.exp_avg", zeros({2, 3}));
   EXPECT_CONTAINS(error_of<ValueError>([&] { adam.load_state_dict(bad_index); }),
-                     "refers to parameter 5");
+                  "refers to parameter 5");
 
   std::vector<Tensor> two = {make_param(kFloat32, false), make_param(kFloat32, false)};
   optim::Adam bigger(two);
   EXPECT_CONTAINS(error_of<ValueError>([&] { bigger.load_state_dict(st); }),
-                     "parameter group 0 has 2 parameters but the state's has 1");
+                  "parameter group 0 has 2 parameters but the state's has 1");
   // A failed load changed nothing.
   EXPECT_EQ(adam.state(ps[0]).find("step")->item<int64_t>(), 1);
 }
@@ -375,9 +374,9 @@ TEST(ClipGradNorm, InfAndOneNorms) {
   EXPECT_EQ(optim::clip_grad_norm_({make_param(kFloat32, false)}, 1.0), 0.0);  // no gradients
   autograd::set_grad(a, f64({INFINITY}, {1}));
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       optim::clip_grad_norm_({a, b}, 1.0, 2.0, true);
-                     }),
-                     "non-finite");
+                    optim::clip_grad_norm_({a, b}, 1.0, 2.0, true);
+                  }),
+                  "non-finite");
 }
 
 }  // namespace

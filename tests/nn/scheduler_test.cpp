@@ -78,9 +78,9 @@ TEST(LinearWarmup, HandsOverToCosine) {
   }
   optim::SGD other({param()});
   EXPECT_CONTAINS(error_of<ValueError>([&] {
-                       optim::LinearWarmup(opt, 3, 0.5, std::make_unique<optim::StepLR>(other, 2));
-                     }),
-                     "different optimizer");
+                    optim::LinearWarmup(opt, 3, 0.5, std::make_unique<optim::StepLR>(other, 2));
+                  }),
+                  "different optimizer");
 }
 
 TEST(LRScheduler, SeveralGroupsKeepTheirBaseLr) {
@@ -118,7 +118,7 @@ TEST(LRScheduler, StateRoundTripResumesTheSchedule) {
   }
   optim::SchedulerState missing = {{"last_epoch", 1}};
   EXPECT_CONTAINS(error_of<ValueError>([&] { optim::StepLR(b, 2).load_state_dict(missing); }),
-                     "the state has no \"base_lrs.0\"");
+                  "the state has no \"base_lrs.0\"");
 }
 
 }  // namespace

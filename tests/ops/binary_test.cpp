@@ -9,32 +9,45 @@ namespace loom::testing {
 namespace {
 
 const RegisterOpCases kBinaryCases({
-    binary_case("add/broadcast", [](const Tensor& a, const Tensor& b) { return add(a, b); },
-                [](double x, double y) { return x + y; }),
-    binary_case("add/alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); },
-                [](double x, double y) { return x + 2.5 * y; }, {3, 4}, {3, 4}),
-    binary_case("add/scalar", [](const Tensor& a, const Tensor&) { return add(a, 1.5); },
-                [](double x, double) { return x + 1.5; }, {2, 3}, {1}),
-    binary_case("sub/broadcast", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
-                [](double x, double y) { return x - y; }),
-    binary_case("mul/broadcast", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
-                [](double x, double y) { return x * y; }),
-    binary_case("div/broadcast", [](const Tensor& a, const Tensor& b) { return div(a, b); },
-                [](double x, double y) { return x / y; }, {4, 1, 3}, {5, 3}, 0.5, 2.0),
-    binary_case("maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
-                [](double x, double y) { return std::max(x, y); }),
-    binary_case("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
-                [](double x, double y) { return std::min(x, y); }),
-    binary_case("eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); },
-                [](double x, double y) { return double(x == y); }, {4, 1, 3}, {5, 3}, -2, 2),
-    binary_case("lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); },
-                [](double x, double y) { return double(x < y); }),
-    binary_case("ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); },
-                [](double x, double y) { return double(x >= y); }),
-    binary_case("logical_xor", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); },
-                [](double x, double y) { return double((x != 0) != (y != 0)); }),
-    binary_case("add/zero_size", [](const Tensor& a, const Tensor& b) { return add(a, b); },
-                [](double x, double y) { return x + y; }, {0, 3}, {1, 3}),
+    binary_case(
+        "add/broadcast", [](const Tensor& a, const Tensor& b) { return add(a, b); },
+        [](double x, double y) { return x + y; }),
+    binary_case(
+        "add/alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 2.5); },
+        [](double x, double y) { return x + 2.5 * y; }, {3, 4}, {3, 4}),
+    binary_case(
+        "add/scalar", [](const Tensor& a, const Tensor&) { return add(a, 1.5); },
+        [](double x, double) { return x + 1.5; }, {2, 3}, {1}),
+    binary_case(
+        "sub/broadcast", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
+        [](double x, double y) { return x - y; }),
+    binary_case(
+        "mul/broadcast", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+        [](double x, double y) { return x * y; }),
+    binary_case(
+        "div/broadcast", [](const Tensor& a, const Tensor& b) { return div(a, b); },
+        [](double x, double y) { return x / y; }, {4, 1, 3}, {5, 3}, 0.5, 2.0),
+    binary_case(
+        "maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+        [](double x, double y) { return std::max(x, y); }),
+    binary_case(
+        "minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); },
+        [](double x, double y) { return std::min(x, y); }),
+    binary_case(
+        "eq", [](const Tensor& a, const Tensor& b) { return eq(a, b); },
+        [](double x, double y) { return double(x == y); }, {4, 1, 3}, {5, 3}, -2, 2),
+    binary_case(
+        "lt", [](const Tensor& a, const Tensor& b) { return lt(a, b); },
+        [](double x, double y) { return double(x < y); }),
+    binary_case(
+        "ge", [](const Tensor& a, const Tensor& b) { return ge(a, b); },
+        [](double x, double y) { return double(x >= y); }),
+    binary_case(
+        "logical_xor", [](const Tensor& a, const Tensor& b) { return logical_xor(a, b); },
+        [](double x, double y) { return double((x != 0) != (y != 0)); }),
+    binary_case(
+        "add/zero_size", [](const Tensor& a, const Tensor& b) { return add(a, b); },
+        [](double x, double y) { return x + y; }, {0, 3}, {1, 3}),
 });
 
 TEST(Binary, WhereBroadcasts) {
@@ -100,11 +113,13 @@ TEST(Binary, LargeFloatOperandsUseStreamingPathCorrectly) {
   mul_(m, b);
   std::vector<float> vr = to_vector<float>(r), vo = to_vector<float>(out), vm = to_vector<float>(m);
   for (int64_t i = 0; i < n; i += 997) {
-    ASSERT_EQ(vr[static_cast<size_t>(i)], va[static_cast<size_t>(i)] + 0.5f * vb[static_cast<size_t>(i)]);
+    ASSERT_EQ(vr[static_cast<size_t>(i)],
+              va[static_cast<size_t>(i)] + 0.5f * vb[static_cast<size_t>(i)]);
     ASSERT_EQ(vo[static_cast<size_t>(i)], va[static_cast<size_t>(i)] - vb[static_cast<size_t>(i)]);
     ASSERT_EQ(vm[static_cast<size_t>(i)], va[static_cast<size_t>(i)] * vb[static_cast<size_t>(i)]);
   }
-  EXPECT_EQ(vo[static_cast<size_t>(n - 1)], va[static_cast<size_t>(n - 1)] - vb[static_cast<size_t>(n - 1)]);
+  EXPECT_EQ(vo[static_cast<size_t>(n - 1)],
+            va[static_cast<size_t>(n - 1)] - vb[static_cast<size_t>(n - 1)]);
   EXPECT_EQ(to_vector<float>(big.narrow(0, 0, 3)), (std::vector<float>{0, 0, 0}));
 }
 

@@ -1,7 +1,7 @@
-// float32 matrix products through the public mm/addmm against a float64 loop, over the shapes where a
-// blocked kernel goes wrong: every transpose pair, padded leading dimensions, edges of the 12 x 32
-// tile and of the 192-long K blocks, alpha/beta, K = 0, and the split across two threads. Whichever
-// kernel this machine runs (see gemm_backend()) is the one under test.
+// float32 matrix products through the public mm/addmm against a float64 loop, over the shapes where
+// a blocked kernel goes wrong: every transpose pair, padded leading dimensions, edges of the 12 x
+// 32 tile and of the 192-long K blocks, alpha/beta, K = 0, and the split across two threads.
+// Whichever kernel this machine runs (see gemm_backend()) is the one under test.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,12 +47,14 @@ Operand make(int64_t rows, int64_t cols, bool trans, int64_t pad, Generator& gen
 void check_product(int64_t m, int64_t n, int64_t k, bool ta, bool tb, int64_t pad, double alpha,
                    double beta, uint64_t seed) {
   SCOPED_TRACE("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-               " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " pad=" + std::to_string(pad) +
-               " alpha=" + std::to_string(alpha) + " beta=" + std::to_string(beta));
+               " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+               " pad=" + std::to_string(pad) + " alpha=" + std::to_string(alpha) +
+               " beta=" + std::to_string(beta));
   Generator gen(seed);
   const Operand a = make(m, k, ta, pad, gen), b = make(k, n, tb, pad, gen);
   const Tensor c0 = rand({m, n}, {}, gen);
-  const Tensor got = (alpha == 1 && beta == 0) ? mm(a.view, b.view) : addmm(c0, a.view, b.view, beta, alpha);
+  const Tensor got =
+      (alpha == 1 && beta == 0) ? mm(a.view, b.view) : addmm(c0, a.view, b.view, beta, alpha);
   ASSERT_EQ(got.sizes(), (std::vector<int64_t>{m, n}));
   const Tensor g = got.contiguous();
   const float* gp = g.data_ptr<float>();
@@ -122,7 +124,7 @@ TEST(Gemm, AlphaAndBeta) {
   uint64_t seed = 200;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      check_product(60, 47, 400, ta, tb, 0, 0.5, 1, seed++);   // beta = 1 over three K blocks
+      check_product(60, 47, 400, ta, tb, 0, 0.5, 1, seed++);  // beta = 1 over three K blocks
       check_product(41, 57, 450, ta, tb, 1, -2, 0.25, seed++);
       check_product(41, 57, 450, ta, tb, 1, 1, -1, seed++);
       check_product(128, 128, 128, ta, tb, 0, 0, 0.5, seed++);  // alpha = 0: c = beta c only

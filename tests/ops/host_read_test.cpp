@@ -24,7 +24,9 @@ using testing::error_of;
 int g_item_calls = 0;
 int g_copy_calls = 0;
 
-void host_free(void* ctx) { std::free(ctx); }
+void host_free(void* ctx) {
+  std::free(ctx);
+}
 
 // Host memory that tensors see as cuda:0.
 class HostMemoryAsCuda final : public Allocator {

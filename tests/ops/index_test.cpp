@@ -314,7 +314,6 @@ const RegisterOpCases kIndexCases({
 
 // ---- cat / stack ----
 
-
 TEST(Index, CatPromotesAcrossInputs) {
   Tensor i = from_vector<int32_t>({1, 2}, {2});
   Tensor f = from_vector<float>({0.5f}, {1});

@@ -1,7 +1,7 @@
-// The table-driven operator test. A new operator joins by adding one OpCase (in the test file of its
-// family) with a function that runs loom and an independent float64 reference (reference.h). The
-// runner checks every case for each listed dtype on contiguous inputs, on non-contiguous inputs with
-// the same values, and on Meta inputs (shapes and dtypes must match the CPU result).
+// The table-driven operator test. A new operator joins by adding one OpCase (in the test file of
+// its family) with a function that runs loom and an independent float64 reference (reference.h).
+// The runner checks every case for each listed dtype on contiguous inputs, on non-contiguous inputs
+// with the same values, and on Meta inputs (shapes and dtypes must match the CPU result).
 #pragma once
 
 #include <exception>
@@ -10,23 +10,23 @@
 #include <vector>
 
 #include "loom/ops.h"
-#include "test_errors.h"
 #include "ops/reference.h"
+#include "test_errors.h"
 
 namespace loom::testing {
 
 struct OpCase {
-  std::string name;                               // unique: "add/broadcast"
-  std::vector<std::vector<int64_t>> shapes;       // one per input
+  std::string name;                          // unique: "add/broadcast"
+  std::vector<std::vector<int64_t>> shapes;  // one per input
   std::vector<DType> dtypes = {kFloat32, kFloat64};
-  double lo = -2.0, hi = 2.0;                     // input values are uniform in [lo, hi]
-  bool integer_values = false;                    // round the inputs to integers
+  double lo = -2.0, hi = 2.0;   // input values are uniform in [lo, hi]
+  bool integer_values = false;  // round the inputs to integers
   // Builds the inputs for one dtype instead of the random ones (e.g. index tensors). Optional.
   std::function<std::vector<Tensor>(DType)> make_inputs;
   std::function<std::vector<Tensor>(const std::vector<Tensor>&)> run;
   std::function<std::vector<Ref>(const std::vector<Ref>&)> ref;
-  double rtol = 1e-5, atol = 1e-6;                // for float32; float64 uses 1e-9 / 1e-10
-  double rtol_half = 2e-2, atol_half = 2e-2;      // for float16 / bfloat16
+  double rtol = 1e-5, atol = 1e-6;            // for float32; float64 uses 1e-9 / 1e-10
+  double rtol_half = 2e-2, atol_half = 2e-2;  // for float16 / bfloat16
   bool noncontiguous = true;
   bool meta = true;
   // Output indices that are compared exactly (integer outputs such as argmax indices).
@@ -42,17 +42,20 @@ struct RegisterOpCases {
 };
 
 // Helpers for cases.
-inline std::vector<Tensor> one(Tensor t) { return {std::move(t)}; }
-inline std::vector<Ref> one(Ref r) { return {std::move(r)}; }
+inline std::vector<Tensor> one(Tensor t) {
+  return {std::move(t)};
+}
+inline std::vector<Ref> one(Ref r) {
+  return {std::move(r)};
+}
 // Shorthand for a unary elementwise case.
 OpCase unary_case(const std::string& name, std::function<Tensor(const Tensor&)> op,
                   std::function<double(double)> ref, double lo = -2, double hi = 2,
                   std::vector<int64_t> shape = {3, 5});
 // Shorthand for a binary broadcasting case.
 OpCase binary_case(const std::string& name, std::function<Tensor(const Tensor&, const Tensor&)> op,
-                   std::function<double(double, double)> ref,
-                   std::vector<int64_t> a = {4, 1, 3}, std::vector<int64_t> b = {5, 3},
-                   double lo = -2, double hi = 2);
+                   std::function<double(double, double)> ref, std::vector<int64_t> a = {4, 1, 3},
+                   std::vector<int64_t> b = {5, 3}, double lo = -2, double hi = 2);
 
 // A strided (non-contiguous) tensor with the same values as t.
 Tensor noncontiguous_copy(const Tensor& t);

@@ -70,8 +70,8 @@ std::vector<Tensor> random_inputs(const OpCase& c, DType dt, uint32_t seed) {
   return out;
 }
 
-void compare(const OpCase& c, const std::vector<Tensor>& got, const std::vector<Ref>& want, DType dt,
-             const std::string& variant) {
+void compare(const OpCase& c, const std::vector<Tensor>& got, const std::vector<Ref>& want,
+             DType dt, const std::string& variant) {
   ASSERT_EQ(got.size(), want.size()) << c.name << " " << variant << ": number of outputs";
   double rtol = c.rtol, atol = c.atol;
   if (dt == kFloat64) {
@@ -85,15 +85,16 @@ void compare(const OpCase& c, const std::vector<Tensor>& got, const std::vector<
     ASSERT_EQ(got[o].sizes().vec(), want[o].shape)
         << c.name << " [" << dtype_name(dt) << ", " << variant << "] output " << o << " shape";
     std::vector<double> g = to_vector<double>(got[o]);
-    bool exact = std::find(c.exact_outputs.begin(), c.exact_outputs.end(), o) != c.exact_outputs.end();
+    bool exact =
+        std::find(c.exact_outputs.begin(), c.exact_outputs.end(), o) != c.exact_outputs.end();
     for (size_t i = 0; i < g.size(); ++i) {
       double w = want[o].v[i];
       if (std::isnan(w) && std::isnan(g[i])) continue;
       if (std::isinf(w) && g[i] == w) continue;
       double tol = exact ? 0.0 : atol + rtol * std::abs(w);
       ASSERT_LE(std::abs(g[i] - w), tol)
-          << c.name << " [" << dtype_name(dt) << ", " << variant << "] output " << o
-          << " element " << i << ": got " << g[i] << " want " << w;
+          << c.name << " [" << dtype_name(dt) << ", " << variant << "] output " << o << " element "
+          << i << ": got " << g[i] << " want " << w;
     }
   }
 }
@@ -113,16 +114,19 @@ TEST_P(OpTable, MatchesReference) {
     compare(c, got, want, dt, "contiguous");
     if (c.noncontiguous) {
       std::vector<Tensor> nc;
-      for (const Tensor& t : in) nc.push_back(t.dim() > 0 && t.numel() > 0 ? noncontiguous_copy(t) : t);
+      for (const Tensor& t : in)
+        nc.push_back(t.dim() > 0 && t.numel() > 0 ? noncontiguous_copy(t) : t);
       compare(c, c.run(nc), want, dt, "non-contiguous");
     }
     if (c.meta) {
       std::vector<Tensor> meta_in;
-      for (const Tensor& t : in) meta_in.push_back(empty(t.sizes(), TensorOptions(t.dtype()).with_device(kMeta)));
+      for (const Tensor& t : in)
+        meta_in.push_back(empty(t.sizes(), TensorOptions(t.dtype()).with_device(kMeta)));
       std::vector<Tensor> meta_out = c.run(meta_in);
       ASSERT_EQ(meta_out.size(), got.size());
       for (size_t o = 0; o < got.size(); ++o) {
-        EXPECT_TRUE(meta_out[o].is_meta()) << c.name << " meta output " << o << " is on " << meta_out[o].device();
+        EXPECT_TRUE(meta_out[o].is_meta())
+            << c.name << " meta output " << o << " is on " << meta_out[o].device();
         EXPECT_EQ(meta_out[o].sizes().vec(), got[o].sizes().vec()) << c.name << " meta shape";
         EXPECT_EQ(meta_out[o].dtype(), got[o].dtype()) << c.name << " meta dtype";
       }

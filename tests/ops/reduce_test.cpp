@@ -17,17 +17,29 @@ using Values = std::vector<double>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-double ref_sum(const Values& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
-double ref_mean(const Values& v) { return v.empty() ? kNaN : ref_sum(v) / double(v.size()); }
+double ref_sum(const Values& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0);
+}
+double ref_mean(const Values& v) {
+  return v.empty() ? kNaN : ref_sum(v) / double(v.size());
+}
 double ref_prod(const Values& v) {
   double p = 1;
   for (double x : v) p *= x;
   return p;
 }
-double ref_max(const Values& v) { return *std::max_element(v.begin(), v.end()); }
-double ref_min(const Values& v) { return *std::min_element(v.begin(), v.end()); }
-double ref_argmax(const Values& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); }
-double ref_argmin(const Values& v) { return double(std::min_element(v.begin(), v.end()) - v.begin()); }
+double ref_max(const Values& v) {
+  return *std::max_element(v.begin(), v.end());
+}
+double ref_min(const Values& v) {
+  return *std::min_element(v.begin(), v.end());
+}
+double ref_argmax(const Values& v) {
+  return double(std::max_element(v.begin(), v.end()) - v.begin());
+}
+double ref_argmin(const Values& v) {
+  return double(std::min_element(v.begin(), v.end()) - v.begin());
+}
 double ref_var(const Values& v, int64_t correction) {
   const double m = ref_mean(v);
   double s = 0;
@@ -137,149 +149,202 @@ OpCase exact(OpCase c) {
 }
 
 const RegisterOpCases kReduceCases({
-    reduce_case("sum/all", {3, 4, 5}, {}, false, [](const Tensor& x) { return sum(x); }, ref_sum),
-    reduce_case("sum/dim1", {3, 4, 5}, {1}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{1}); }, ref_sum),
-    reduce_case("sum/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
-                [](const Tensor& x) { return sum(x, IntArrayRef{0, 2}, true); }, ref_sum),
-    reduce_case("sum/negative_dim", {3, 4, 5}, {-1}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{-1}); }, ref_sum),
-    reduce_case("sum/columns", {67, 33}, {0}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{0}); }, ref_sum),
-    reduce_case("sum/rows", {33, 1029}, {1}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{1}); }, ref_sum),
-    reduce_case("sum/wide_columns", {5, 1500}, {0}, true,
-                [](const Tensor& x) { return sum(x, IntArrayRef{0}, true); }, ref_sum),
-    reduce_case("sum/long_rows_split", {2, 140000}, {1}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{1}); }, ref_sum),
-    reduce_case("sum/many_rows_split", {40000, 3}, {0}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{0}); }, ref_sum),
-    reduce_case("sum/half", {6, 37}, {1}, false,
-                [](const Tensor& x) { return sum(x, IntArrayRef{1}); }, ref_sum, kHalfs),
-    exact(reduce_case("sum/int", {4, 6}, {0}, false,
-                      [](const Tensor& x) { return sum(x, IntArrayRef{0}); }, ref_sum, kInts)),
+    reduce_case(
+        "sum/all", {3, 4, 5}, {}, false, [](const Tensor& x) { return sum(x); }, ref_sum),
+    reduce_case(
+        "sum/dim1", {3, 4, 5}, {1}, false, [](const Tensor& x) { return sum(x, IntArrayRef{1}); },
+        ref_sum),
+    reduce_case(
+        "sum/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
+        [](const Tensor& x) {
+          return sum(x, IntArrayRef{0, 2}, true);
+        },
+        ref_sum),
+    reduce_case(
+        "sum/negative_dim", {3, 4, 5}, {-1}, false,
+        [](const Tensor& x) { return sum(x, IntArrayRef{-1}); }, ref_sum),
+    reduce_case(
+        "sum/columns", {67, 33}, {0}, false, [](const Tensor& x) { return sum(x, IntArrayRef{0}); },
+        ref_sum),
+    reduce_case(
+        "sum/rows", {33, 1029}, {1}, false, [](const Tensor& x) { return sum(x, IntArrayRef{1}); },
+        ref_sum),
+    reduce_case(
+        "sum/wide_columns", {5, 1500}, {0}, true,
+        [](const Tensor& x) { return sum(x, IntArrayRef{0}, true); }, ref_sum),
+    reduce_case(
+        "sum/long_rows_split", {2, 140000}, {1}, false,
+        [](const Tensor& x) { return sum(x, IntArrayRef{1}); }, ref_sum),
+    reduce_case(
+        "sum/many_rows_split", {40000, 3}, {0}, false,
+        [](const Tensor& x) { return sum(x, IntArrayRef{0}); }, ref_sum),
+    reduce_case(
+        "sum/half", {6, 37}, {1}, false, [](const Tensor& x) { return sum(x, IntArrayRef{1}); },
+        ref_sum, kHalfs),
+    exact(reduce_case(
+        "sum/int", {4, 6}, {0}, false, [](const Tensor& x) { return sum(x, IntArrayRef{0}); },
+        ref_sum, kInts)),
     exact(reduce_case("sum/int_all", {4, 6}, {}, false, [](const Tensor& x) { return sum(x); },
                       ref_sum, {kInt32, kBool, kUInt8})),
     reduce_case("sum/dtype_float64", {4, 6}, {1}, false,
                 [](const Tensor& x) { return sum(x, IntArrayRef{1}, false, kFloat64); }, ref_sum,
                 {kFloat32, kFloat16, kInt32}),
-    reduce_case("mean/all", {3, 4, 5}, {}, false, [](const Tensor& x) { return mean(x); },
-                ref_mean),
-    reduce_case("mean/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
-                [](const Tensor& x) { return mean(x, IntArrayRef{0, 2}, true); }, ref_mean),
-    reduce_case("mean/half", {4, 40}, {-1}, false,
-                [](const Tensor& x) { return mean(x, IntArrayRef{-1}); }, ref_mean, kHalfs),
-    reduce_case("mean/int_with_dtype", {4, 6}, {0}, false,
-                [](const Tensor& x) { return mean(x, IntArrayRef{0}, false, kFloat64); }, ref_mean,
-                kInts),
-    with_range(reduce_case("prod/dim1", {3, 7}, {1}, false,
-                           [](const Tensor& x) { return prod(x, IntArrayRef{1}); }, ref_prod),
+    reduce_case(
+        "mean/all", {3, 4, 5}, {}, false, [](const Tensor& x) { return mean(x); }, ref_mean),
+    reduce_case(
+        "mean/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
+        [](const Tensor& x) {
+          return mean(x, IntArrayRef{0, 2}, true);
+        },
+        ref_mean),
+    reduce_case(
+        "mean/half", {4, 40}, {-1}, false, [](const Tensor& x) { return mean(x, IntArrayRef{-1}); },
+        ref_mean, kHalfs),
+    reduce_case(
+        "mean/int_with_dtype", {4, 6}, {0}, false,
+        [](const Tensor& x) { return mean(x, IntArrayRef{0}, false, kFloat64); }, ref_mean, kInts),
+    with_range(reduce_case(
+                   "prod/dim1", {3, 7}, {1}, false,
+                   [](const Tensor& x) { return prod(x, IntArrayRef{1}); }, ref_prod),
                0.5, 1.5),
-    with_range(reduce_case("prod/all_keepdim", {2, 3, 2}, {}, true,
-                           [](const Tensor& x) { return prod(x, std::nullopt, true); }, ref_prod),
+    with_range(reduce_case(
+                   "prod/all_keepdim", {2, 3, 2}, {}, true,
+                   [](const Tensor& x) { return prod(x, std::nullopt, true); }, ref_prod),
                0.5, 1.5),
-    exact(with_range(reduce_case("prod/int", {3, 5}, {1}, false,
-                                 [](const Tensor& x) { return prod(x, IntArrayRef{1}); }, ref_prod,
-                                 kInts),
+    exact(with_range(reduce_case(
+                         "prod/int", {3, 5}, {1}, false,
+                         [](const Tensor& x) { return prod(x, IntArrayRef{1}); }, ref_prod, kInts),
                      -3, 3)),
-    reduce_case("amax/dim1", {3, 4, 5}, {1}, false,
-                [](const Tensor& x) { return amax(x, {1}); }, ref_max),
-    reduce_case("amax/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
-                [](const Tensor& x) { return amax(x, {0, 2}, true); }, ref_max),
-    reduce_case("amin/columns", {40, 9}, {0}, false,
-                [](const Tensor& x) { return amin(x, {0}); }, ref_min),
-    exact(reduce_case("amax/int", {5, 6}, {1}, false,
-                      [](const Tensor& x) { return amax(x, {1}); }, ref_max, kInts)),
-    reduce_case("amin/half", {5, 40}, {1}, false, [](const Tensor& x) { return amin(x, {1}); },
-                ref_min, kHalfs),
-    reduce_case("max/all", {7, 9}, {}, false, [](const Tensor& x) { return max(x); }, ref_max),
-    reduce_case("min/all", {7, 9}, {}, false, [](const Tensor& x) { return min(x); }, ref_min),
+    reduce_case(
+        "amax/dim1", {3, 4, 5}, {1}, false, [](const Tensor& x) { return amax(x, {1}); }, ref_max),
+    reduce_case(
+        "amax/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
+        [](const Tensor& x) {
+          return amax(x, {0, 2}, true);
+        },
+        ref_max),
+    reduce_case(
+        "amin/columns", {40, 9}, {0}, false, [](const Tensor& x) { return amin(x, {0}); }, ref_min),
+    exact(reduce_case(
+        "amax/int", {5, 6}, {1}, false, [](const Tensor& x) { return amax(x, {1}); }, ref_max,
+        kInts)),
+    reduce_case(
+        "amin/half", {5, 40}, {1}, false, [](const Tensor& x) { return amin(x, {1}); }, ref_min,
+        kHalfs),
+    reduce_case(
+        "max/all", {7, 9}, {}, false, [](const Tensor& x) { return max(x); }, ref_max),
+    reduce_case(
+        "min/all", {7, 9}, {}, false, [](const Tensor& x) { return min(x); }, ref_min),
     max_dim_case("max/dim1", {6, 11}, 1, false, true),
     max_dim_case("max/dim0_keepdim", {6, 11}, 0, true, true),
     max_dim_case("min/dim_negative", {4, 5, 6}, -2, false, false),
     // Integer values in [-2, 2]: many ties, which must pick the first index.
     with_range(max_dim_case("max/ties", {6, 20}, 1, false, true, {kFloat32, kInt32}), -2, 2, true),
-    with_range(max_dim_case("min/ties_columns", {20, 6}, 0, false, false, {kFloat64, kInt64}), -2, 2,
-               true),
-    exact(reduce_case("argmax/dim1", {6, 13}, {1}, false,
-                      [](const Tensor& x) { return argmax(x, 1); }, ref_argmax)),
-    exact(reduce_case("argmax/all", {6, 13}, {}, false, [](const Tensor& x) { return argmax(x); },
-                      ref_argmax)),
-    exact(reduce_case("argmax/all_keepdim", {3, 4}, {}, true,
-                      [](const Tensor& x) { return argmax(x, std::nullopt, true); }, ref_argmax)),
-    exact(reduce_case("argmin/dim0_keepdim", {6, 13}, {0}, true,
-                      [](const Tensor& x) { return argmin(x, 0, true); }, ref_argmin)),
+    with_range(max_dim_case("min/ties_columns", {20, 6}, 0, false, false, {kFloat64, kInt64}), -2,
+               2, true),
+    exact(reduce_case(
+        "argmax/dim1", {6, 13}, {1}, false, [](const Tensor& x) { return argmax(x, 1); },
+        ref_argmax)),
+    exact(reduce_case(
+        "argmax/all", {6, 13}, {}, false, [](const Tensor& x) { return argmax(x); }, ref_argmax)),
+    exact(reduce_case(
+        "argmax/all_keepdim", {3, 4}, {}, true,
+        [](const Tensor& x) { return argmax(x, std::nullopt, true); }, ref_argmax)),
+    exact(reduce_case(
+        "argmin/dim0_keepdim", {6, 13}, {0}, true,
+        [](const Tensor& x) { return argmin(x, 0, true); }, ref_argmin)),
     exact(with_range(reduce_case("argmax/ties", {5, 30}, {1}, false,
                                  [](const Tensor& x) { return argmax(x, -1); }, ref_argmax,
                                  {kFloat32, kInt32, kFloat16}),
                      -2, 2, true)),
-    exact(reduce_case("argmax/half", {5, 300}, {1}, false,
-                      [](const Tensor& x) { return argmax(x, 1); }, ref_argmax, kHalfs)),
-    reduce_case("var/all", {4, 5, 6}, {}, false, [](const Tensor& x) { return var(x); },
-                [](const Values& v) { return ref_var(v, 1); }),
-    reduce_case("var/dim1_correction0", {4, 5, 6}, {1}, false,
-                [](const Tensor& x) { return var(x, IntArrayRef{1}, 0); },
-                [](const Values& v) { return ref_var(v, 0); }),
-    reduce_case("var/columns", {300, 7}, {0}, true,
-                [](const Tensor& x) { return var(x, IntArrayRef{0}, 1, true); },
-                [](const Values& v) { return ref_var(v, 1); }),
-    reduce_case("var/long_rows", {3, 5000}, {1}, false,
-                [](const Tensor& x) { return var(x, IntArrayRef{1}); },
-                [](const Values& v) { return ref_var(v, 1); }),
-    reduce_case("std/dims02", {4, 5, 6}, {0, 2}, false,
-                [](const Tensor& x) { return loom::std(x, IntArrayRef{0, 2}); },
-                [](const Values& v) { return std::sqrt(ref_var(v, 1)); }),
-    reduce_case("std/half", {4, 50}, {1}, false,
-                [](const Tensor& x) { return loom::std(x, IntArrayRef{1}); },
-                [](const Values& v) { return std::sqrt(ref_var(v, 1)); }, kHalfs),
-    reduce_case("logsumexp/dim1", {3, 4, 5}, {1}, false,
-                [](const Tensor& x) { return logsumexp(x, {1}); }, ref_lse),
-    reduce_case("logsumexp/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
-                [](const Tensor& x) { return logsumexp(x, {0, 2}, true); }, ref_lse),
-    with_range(reduce_case("logsumexp/long", {2, 3000}, {1}, false,
-                           [](const Tensor& x) { return logsumexp(x, {1}); }, ref_lse),
+    exact(reduce_case(
+        "argmax/half", {5, 300}, {1}, false, [](const Tensor& x) { return argmax(x, 1); },
+        ref_argmax, kHalfs)),
+    reduce_case(
+        "var/all", {4, 5, 6}, {}, false, [](const Tensor& x) { return var(x); },
+        [](const Values& v) { return ref_var(v, 1); }),
+    reduce_case(
+        "var/dim1_correction0", {4, 5, 6}, {1}, false,
+        [](const Tensor& x) { return var(x, IntArrayRef{1}, 0); },
+        [](const Values& v) { return ref_var(v, 0); }),
+    reduce_case(
+        "var/columns", {300, 7}, {0}, true,
+        [](const Tensor& x) { return var(x, IntArrayRef{0}, 1, true); },
+        [](const Values& v) { return ref_var(v, 1); }),
+    reduce_case(
+        "var/long_rows", {3, 5000}, {1}, false,
+        [](const Tensor& x) { return var(x, IntArrayRef{1}); },
+        [](const Values& v) { return ref_var(v, 1); }),
+    reduce_case(
+        "std/dims02", {4, 5, 6}, {0, 2}, false,
+        [](const Tensor& x) {
+          return loom::std(x, IntArrayRef{0, 2});
+        },
+        [](const Values& v) { return std::sqrt(ref_var(v, 1)); }),
+    reduce_case(
+        "std/half", {4, 50}, {1}, false,
+        [](const Tensor& x) { return loom::std(x, IntArrayRef{1}); },
+        [](const Values& v) { return std::sqrt(ref_var(v, 1)); }, kHalfs),
+    reduce_case(
+        "logsumexp/dim1", {3, 4, 5}, {1}, false, [](const Tensor& x) { return logsumexp(x, {1}); },
+        ref_lse),
+    reduce_case(
+        "logsumexp/dims02_keepdim", {3, 4, 5}, {0, 2}, true,
+        [](const Tensor& x) { return logsumexp(x, {0, 2}, true); }, ref_lse),
+    with_range(reduce_case(
+                   "logsumexp/long", {2, 3000}, {1}, false,
+                   [](const Tensor& x) { return logsumexp(x, {1}); }, ref_lse),
                -50, 50),
-    reduce_case("logsumexp/columns", {50, 8}, {0}, false,
-                [](const Tensor& x) { return logsumexp(x, {0}); }, ref_lse),
-    reduce_case("norm/2", {4, 9}, {1}, false,
-                [](const Tensor& x) { return norm(x, 2, IntArrayRef{1}); },
-                [](const Values& v) { return ref_norm(v, 2); }),
-    reduce_case("norm/2_all", {4, 9}, {}, false, [](const Tensor& x) { return norm(x); },
-                [](const Values& v) { return ref_norm(v, 2); }),
-    reduce_case("norm/1", {4, 9}, {0}, true,
-                [](const Tensor& x) { return norm(x, 1, IntArrayRef{0}, true); },
-                [](const Values& v) { return ref_norm(v, 1); }),
-    reduce_case("norm/inf", {4, 9}, {1}, false,
-                [](const Tensor& x) { return norm(x, kInf, IntArrayRef{1}); },
-                [](const Values& v) { return ref_norm(v, kInf); }),
-    reduce_case("norm/neg_inf", {4, 9}, {1}, false,
-                [](const Tensor& x) { return norm(x, -kInf, IntArrayRef{1}); },
-                [](const Values& v) { return ref_norm(v, -kInf); }),
-    with_range(reduce_case("norm/0", {4, 9}, {1}, false,
-                           [](const Tensor& x) { return norm(x, 0, IntArrayRef{1}); },
-                           [](const Values& v) { return ref_norm(v, 0); }),
+    reduce_case(
+        "logsumexp/columns", {50, 8}, {0}, false, [](const Tensor& x) { return logsumexp(x, {0}); },
+        ref_lse),
+    reduce_case(
+        "norm/2", {4, 9}, {1}, false, [](const Tensor& x) { return norm(x, 2, IntArrayRef{1}); },
+        [](const Values& v) { return ref_norm(v, 2); }),
+    reduce_case(
+        "norm/2_all", {4, 9}, {}, false, [](const Tensor& x) { return norm(x); },
+        [](const Values& v) { return ref_norm(v, 2); }),
+    reduce_case(
+        "norm/1", {4, 9}, {0}, true,
+        [](const Tensor& x) { return norm(x, 1, IntArrayRef{0}, true); },
+        [](const Values& v) { return ref_norm(v, 1); }),
+    reduce_case(
+        "norm/inf", {4, 9}, {1}, false,
+        [](const Tensor& x) { return norm(x, kInf, IntArrayRef{1}); },
+        [](const Values& v) { return ref_norm(v, kInf); }),
+    reduce_case(
+        "norm/neg_inf", {4, 9}, {1}, false,
+        [](const Tensor& x) { return norm(x, -kInf, IntArrayRef{1}); },
+        [](const Values& v) { return ref_norm(v, -kInf); }),
+    with_range(reduce_case(
+                   "norm/0", {4, 9}, {1}, false,
+                   [](const Tensor& x) { return norm(x, 0, IntArrayRef{1}); },
+                   [](const Values& v) { return ref_norm(v, 0); }),
                -1, 1, true),
-    reduce_case("norm/3", {4, 9}, {1}, false,
-                [](const Tensor& x) { return norm(x, 3, IntArrayRef{1}); },
-                [](const Values& v) { return ref_norm(v, 3); }),
-    reduce_case("norm/half", {4, 30}, {1}, false,
-                [](const Tensor& x) { return norm(x, 2, IntArrayRef{1}); },
-                [](const Values& v) { return ref_norm(v, 2); }, kHalfs),
-    with_range(reduce_case("all/dim1", {5, 4}, {1}, false,
-                           [](const Tensor& x) { return all(x, IntArrayRef{1}); },
-                           [](const Values& v) {
-                             return double(std::all_of(v.begin(), v.end(),
-                                                       [](double x) { return x != 0; }));
-                           },
-                           {kBool, kFloat32, kInt32}),
+    reduce_case(
+        "norm/3", {4, 9}, {1}, false, [](const Tensor& x) { return norm(x, 3, IntArrayRef{1}); },
+        [](const Values& v) { return ref_norm(v, 3); }),
+    reduce_case(
+        "norm/half", {4, 30}, {1}, false,
+        [](const Tensor& x) { return norm(x, 2, IntArrayRef{1}); },
+        [](const Values& v) { return ref_norm(v, 2); }, kHalfs),
+    with_range(reduce_case(
+                   "all/dim1", {5, 4}, {1}, false,
+                   [](const Tensor& x) { return all(x, IntArrayRef{1}); },
+                   [](const Values& v) {
+                     return double(
+                         std::all_of(v.begin(), v.end(), [](double x) { return x != 0; }));
+                   },
+                   {kBool, kFloat32, kInt32}),
                -0.2, 3, true),
-    with_range(reduce_case("any/all_keepdim", {5, 4}, {}, true,
-                           [](const Tensor& x) { return any(x, std::nullopt, true); },
-                           [](const Values& v) {
-                             return double(std::any_of(v.begin(), v.end(),
-                                                       [](double x) { return x != 0; }));
-                           },
-                           {kBool, kFloat32, kUInt8}),
+    with_range(reduce_case(
+                   "any/all_keepdim", {5, 4}, {}, true,
+                   [](const Tensor& x) { return any(x, std::nullopt, true); },
+                   [](const Values& v) {
+                     return double(
+                         std::any_of(v.begin(), v.end(), [](double x) { return x != 0; }));
+                   },
+                   {kBool, kFloat32, kUInt8}),
                -0.3, 0.3, true),
     softmax_case("softmax/last", {4, 7}, -1, false),
     softmax_case("softmax/dim0", {4, 7}, 0, false),
@@ -318,7 +383,8 @@ TEST(Reduce, ZeroSizeReductionsUseTheIdentity) {
   EXPECT_EQ(to_vector<bool>(all(e, IntArrayRef{0})), (std::vector<bool>{true, true, true}));
   EXPECT_EQ(to_vector<bool>(any(e, IntArrayRef{0})), (std::vector<bool>{false, false, false}));
   for (float v : to_vector<float>(var(e, IntArrayRef{0}))) EXPECT_TRUE(std::isnan(v));
-  EXPECT_EQ(to_vector<float>(logsumexp(zeros({2, 0}), {1})), (std::vector<float>{-INFINITY, -INFINITY}));
+  EXPECT_EQ(to_vector<float>(logsumexp(zeros({2, 0}), {1})),
+            (std::vector<float>{-INFINITY, -INFINITY}));
   // Reductions over non-empty dims of an empty tensor are just empty.
   auto [v, i] = max(e, 1);
   EXPECT_EQ(v.sizes().vec(), (std::vector<int64_t>{0}));
@@ -396,7 +462,9 @@ TEST(Reduce, DtypeRules) {
 
 TEST(Reduce, ErrorsAreTypedAndNameTheOp) {
   Tensor x = zeros({2, 3});
-  expect_mentions(error_message([&] { sum(x, IntArrayRef{0, -2}); }),
+  expect_mentions(error_message([&] {
+                    sum(x, IntArrayRef{0, -2});
+                  }),
                   {"ValueError", "[sum]", "multiple times", "[2, 3]"});
   expect_mentions(error_message([&] { sum(x, IntArrayRef{2}); }), {"IndexError", "[sum]"});
   expect_mentions(error_message([&] { mean(from_vector<int64_t>({1}, {1})); }),
@@ -481,8 +549,13 @@ TEST(Reduce, ResultsDoNotDependOnThreadCount) {
   Tensor a = randn({1 << 20});
   Tensor b = randn({3000, 77});
   auto run = [&] {
-    return std::vector<Tensor>{sum(a), sum(b, IntArrayRef{0}), sum(b, IntArrayRef{1}), var(b, IntArrayRef{0}),
-                               logsumexp(a, {0}), softmax(b, 1), argmax(a)};
+    return std::vector<Tensor>{sum(a),
+                               sum(b, IntArrayRef{0}),
+                               sum(b, IntArrayRef{1}),
+                               var(b, IntArrayRef{0}),
+                               logsumexp(a, {0}),
+                               softmax(b, 1),
+                               argmax(a)};
   };
   set_num_threads(1);
   auto one_thread = run();
@@ -510,7 +583,8 @@ TEST(Reduce, SoftmaxIsStable) {
   EXPECT_NEAR(pm[0] + pm[2], 1.0f, 1e-6);
   EXPECT_NEAR(logsumexp(from_vector<float>({1000, 1000}, {2}), {0}).item<float>(),
               1000 + std::log(2.0), 1e-3);
-  EXPECT_EQ(logsumexp(from_vector<float>({-INFINITY, -INFINITY}, {2}), {0}).item<float>(), -INFINITY);
+  EXPECT_EQ(logsumexp(from_vector<float>({-INFINITY, -INFINITY}, {2}), {0}).item<float>(),
+            -INFINITY);
   EXPECT_EQ(logsumexp(from_vector<float>({1, INFINITY}, {2}), {0}).item<float>(), INFINITY);
 }
 

@@ -16,7 +16,8 @@ struct Ref {
   std::vector<double> v;
 
   Ref() = default;
-  Ref(std::vector<int64_t> s, std::vector<double> values) : shape(std::move(s)), v(std::move(values)) {}
+  Ref(std::vector<int64_t> s, std::vector<double> values)
+      : shape(std::move(s)), v(std::move(values)) {}
   static Ref of(const Tensor& t) { return Ref(t.sizes().vec(), to_vector<double>(t)); }
   static Ref filled(std::vector<int64_t> s, double x) {
     int64_t n = 1;
@@ -27,7 +28,9 @@ struct Ref {
   int64_t dim() const { return static_cast<int64_t>(shape.size()); }
   std::vector<int64_t> strides() const {
     std::vector<int64_t> st(shape.size(), 1);
-    for (int64_t d = dim() - 2; d >= 0; --d) st[static_cast<size_t>(d)] = st[static_cast<size_t>(d + 1)] * shape[static_cast<size_t>(d + 1)];
+    for (int64_t d = dim() - 2; d >= 0; --d)
+      st[static_cast<size_t>(d)] =
+          st[static_cast<size_t>(d + 1)] * shape[static_cast<size_t>(d + 1)];
     return st;
   }
   // Index <-> coordinates.
@@ -57,7 +60,8 @@ inline Ref ref_map(const Ref& a, const std::function<double(double)>& f) {
 }
 
 // Broadcast shape of two shapes (numpy rules).
-inline std::vector<int64_t> ref_broadcast_shape(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+inline std::vector<int64_t> ref_broadcast_shape(const std::vector<int64_t>& a,
+                                                const std::vector<int64_t>& b) {
   size_t nd = std::max(a.size(), b.size());
   std::vector<int64_t> out(nd);
   for (size_t i = 0; i < nd; ++i) {
@@ -128,7 +132,8 @@ inline Ref ref_mm(const Ref& a, const Ref& b) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < m; ++j) {
       double s = 0;
-      for (int64_t p = 0; p < k; ++p) s += a.v[static_cast<size_t>(i * k + p)] * b.v[static_cast<size_t>(p * m + j)];
+      for (int64_t p = 0; p < k; ++p)
+        s += a.v[static_cast<size_t>(i * k + p)] * b.v[static_cast<size_t>(p * m + j)];
       r.v[static_cast<size_t>(i * m + j)] = s;
     }
   return r;

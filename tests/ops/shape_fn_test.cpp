@@ -35,7 +35,7 @@ TEST(ShapeFn, BinaryBroadcastsAndPromotes) {
   const Case cases[] = {
       {ones({4, 1, 3}), ones({5, 3})},
       {ones({2, 3}, TensorOptions(kInt32)), ones({3}, TensorOptions(kFloat64))},
-      {ones({2, 3}, TensorOptions(kInt64)), ones({}, TensorOptions(kFloat32))},   // 0-dim float wins
+      {ones({2, 3}, TensorOptions(kInt64)), ones({}, TensorOptions(kFloat32))},  // 0-dim float wins
       {ones({2, 3}, TensorOptions(kFloat16)), ones({}, TensorOptions(kFloat64))},  // dim wins
       {ones({3}, TensorOptions(kUInt8)), wrap_scalar(2.5)},  // a wrapped number: default float
       {ones({0, 3}), ones({1, 3})},
@@ -56,8 +56,9 @@ TEST(ShapeFn, BinaryErrorsAreTheKernels) {
   EXPECT_THROW(add(ones({2, 3}), ones({4})), ValueError);
   const Tensor b = ones({2}, TensorOptions(kBool));
   EXPECT_THROW(binary_shape(sub_op, b, b, 1), TypeError);
-  EXPECT_THROW(binary_shape(add_op, ones({2}, TensorOptions(kInt64)), ones({2}, TensorOptions(kInt64)), 0.5),
-               TypeError);
+  EXPECT_THROW(
+      binary_shape(add_op, ones({2}, TensorOptions(kInt64)), ones({2}, TensorOptions(kInt64)), 0.5),
+      TypeError);
 }
 
 TEST(ShapeFn, TakesOnlyMetadata) {
@@ -88,17 +89,22 @@ TEST(ShapeFn, ReductionsWithKeepdim) {
   for (bool keepdim : {false, true}) {
     const std::vector<int64_t> d1 = {1};
     const std::vector<int64_t> d02 = {0, -1};
-    expect_matches(sum_shape(x, IntArrayRef(d1), keepdim, std::nullopt), sum(x, IntArrayRef(d1), keepdim));
+    expect_matches(sum_shape(x, IntArrayRef(d1), keepdim, std::nullopt),
+                   sum(x, IntArrayRef(d1), keepdim));
     expect_matches(sum_shape(x, IntArrayRef(d02), keepdim, std::nullopt),
                    sum(x, IntArrayRef(d02), keepdim));
-    expect_matches(sum_shape(xi, std::nullopt, keepdim, std::nullopt), sum(xi, std::nullopt, keepdim));
+    expect_matches(sum_shape(xi, std::nullopt, keepdim, std::nullopt),
+                   sum(xi, std::nullopt, keepdim));
     expect_matches(sum_shape(xi, std::nullopt, keepdim, kFloat64),
                    sum(xi, std::nullopt, keepdim, kFloat64));
-    expect_matches(mean_shape(x, IntArrayRef(d1), keepdim, std::nullopt), mean(x, IntArrayRef(d1), keepdim));
+    expect_matches(mean_shape(x, IntArrayRef(d1), keepdim, std::nullopt),
+                   mean(x, IntArrayRef(d1), keepdim));
     expect_matches(amax_shape(x, IntArrayRef(d02), keepdim), amax(x, IntArrayRef(d02), keepdim));
     expect_matches(arg_extreme_shape<true>(x, 2, keepdim), argmax(x, 2, keepdim));
-    expect_matches(var_shape<false>(x, IntArrayRef(d1), 1, keepdim), var(x, IntArrayRef(d1), 1, keepdim));
-    expect_matches(logsumexp_shape(xi, IntArrayRef(d1), keepdim), logsumexp(xi, IntArrayRef(d1), keepdim));
+    expect_matches(var_shape<false>(x, IntArrayRef(d1), 1, keepdim),
+                   var(x, IntArrayRef(d1), 1, keepdim));
+    expect_matches(logsumexp_shape(xi, IntArrayRef(d1), keepdim),
+                   logsumexp(xi, IntArrayRef(d1), keepdim));
     expect_matches(all_any_shape<true>(xi, std::nullopt, keepdim), all(xi, std::nullopt, keepdim));
     const auto [values, indices] = max(x, 1, keepdim);
     const std::array<TensorMeta, 2> m = extreme_dim_shape<true>(x, 1, keepdim);
@@ -142,7 +148,8 @@ TEST(ShapeFn, IndexNnFactoryAndJoin) {
   expect_matches(embedding_shape(x, zeros({2, 3}, TensorOptions(kInt64)), -1),
                  embedding(x, zeros({2, 3}, TensorOptions(kInt64))));
   const std::vector<int64_t> last = {5};
-  const auto [y, mu, rstd] = native_layer_norm(ones({2, 3, 5}), last, std::nullopt, std::nullopt, 1e-5);
+  const auto [y, mu, rstd] =
+      native_layer_norm(ones({2, 3, 5}), last, std::nullopt, std::nullopt, 1e-5);
   const std::array<TensorMeta, 3> ln =
       native_layer_norm_shape(ones({2, 3, 5}), last, std::nullopt, std::nullopt, 1e-5);
   expect_matches(ln[0], y);
@@ -246,7 +253,8 @@ TEST(ShapeFn, MetaRunsOnlyTheShapeFunction) {
   EXPECT_EQ(_softmax_backward_data(x, x, 1, kFloat64).dtype(), kFloat64);
   const std::vector<int64_t> dim1 = {1};
   EXPECT_EQ(sum(x, IntArrayRef(dim1), true).sizes(), IntArrayRef({big, 1}));
-  EXPECT_EQ(max_pool2d(meta({1, 4, big, big}), {2, 2}).sizes(), IntArrayRef({1, 4, big / 2, big / 2}));
+  EXPECT_EQ(max_pool2d(meta({1, 4, big, big}), {2, 2}).sizes(),
+            IntArrayRef({1, 4, big / 2, big / 2}));
   EXPECT_EQ(conv2d(meta({1, 4, big, big}), meta({8, 4, 3, 3})).sizes(),
             IntArrayRef({1, 8, big - 2, big - 2}));
   EXPECT_EQ(cat({x, x}, 0).sizes(), IntArrayRef({2 * big, big}));
@@ -262,7 +270,8 @@ TEST(ShapeFn, MetaRunsOnlyTheShapeFunction) {
   EXPECT_EQ(nll_loss(x, meta({big}, kInt64)).dim(), 0);
   EXPECT_EQ(clone(x).sizes(), x.sizes());
   EXPECT_EQ(x.to(kFloat64).dtype(), kFloat64);
-  EXPECT_EQ(arange(0, big, 1, TensorOptions(kInt64).with_device(kMeta)).sizes(), IntArrayRef({big}));
+  EXPECT_EQ(arange(0, big, 1, TensorOptions(kInt64).with_device(kMeta)).sizes(),
+            IntArrayRef({big}));
   EXPECT_EQ(zeros({big, big}, TensorOptions(kFloat32).with_device(kMeta)).sizes(), x.sizes());
   EXPECT_EQ(rand({big, big}, TensorOptions(kFloat32).with_device(kMeta)).sizes(), x.sizes());
   const double secs =

@@ -22,120 +22,160 @@ OpCase with_dtypes(OpCase c, std::vector<DType> dtypes) {
   return c;
 }
 
-double ref_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double ref_gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double ref_sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+double ref_gelu(double x) {
+  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
 double ref_gelu_tanh(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
-double ref_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0); }
+double ref_sign(double x) {
+  return x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0);
+}
 
 const RegisterOpCases kUnaryCases({
-    with_dtypes(unary_case("neg", [](const Tensor& a) { return neg(a); },
-                           [](double x) { return -x; }),
+    with_dtypes(unary_case(
+                    "neg", [](const Tensor& a) { return neg(a); }, [](double x) { return -x; }),
                 kSigned),
-    with_dtypes(unary_case("abs", [](const Tensor& a) { return abs(a); },
-                           [](double x) { return std::fabs(x); }),
+    with_dtypes(unary_case(
+                    "abs", [](const Tensor& a) { return abs(a); },
+                    [](double x) { return std::fabs(x); }),
                 kSigned),
-    with_dtypes(unary_case("exp", [](const Tensor& a) { return exp(a); },
-                           [](double x) { return std::exp(x); }, -10, 10),
+    with_dtypes(unary_case(
+                    "exp", [](const Tensor& a) { return exp(a); },
+                    [](double x) { return std::exp(x); }, -10, 10),
                 kToFloat),
-    with_dtypes(unary_case("exp/large", [](const Tensor& a) { return exp(a); },
-                           [](double x) { return std::exp(x); }, -80, 80, {1000}),
+    with_dtypes(unary_case(
+                    "exp/large", [](const Tensor& a) { return exp(a); },
+                    [](double x) { return std::exp(x); }, -80, 80, {1000}),
                 {kFloat32, kFloat64}),
-    with_dtypes(unary_case("log", [](const Tensor& a) { return log(a); },
-                           [](double x) { return std::log(x); }, 0.01, 10),
+    with_dtypes(unary_case(
+                    "log", [](const Tensor& a) { return log(a); },
+                    [](double x) { return std::log(x); }, 0.01, 10),
                 kToFloat),
-    with_dtypes(unary_case("log1p", [](const Tensor& a) { return log1p(a); },
-                           [](double x) { return std::log1p(x); }, -0.9, 5),
+    with_dtypes(unary_case(
+                    "log1p", [](const Tensor& a) { return log1p(a); },
+                    [](double x) { return std::log1p(x); }, -0.9, 5),
                 kFloats),
-    with_dtypes(unary_case("sqrt", [](const Tensor& a) { return sqrt(a); },
-                           [](double x) { return std::sqrt(x); }, 0, 10),
+    with_dtypes(unary_case(
+                    "sqrt", [](const Tensor& a) { return sqrt(a); },
+                    [](double x) { return std::sqrt(x); }, 0, 10),
                 kToFloat),
-    with_dtypes(unary_case("rsqrt", [](const Tensor& a) { return rsqrt(a); },
-                           [](double x) { return 1 / std::sqrt(x); }, 0.1, 10),
+    with_dtypes(unary_case(
+                    "rsqrt", [](const Tensor& a) { return rsqrt(a); },
+                    [](double x) { return 1 / std::sqrt(x); }, 0.1, 10),
                 kToFloat),
-    with_dtypes(unary_case("sin", [](const Tensor& a) { return sin(a); },
-                           [](double x) { return std::sin(x); }, -10, 10),
+    with_dtypes(unary_case(
+                    "sin", [](const Tensor& a) { return sin(a); },
+                    [](double x) { return std::sin(x); }, -10, 10),
                 kToFloat),
-    with_dtypes(unary_case("cos", [](const Tensor& a) { return cos(a); },
-                           [](double x) { return std::cos(x); }, -10, 10),
+    with_dtypes(unary_case(
+                    "cos", [](const Tensor& a) { return cos(a); },
+                    [](double x) { return std::cos(x); }, -10, 10),
                 kToFloat),
-    with_dtypes(unary_case("tanh", [](const Tensor& a) { return tanh(a); },
-                           [](double x) { return std::tanh(x); }, -5, 5),
+    with_dtypes(unary_case(
+                    "tanh", [](const Tensor& a) { return tanh(a); },
+                    [](double x) { return std::tanh(x); }, -5, 5),
                 kToFloat),
-    with_dtypes(unary_case("sigmoid", [](const Tensor& a) { return sigmoid(a); }, ref_sigmoid,
-                           -12, 12),
+    with_dtypes(unary_case(
+                    "sigmoid", [](const Tensor& a) { return sigmoid(a); }, ref_sigmoid, -12, 12),
                 kToFloat),
-    with_dtypes(unary_case("relu", [](const Tensor& a) { return relu(a); },
-                           [](double x) { return x > 0 ? x : 0.0; }),
+    with_dtypes(unary_case(
+                    "relu", [](const Tensor& a) { return relu(a); },
+                    [](double x) { return x > 0 ? x : 0.0; }),
                 kSigned),
-    with_dtypes(unary_case("silu", [](const Tensor& a) { return silu(a); },
-                           [](double x) { return x * ref_sigmoid(x); }, -8, 8),
+    with_dtypes(unary_case(
+                    "silu", [](const Tensor& a) { return silu(a); },
+                    [](double x) { return x * ref_sigmoid(x); }, -8, 8),
                 kFloats),
-    with_dtypes(unary_case("erf", [](const Tensor& a) { return erf(a); },
-                           [](double x) { return std::erf(x); }, -4, 4),
+    with_dtypes(unary_case(
+                    "erf", [](const Tensor& a) { return erf(a); },
+                    [](double x) { return std::erf(x); }, -4, 4),
                 kToFloat),
-    with_dtypes(unary_case("sign", [](const Tensor& a) { return sign(a); }, ref_sign),
+    with_dtypes(unary_case(
+                    "sign", [](const Tensor& a) { return sign(a); }, ref_sign),
                 {kFloat32, kFloat64, kFloat16, kInt32, kInt64, kUInt8, kBool}),
-    with_dtypes(unary_case("reciprocal", [](const Tensor& a) { return reciprocal(a); },
-                           [](double x) { return 1 / x; }, 0.25, 4),
+    with_dtypes(unary_case(
+                    "reciprocal", [](const Tensor& a) { return reciprocal(a); },
+                    [](double x) { return 1 / x; }, 0.25, 4),
                 kToFloat),
-    with_dtypes(unary_case("logical_not", [](const Tensor& a) { return logical_not(a); },
-                           [](double x) { return double(x == 0); }, -1, 1),
+    with_dtypes(unary_case(
+                    "logical_not", [](const Tensor& a) { return logical_not(a); },
+                    [](double x) { return double(x == 0); }, -1, 1),
                 {kFloat32, kFloat64, kInt32, kBool}),
-    with_dtypes(unary_case("gelu", [](const Tensor& a) { return gelu(a); }, ref_gelu, -6, 6),
+    with_dtypes(unary_case(
+                    "gelu", [](const Tensor& a) { return gelu(a); }, ref_gelu, -6, 6),
                 kFloats),
-    with_dtypes(unary_case("gelu/tanh", [](const Tensor& a) { return gelu(a, "tanh"); },
-                           ref_gelu_tanh, -6, 6),
+    with_dtypes(unary_case(
+                    "gelu/tanh", [](const Tensor& a) { return gelu(a, "tanh"); }, ref_gelu_tanh, -6,
+                    6),
                 kFloats),
-    with_dtypes(unary_case("pow/square", [](const Tensor& a) { return pow(a, 2); },
-                           [](double x) { return x * x; }),
+    with_dtypes(unary_case(
+                    "pow/square", [](const Tensor& a) { return pow(a, 2); },
+                    [](double x) { return x * x; }),
                 {kFloat32, kFloat64, kFloat16, kInt32, kInt64}),
-    with_dtypes(unary_case("pow/cube", [](const Tensor& a) { return pow(a, 3); },
-                           [](double x) { return x * x * x; }, -3, 3),
+    with_dtypes(unary_case(
+                    "pow/cube", [](const Tensor& a) { return pow(a, 3); },
+                    [](double x) { return x * x * x; }, -3, 3),
                 {kFloat32, kFloat64, kInt64}),
-    with_dtypes(unary_case("pow/sqrt", [](const Tensor& a) { return pow(a, 0.5); },
-                           [](double x) { return std::sqrt(x); }, 0, 4),
+    with_dtypes(unary_case(
+                    "pow/sqrt", [](const Tensor& a) { return pow(a, 0.5); },
+                    [](double x) { return std::sqrt(x); }, 0, 4),
                 {kFloat32, kFloat64, kBFloat16, kInt64}),
-    unary_case("pow/rsqrt", [](const Tensor& a) { return pow(a, -0.5); },
-               [](double x) { return 1 / std::sqrt(x); }, 0.1, 4),
-    unary_case("pow/reciprocal", [](const Tensor& a) { return pow(a, -1); },
-               [](double x) { return 1 / x; }, 0.5, 4),
-    unary_case("pow/minus_two", [](const Tensor& a) { return pow(a, -2); },
-               [](double x) { return 1 / (x * x); }, 0.5, 4),
-    unary_case("pow/zero", [](const Tensor& a) { return pow(a, 0); },
-               [](double) { return 1.0; }),
-    unary_case("pow/general", [](const Tensor& a) { return pow(a, 2.7); },
-               [](double x) { return std::pow(x, 2.7); }, 0, 3),
-    unary_case("pow/scalar_base", [](const Tensor& a) { return pow(2.5, a); },
-               [](double x) { return std::pow(2.5, x); }, -3, 3),
-    with_dtypes(binary_case("pow/tensor", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-                            [](double x, double y) { return std::pow(x, y); }, {4, 1, 3}, {5, 3},
-                            0.25, 3),
+    unary_case(
+        "pow/rsqrt", [](const Tensor& a) { return pow(a, -0.5); },
+        [](double x) { return 1 / std::sqrt(x); }, 0.1, 4),
+    unary_case(
+        "pow/reciprocal", [](const Tensor& a) { return pow(a, -1); },
+        [](double x) { return 1 / x; }, 0.5, 4),
+    unary_case(
+        "pow/minus_two", [](const Tensor& a) { return pow(a, -2); },
+        [](double x) { return 1 / (x * x); }, 0.5, 4),
+    unary_case(
+        "pow/zero", [](const Tensor& a) { return pow(a, 0); }, [](double) { return 1.0; }),
+    unary_case(
+        "pow/general", [](const Tensor& a) { return pow(a, 2.7); },
+        [](double x) { return std::pow(x, 2.7); }, 0, 3),
+    unary_case(
+        "pow/scalar_base", [](const Tensor& a) { return pow(2.5, a); },
+        [](double x) { return std::pow(2.5, x); }, -3, 3),
+    with_dtypes(binary_case(
+                    "pow/tensor", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+                    [](double x, double y) { return std::pow(x, y); }, {4, 1, 3}, {5, 3}, 0.25, 3),
                 {kFloat32, kFloat64, kFloat16}),
-    with_dtypes(binary_case("pow/tensor_int", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
-                            [](double x, double y) { return std::pow(x, y); }, {4, 1, 3}, {5, 3},
-                            0, 4),
+    with_dtypes(binary_case(
+                    "pow/tensor_int", [](const Tensor& a, const Tensor& b) { return pow(a, b); },
+                    [](double x, double y) { return std::pow(x, y); }, {4, 1, 3}, {5, 3}, 0, 4),
                 {kInt32, kInt64}),
-    with_dtypes(unary_case("clamp", [](const Tensor& a) { return clamp(a, -0.5, 0.75); },
-                           [](double x) { return std::min(std::max(x, -0.5), 0.75); }),
+    with_dtypes(unary_case(
+                    "clamp", [](const Tensor& a) { return clamp(a, -0.5, 0.75); },
+                    [](double x) { return std::min(std::max(x, -0.5), 0.75); }),
                 kFloats),
-    with_dtypes(unary_case("clamp/min", [](const Tensor& a) { return clamp(a, 0.25); },
-                           [](double x) { return std::max(x, 0.25); }),
+    with_dtypes(unary_case(
+                    "clamp/min", [](const Tensor& a) { return clamp(a, 0.25); },
+                    [](double x) { return std::max(x, 0.25); }),
                 kFloats),
-    with_dtypes(unary_case("clamp/max", [](const Tensor& a) { return clamp(a, std::nullopt, 1); },
-                           [](double x) { return std::min(x, 1.0); }),
+    with_dtypes(unary_case(
+                    "clamp/max", [](const Tensor& a) { return clamp(a, std::nullopt, 1); },
+                    [](double x) { return std::min(x, 1.0); }),
                 {kFloat32, kFloat64, kInt8, kInt32, kInt64}),
-    with_dtypes(unary_case("clamp/int", [](const Tensor& a) { return clamp(a, -1, 1); },
-                           [](double x) { return std::min(std::max(x, -1.0), 1.0); }, -3, 3),
+    with_dtypes(unary_case(
+                    "clamp/int", [](const Tensor& a) { return clamp(a, -1, 1); },
+                    [](double x) { return std::min(std::max(x, -1.0), 1.0); }, -3, 3),
                 {kUInt8, kInt16, kInt32, kInt64}),
-    unary_case("exp/zero_size", [](const Tensor& a) { return exp(a); },
-               [](double x) { return std::exp(x); }, -1, 1, {0, 3}),
-    unary_case("exp/scalar", [](const Tensor& a) { return exp(a); },
-               [](double x) { return std::exp(x); }, -1, 1, {}),
+    unary_case(
+        "exp/zero_size", [](const Tensor& a) { return exp(a); },
+        [](double x) { return std::exp(x); }, -1, 1, {0, 3}),
+    unary_case(
+        "exp/scalar", [](const Tensor& a) { return exp(a); }, [](double x) { return std::exp(x); },
+        -1, 1, {}),
 });
 
-std::vector<double> values(const Tensor& t) { return to_vector<double>(t); }
+std::vector<double> values(const Tensor& t) {
+  return to_vector<double>(t);
+}
 
 Tensor f32(std::vector<float> v) {
   const int64_t n = static_cast<int64_t>(v.size());
@@ -169,9 +209,10 @@ std::vector<float> sweep_inputs() {
     v.push_back(x);
     v.push_back(-x);
   }
-  for (float x : {0.0f, -0.0f, kInf, -kInf, kNaN, -104.0f, -103.97f, -87.3f, -87.33655f, 88.7f,
-                  88.72283f, 88.7228394f, 89.0f, 1e-45f, 1e-40f, 1.17549435e-38f, 1.0f, -1.0f,
-                  0.625f, 0.921875f, -0.921875f, 9.0f, -9.0f}) {
+  for (float x :
+       {0.0f,       -0.0f, kInf,      -kInf,       kNaN,       -104.0f, -103.97f, -87.3f,
+        -87.33655f, 88.7f, 88.72283f, 88.7228394f, 89.0f,      1e-45f,  1e-40f,   1.17549435e-38f,
+        1.0f,       -1.0f, 0.625f,    0.921875f,   -0.921875f, 9.0f,    -9.0f}) {
     v.push_back(x);
   }
   return v;
@@ -197,27 +238,29 @@ void expect_within_ulp(const char* name, const std::function<Tensor(const Tensor
 }
 
 TEST(Unary, ExpAccuracySweep) {
-  expect_within_ulp("exp", [](const Tensor& t) { return exp(t); },
-                    [](double x) { return std::exp(x); }, 2.0);
+  expect_within_ulp(
+      "exp", [](const Tensor& t) { return exp(t); }, [](double x) { return std::exp(x); }, 2.0);
 }
 TEST(Unary, LogAccuracySweep) {
-  expect_within_ulp("log", [](const Tensor& t) { return log(t); },
-                    [](double x) { return std::log(x); }, 1.0);
+  expect_within_ulp(
+      "log", [](const Tensor& t) { return log(t); }, [](double x) { return std::log(x); }, 1.0);
 }
 TEST(Unary, Log1pAccuracySweep) {
-  expect_within_ulp("log1p", [](const Tensor& t) { return log1p(t); },
-                    [](double x) { return std::log1p(x); }, 3.0);
+  expect_within_ulp(
+      "log1p", [](const Tensor& t) { return log1p(t); }, [](double x) { return std::log1p(x); },
+      3.0);
 }
 TEST(Unary, TanhAccuracySweep) {
-  expect_within_ulp("tanh", [](const Tensor& t) { return tanh(t); },
-                    [](double x) { return std::tanh(x); }, 2.0);
+  expect_within_ulp(
+      "tanh", [](const Tensor& t) { return tanh(t); }, [](double x) { return std::tanh(x); }, 2.0);
 }
 TEST(Unary, SigmoidAccuracySweep) {
-  expect_within_ulp("sigmoid", [](const Tensor& t) { return sigmoid(t); }, ref_sigmoid, 3.5);
+  expect_within_ulp(
+      "sigmoid", [](const Tensor& t) { return sigmoid(t); }, ref_sigmoid, 3.5);
 }
 TEST(Unary, ErfAccuracySweep) {
-  expect_within_ulp("erf", [](const Tensor& t) { return erf(t); },
-                    [](double x) { return std::erf(x); }, 2.0);
+  expect_within_ulp(
+      "erf", [](const Tensor& t) { return erf(t); }, [](double x) { return std::erf(x); }, 2.0);
 }
 
 // silu and gelu multiply by x, so their error is the activation's plus one rounding; gelu's
@@ -265,8 +308,9 @@ TEST(Unary, ReducedFloatsMatchFloat) {
   const Tensor x = f32(in);
   for (DType dt : {kFloat16, kBFloat16}) {
     const Tensor xr = x.to(dt);
-    for (auto op : {+[](const Tensor& t) { return exp(t); }, +[](const Tensor& t) { return tanh(t); },
-                    +[](const Tensor& t) { return gelu(t); }}) {
+    for (auto op :
+         {+[](const Tensor& t) { return exp(t); }, +[](const Tensor& t) { return tanh(t); },
+          +[](const Tensor& t) { return gelu(t); }}) {
       const Tensor want = op(xr.to(kFloat32)).to(dt);
       const Tensor got = op(xr);
       ASSERT_EQ(got.dtype(), dt);
@@ -381,7 +425,7 @@ TEST(Unary, DtypeRules) {
 
 TEST(Unary, PowSemantics) {
   // Integer powers wrap on overflow and negative exponents follow PyTorch's integer rule.
-  EXPECT_EQ(values(pow(from_vector<int64_t>({3}, {1}), 50))[0] ,
+  EXPECT_EQ(values(pow(from_vector<int64_t>({3}, {1}), 50))[0],
             static_cast<double>(int64_t{6048575297968530377}));
   const Tensor base = from_vector<int64_t>({2, 1, -1, -1, 0}, {5});
   const Tensor e = from_vector<int64_t>({-1, -5, -3, -2, 0}, {5});
@@ -467,7 +511,8 @@ TEST(Unary, Errors) {
   expect_error<TypeError>([&] { silu(i); }, "[silu]");
   expect_error<TypeError>([&] { gelu(i); }, "[gelu]");
   expect_error<ValueError>([&] { gelu(f, "exact"); }, "[gelu]");
-  expect_error<ValueError>([&] { exp(Tensor()); }, "[loom::exp] argument 'self' is an undefined tensor");
+  expect_error<ValueError>([&] { exp(Tensor()); },
+                           "[loom::exp] argument 'self' is an undefined tensor");
   // Float results cannot be written into integer tensors.
   expect_error<TypeError>([&] { exp_(i.clone()); }, "[exp]");
   expect_error<TypeError>([&] { sqrt_out(empty({2}, kInt64), f); }, "[sqrt]");

@@ -47,7 +47,8 @@ Trace two_steps() {
   return t;
 }
 
-const OpStats* find(const std::vector<OpStats>& v, const std::string& name, const std::string& shapes = "") {
+const OpStats* find(const std::vector<OpStats>& v, const std::string& name,
+                    const std::string& shapes = "") {
   for (const OpStats& s : v) {
     if (s.name == name && (shapes.empty() || s.input_shapes == shapes)) return &s;
   }
@@ -114,8 +115,10 @@ TEST(ProfilerAnalysis, StepBreakdown) {
 
 TEST(ProfilerAnalysis, DataWaitDominates) {
   Trace t;
-  t.events = {ev(EventKind::Step, "ProfilerStep#0", 1, 0, 100), ev(EventKind::DataStage, "data.wait", 1, 0, 90),
-              ev(EventKind::DataStage, "data.decode", 1, 10, 80), ev(EventKind::Operator, "A", 1, 90, 100)};
+  t.events = {ev(EventKind::Step, "ProfilerStep#0", 1, 0, 100),
+              ev(EventKind::DataStage, "data.wait", 1, 0, 90),
+              ev(EventKind::DataStage, "data.decode", 1, 10, 80),
+              ev(EventKind::Operator, "A", 1, 90, 100)};
   make_nested(t);
   const auto s = step_breakdown(t);
   ASSERT_EQ(s.size(), 1u);
@@ -163,7 +166,8 @@ TEST(ProfilerAnalysis, DiffSortsByAbsoluteChange) {
 // thread's) in parallel with the step neither adds to nor dilutes the training thread's rows.
 Trace training_and_worker() {
   Trace t;
-  t.threads = {{1, "training"}, {2, "loader worker 0"}, {3, "loader worker 0"}};  // 3: the next epoch's
+  t.threads = {
+      {1, "training"}, {2, "loader worker 0"}, {3, "loader worker 0"}};  // 3: the next epoch's
   t.events = {
       ev(EventKind::Step, "ProfilerStep#0", 1, 0, 1000),
       ev(EventKind::DataStage, "data.wait", 1, 0, 100),
@@ -178,7 +182,8 @@ Trace training_and_worker() {
   return t;
 }
 
-const OpStats* find_on(const std::vector<OpStats>& v, const std::string& thread, const std::string& name) {
+const OpStats* find_on(const std::vector<OpStats>& v, const std::string& thread,
+                       const std::string& name) {
   for (const OpStats& s : v) {
     if (s.thread == thread && s.name == name) return &s;
   }
@@ -243,15 +248,16 @@ TEST(ProfilerAnalysis, CommWaitIsCommunication) {
   EXPECT_EQ(wait->kind, EventKind::CommWait);
   const auto steps = step_breakdown(t);
   ASSERT_EQ(steps.size(), 1u);
-  EXPECT_EQ(steps[0].compute_ns, 400);        // [0, 350) and [850, 900)
-  EXPECT_EQ(steps[0].communication_ns, 500);  // the wait
+  EXPECT_EQ(steps[0].compute_ns, 400);                   // [0, 350) and [850, 900)
+  EXPECT_EQ(steps[0].communication_ns, 500);             // the wait
   EXPECT_EQ(steps[0].overlapped_communication_ns, 150);  // the allreduce under MmBackward
   EXPECT_EQ(steps[0].idle_ns, 100);
   EXPECT_EQ(dominant_part(steps), "communication (50% of step time)");
   // The category survives a Chrome trace.
   const Trace r = parse_chrome_trace(chrome_trace_json(t), "t.json");
   bool found = false;
-  for (const Event& e : r.events) found = found || (e.name == "ddp::wait_allreduce" && e.kind == EventKind::CommWait);
+  for (const Event& e : r.events)
+    found = found || (e.name == "ddp::wait_allreduce" && e.kind == EventKind::CommWait);
   EXPECT_TRUE(found);
   EXPECT_NE(chrome_trace_json(t).find("\"comm_wait\""), std::string::npos);
 }
@@ -277,7 +283,8 @@ TEST(ProfilerTraceFiles, CorruptOrTruncatedFilesNameTheFile) {
   const std::string json = chrome_trace_json(t);
 
   const std::string missing = dir / "missing.json";
-  EXPECT_NE(error_of(missing).find("cannot open " + missing), std::string::npos) << error_of(missing);
+  EXPECT_NE(error_of(missing).find("cannot open " + missing), std::string::npos)
+      << error_of(missing);
 
   const std::string truncated = dir / "truncated.json";
   write_file(truncated, json.substr(0, json.size() / 2));
@@ -305,7 +312,8 @@ TEST(ProfilerTraceFiles, CorruptOrTruncatedFilesNameTheFile) {
   EXPECT_NE(e.find(cut), std::string::npos) << e;
   // Corrupt compressed data.
   std::string garbled = bytes;
-  for (size_t i = 20; i < garbled.size() - 8; i += 3) garbled[i] = static_cast<char>(garbled[i] ^ 0x5a);
+  for (size_t i = 20; i < garbled.size() - 8; i += 3)
+    garbled[i] = static_cast<char>(garbled[i] ^ 0x5a);
   const std::string bad = dir / "garbled.json.gz";
   write_file(bad, garbled);
   e = error_of(bad);
@@ -328,25 +336,30 @@ TEST(ProfilerTraceFiles, WellFormedJsonThatIsNotATrace) {
   EXPECT_NE(err("42").find("not a Chrome trace"), std::string::npos);
   EXPECT_NE(err("{\"traceEvents\": [1]}").find("event #0 is a integer"), std::string::npos)
       << err("{\"traceEvents\": [1]}");
-  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"pid\": 1, \"tid\": 1}]}")
+  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"pid\": 1, "
+                "\"tid\": 1}]}")
                 .find("x.json: event #0 'op' has no 'dur'"),
             std::string::npos);
-  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": \"1\", \"dur\": 1, \"pid\": 1, "
+  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": \"1\", \"dur\": 1, "
+                "\"pid\": 1, "
                 "\"tid\": 1}]}")
                 .find("non-numeric 'ts'"),
             std::string::npos);
-  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"dur\": -1, \"pid\": 1, "
+  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"dur\": -1, "
+                "\"pid\": 1, "
                 "\"tid\": 1}]}")
                 .find("negative duration"),
             std::string::npos);
-  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"dur\": 1, \"pid\": 1, \"tid\": 1, "
+  EXPECT_NE(err("{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"op\", \"ts\": 1, \"dur\": 1, "
+                "\"pid\": 1, \"tid\": 1, "
                 "\"args\": {\"Input Dims\": [[1, \"a\"]]}}]}")
                 .find("non-integer size"),
             std::string::npos);
   // Events of other kinds and tools are skipped, not errors.
   const Trace t = parse_chrome_trace(
       "[{\"ph\": \"B\", \"name\": \"b\", \"ts\": 1, \"pid\": 1, \"tid\": 1},"
-      " {\"ph\": \"X\", \"name\": \"op\", \"cat\": \"cpu_op\", \"ts\": 1.5, \"dur\": 2.25, \"pid\": 1, \"tid\": \"main\"}]",
+      " {\"ph\": \"X\", \"name\": \"op\", \"cat\": \"cpu_op\", \"ts\": 1.5, \"dur\": 2.25, "
+      "\"pid\": 1, \"tid\": \"main\"}]",
       "array.json");
   ASSERT_EQ(t.events.size(), 1u);
   EXPECT_EQ(t.events[0].start_ns, 1500);

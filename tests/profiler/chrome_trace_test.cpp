@@ -22,7 +22,9 @@
 namespace loom::profiler {
 namespace {
 
-int64_t ns_of(const Json& us) { return std::llround(us.as_double() * 1000.0); }
+int64_t ns_of(const Json& us) {
+  return std::llround(us.as_double() * 1000.0);
+}
 
 // A few training steps of a small MLP, with a worker thread, allocator events and a user scope.
 Trace training_trace() {
@@ -98,7 +100,9 @@ void validate(const Json& doc, bool expect_flows, bool expect_memory) {
   }
   // Strict nesting per thread: an event that starts inside another ends inside it.
   for (auto& [tid, v] : by_tid) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
     std::vector<int64_t> open;
     for (auto& [s, e] : v) {
       while (!open.empty() && open.back() <= s) open.pop_back();
@@ -243,7 +247,7 @@ TEST(ChromeTrace, OverlappingEventsAreRepaired) {
     x.end_ns = e;
     return x;
   };
-  t.events = {ev("parent", 1, 0, 100), ev("straddles", 1, 50, 150), ev("child", 1, 60, 70),
+  t.events = {ev("parent", 1, 0, 100),  ev("straddles", 1, 50, 150),    ev("child", 1, 60, 70),
               ev("after", 1, 100, 120), ev("other thread", 2, 40, 160), ev("backwards", 1, 10, 5)};
   t.threads = {{1, "a"}, {2, "b"}};
   EXPECT_EQ(make_nested(t), 2);  // "straddles" clamped to 100, "backwards" dropped

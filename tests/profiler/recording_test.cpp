@@ -1,5 +1,6 @@
-// Recording: operators with shapes, user scopes, backward nodes linked to forward operators, threads,
-// collectives, data loader stages, allocator events, activity sources, the schedule, and the off path.
+// Recording: operators with shapes, user scopes, backward nodes linked to forward operators,
+// threads, collectives, data loader stages, allocator events, activity sources, the schedule, and
+// the off path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +55,8 @@ TEST(ProfilerRecording, OperatorsWithShapesAndDtypes) {
   EXPECT_GE(m.start_ns, 0);
   bool saw_f64 = false;
   for (const Event& e : p.trace().events) {
-    saw_f64 = saw_f64 || (e.name.rfind("loom::add", 0) == 0 && !e.input_dtypes.empty() && e.input_dtypes[0] == "float64");
+    saw_f64 = saw_f64 || (e.name.rfind("loom::add", 0) == 0 && !e.input_dtypes.empty() &&
+                          e.input_dtypes[0] == "float64");
   }
   EXPECT_TRUE(saw_f64);
   ASSERT_FALSE(p.trace().threads.empty());
@@ -132,7 +134,8 @@ TEST(ProfilerRecording, BackwardNodesLinkToTheirForwardOperators) {
   const Trace& t = p.trace();
   std::map<std::pair<uint64_t, uint64_t>, const Event*> forward;
   for (const Event& e : t.events) {
-    if (e.kind == EventKind::Operator && e.fwd_thread != 0) forward[{e.fwd_thread, e.sequence_nr}] = &e;
+    if (e.kind == EventKind::Operator && e.fwd_thread != 0)
+      forward[{e.fwd_thread, e.sequence_nr}] = &e;
   }
   int linked = 0;
   bool mm_linked = false;
@@ -155,8 +158,8 @@ TEST(ProfilerRecording, BackwardNodesLinkToTheirForwardOperators) {
   for (const Event& b : t.events) {
     if (b.kind != EventKind::Backward) continue;
     for (const Event& e : t.events) {
-      nested = nested || (e.kind == EventKind::Operator && e.tid == b.tid && e.start_ns >= b.start_ns &&
-                          e.end_ns <= b.end_ns && &e != &b);
+      nested = nested || (e.kind == EventKind::Operator && e.tid == b.tid &&
+                          e.start_ns >= b.start_ns && e.end_ns <= b.end_ns && &e != &b);
     }
   }
   EXPECT_TRUE(nested);
@@ -254,8 +257,10 @@ TEST(ProfilerRecording, ScheduleActions) {
   Schedule s = Schedule::parse("2,1,3");
   EXPECT_EQ(s.repeat, 1);
   using A = Schedule::Action;
-  const std::vector<A> want = {A::None, A::None, A::Warmup, A::Record, A::Record, A::RecordAndSave, A::None, A::None};
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(s.action_at(static_cast<int64_t>(i)), want[i]) << i;
+  const std::vector<A> want = {A::None,   A::None,          A::Warmup, A::Record,
+                               A::Record, A::RecordAndSave, A::None,   A::None};
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(s.action_at(static_cast<int64_t>(i)), want[i]) << i;
   Schedule forever = Schedule::parse("0,0,2,0");
   EXPECT_EQ(forever.action_at(1001), A::RecordAndSave);
   EXPECT_THROW(Schedule::parse("5,2"), ValueError);

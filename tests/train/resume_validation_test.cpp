@@ -53,7 +53,9 @@ TEST_F(ResumeValidation, BatchInEpochAtOrPastTheEpochsSteps) {
   train_until_step_11();
   tamper([](Json& s) { s.at("loop").set("batch_in_epoch", 8); });
   const std::string m = resume_error();
-  EXPECT_CONTAINS(m, "step-000000011.json: loop.batch_in_epoch is 8 (expected from 0 to 7: an epoch of this run has 8 steps)");
+  EXPECT_CONTAINS(m,
+                  "step-000000011.json: loop.batch_in_epoch is 8 (expected from 0 to 7: an epoch "
+                  "of this run has 8 steps)");
   tamper([](Json& s) { s.at("loop").set("batch_in_epoch", -1); });
   EXPECT_CONTAINS(resume_error(), "loop.batch_in_epoch is -1");
 }
@@ -61,11 +63,14 @@ TEST_F(ResumeValidation, BatchInEpochAtOrPastTheEpochsSteps) {
 TEST_F(ResumeValidation, ConsumedOutOfRangeOrInconsistentWithTheLoop) {
   train_until_step_11();
   tamper([](Json& s) { s.at("data").set("consumed", 2000); });
-  EXPECT_CONTAINS(resume_error(), "data.consumed is 2000 (expected from 0 to 256: an epoch of this run has 256 samples)");
+  EXPECT_CONTAINS(
+      resume_error(),
+      "data.consumed is 2000 (expected from 0 to 256: an epoch of this run has 256 samples)");
   tamper([](Json& s) { s.at("data").set("consumed", 1e15); });
   EXPECT_CONTAINS(resume_error(), "data.consumed is 1000000000000000.0 (expected from 0 to 256");
   tamper([](Json& s) { s.at("data").set("consumed", 64); });  // the loop says 3 batches of 32
-  EXPECT_CONTAINS(resume_error(), "data is at epoch 1 with 64 samples consumed (expected epoch 1 with 96 consumed");
+  EXPECT_CONTAINS(resume_error(),
+                  "data is at epoch 1 with 64 samples consumed (expected epoch 1 with 96 consumed");
   tamper([](Json& s) { s.at("data").set("epoch", 5); });
   EXPECT_CONTAINS(resume_error(), "data is at epoch 5 with 96 samples consumed");
 }
@@ -73,7 +78,9 @@ TEST_F(ResumeValidation, ConsumedOutOfRangeOrInconsistentWithTheLoop) {
 TEST_F(ResumeValidation, LoopFieldsThatDisagree) {
   train_until_step_11();
   tamper([](Json& s) { s.at("loop").set("global_step", 12); });
-  EXPECT_CONTAINS(resume_error(), "loop.global_step is 12 (expected 11 = loop.epoch 1 x 8 steps + loop.batch_in_epoch 3)");
+  EXPECT_CONTAINS(
+      resume_error(),
+      "loop.global_step is 12 (expected 11 = loop.epoch 1 x 8 steps + loop.batch_in_epoch 3)");
   tamper([](Json& s) { s.at("loop").set("epoch", "one"); });
   EXPECT_CONTAINS(resume_error(), "loop.epoch is \"one\" (expected an integer");
   tamper([](Json& s) { s.at("loop").set("epoch", 5); });  // and the rest says epoch 1
@@ -85,11 +92,13 @@ TEST_F(ResumeValidation, OptimizerHyperparametersOutOfRange) {
   tamper([](Json& s) { s.at("optimizer").set("param_groups.0.beta1", 2.0); });
   const std::string m = resume_error();
   EXPECT_CONTAINS(m, "step-000000011.json: the optimizer or scheduler state is invalid");
-  EXPECT_CONTAINS(m, "param_groups.0: invalid beta parameter at index 0: beta1 = 2 (expected in [0, 1))");
+  EXPECT_CONTAINS(
+      m, "param_groups.0: invalid beta parameter at index 0: beta1 = 2 (expected in [0, 1))");
   tamper([](Json& s) { s.at("optimizer").set("param_groups.0.eps", -1.0); });
   EXPECT_CONTAINS(resume_error(), "invalid epsilon value: eps = -1");
   tamper([](Json& s) { s.at("optimizer").set("param_groups.0.lr", "fast"); });
-  EXPECT_CONTAINS(resume_error(), "optimizer.param_groups.0.lr is \"fast\" (expected a finite number)");
+  EXPECT_CONTAINS(resume_error(),
+                  "optimizer.param_groups.0.lr is \"fast\" (expected a finite number)");
 }
 
 TEST_F(ResumeValidation, ASettingOfAnotherRunIsAValueErrorNamingIt) {
@@ -99,7 +108,8 @@ TEST_F(ResumeValidation, ASettingOfAnotherRunIsAValueErrorNamingIt) {
   EXPECT_CONTAINS(resume_error<ValueError>(o), "config.batch = 32 but this run has 64 (--batch)");
   o = options();
   o.optimizer = "sgd";
-  EXPECT_CONTAINS(resume_error<ValueError>(o), "config.optimizer = \"adam\" but this run has \"sgd\"");
+  EXPECT_CONTAINS(resume_error<ValueError>(o),
+                  "config.optimizer = \"adam\" but this run has \"sgd\"");
 }
 
 TEST_F(ResumeValidation, AnEditWithoutANewChecksumIsCaught) {
@@ -124,7 +134,9 @@ TEST_F(ResumeValidation, AFinishedRunSaysSoAndEvaluates) {
   EXPECT_EQ(r.status, train::TrainResult::Status::AlreadyFinished);
   EXPECT_EQ(r.exit_code(), 0);
   EXPECT_EQ(r.steps_run, 0);
-  EXPECT_CONTAINS(rep.all_messages(), "already finished: " + o.checkpoint_dir + "/step-000000016 is at the end of epoch 2 (step 16) and --epochs is 2");
+  EXPECT_CONTAINS(rep.all_messages(),
+                  "already finished: " + o.checkpoint_dir +
+                      "/step-000000016 is at the end of epoch 2 (step 16) and --epochs is 2");
   EXPECT_TRUE(std::isfinite(r.test_accuracy));
   // More epochs continue the same run.
   o.epochs = 3;
@@ -142,7 +154,8 @@ TEST_F(ResumeValidation, AChangedLearningRateIsAllowedAndSaid) {
   RecordingReporter rep;
   const train::TrainResult r = train::Trainer(o, &rep).run();
   EXPECT_EQ(r.status, train::TrainResult::Status::Finished);
-  EXPECT_CONTAINS(rep.all_messages(), "resuming with --lr 0.0005 where the checkpoint's run used 0.001");
+  EXPECT_CONTAINS(rep.all_messages(),
+                  "resuming with --lr 0.0005 where the checkpoint's run used 0.001");
 }
 
 }  // namespace

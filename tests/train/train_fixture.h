@@ -1,6 +1,6 @@
 // A small Fashion-MNIST look-alike (IDX files in a temporary directory) whose classes a model can
-// learn in a few steps, a reporter that keeps what a run reported, and a cache directory of its own,
-// so the trainer's tests run in seconds and never touch the real data set.
+// learn in a few steps, a reporter that keeps what a run reported, and a cache directory of its
+// own, so the trainer's tests run in seconds and never touch the real data set.
 #pragma once
 
 #include <gtest/gtest.h>

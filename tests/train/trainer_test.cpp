@@ -74,7 +74,8 @@ TEST_F(Trainer, CheckpointsAreAnnouncedAndOnlyTheNewestKeptAreLeft) {
   EXPECT_EQ(rep.checkpoints[2].why, "end of epoch 1");
   EXPECT_GT(rep.checkpoints[0].bytes, 200000u);
   int jsons = 0;
-  for (const auto& e : fs::directory_iterator(o.checkpoint_dir)) jsons += e.path().extension() == ".json";
+  for (const auto& e : fs::directory_iterator(o.checkpoint_dir))
+    jsons += e.path().extension() == ".json";
   EXPECT_EQ(jsons, 3);
 }
 
@@ -88,12 +89,16 @@ TEST_F(Trainer, TheSavedModelEvaluatesToTheTrainersFigures) {
   EXPECT_NEAR(ev.loss, r.test_loss, 1e-6);  // float32 means over other batches
   ASSERT_EQ(ev.class_accuracy.size(), 10u);
   // The checkpoint directory evaluates the same parameters.
-  const train::EvalReport ck = train::evaluate_saved_model(o.checkpoint_dir, o.data_dir, 100, nullptr);
+  const train::EvalReport ck =
+      train::evaluate_saved_model(o.checkpoint_dir, o.data_dir, 100, nullptr);
   EXPECT_DOUBLE_EQ(ck.accuracy, r.test_accuracy);
   // A safetensors file without the metadata is refused with what is missing.
   io::save_safetensors(dir_ / "bare.safetensors", {{"w", zeros({2})}});
-  EXPECT_CONTAINS(error_of<DataError>([&] { train::evaluate_saved_model(dir_ / "bare.safetensors", o.data_dir, 10, nullptr); }),
-                  "is not a model saved by `loom train --save-final`: its safetensors metadata has no \"loom_architecture\"");
+  EXPECT_CONTAINS(error_of<DataError>([&] {
+                    train::evaluate_saved_model(dir_ / "bare.safetensors", o.data_dir, 10, nullptr);
+                  }),
+                  "is not a model saved by `loom train --save-final`: its safetensors metadata has "
+                  "no \"loom_architecture\"");
 }
 
 TEST_F(Trainer, BadOptionsAreTypedErrorsNamingTheOption) {
@@ -102,12 +107,19 @@ TEST_F(Trainer, BadOptionsAreTypedErrorsNamingTheOption) {
     edit(o);
     return error_of<ValueError>([&] { train::Trainer t(o, nullptr); });
   };
-  EXPECT_CONTAINS(bad([](auto& o) { o.optimizer = "lbfgs"; }), "--optimizer must be one of sgd, adam, adamw but got 'lbfgs'");
+  EXPECT_CONTAINS(bad([](auto& o) { o.optimizer = "lbfgs"; }),
+                  "--optimizer must be one of sgd, adam, adamw but got 'lbfgs'");
   EXPECT_CONTAINS(bad([](auto& o) { o.lr = NAN; }), "--lr must be");
-  EXPECT_CONTAINS(bad([](auto& o) { o.threads = -1; }), "--threads must be an integer from 0 to 1024 but got -1");
-  EXPECT_CONTAINS(bad([](auto& o) { o.epochs = 0; }), "--epochs must be an integer from 1 to 1000000 but got 0");
+  EXPECT_CONTAINS(bad([](auto& o) { o.threads = -1; }),
+                  "--threads must be an integer from 0 to 1024 but got -1");
+  EXPECT_CONTAINS(bad([](auto& o) { o.epochs = 0; }),
+                  "--epochs must be an integer from 1 to 1000000 but got 0");
   EXPECT_CONTAINS(bad([](auto& o) { o.device = "gpu"; }), "gpu");
-  EXPECT_CONTAINS(bad([](auto& o) { o.resume = true; o.checkpoint_dir.clear(); }), "--resume needs --checkpoint-dir");
+  EXPECT_CONTAINS(bad([](auto& o) {
+                    o.resume = true;
+                    o.checkpoint_dir.clear();
+                  }),
+                  "--resume needs --checkpoint-dir");
   train::TrainOptions o = options();
   o.device = "cuda";
   EXPECT_CONTAINS(error_of<NotImplementedError>([&] { train::Trainer t(o, nullptr); }),
@@ -119,8 +131,10 @@ TEST(FaultSpec, ParsesTheOptionAndTheSetting) {
   EXPECT_EQ(train::FaultSpec::parse("hang:0:3").describe(), "hang on rank 0 at step 3");
   EXPECT_CONTAINS(error_of<ValueError>([] { train::FaultSpec::parse("explode", 0, 1); }),
                   "--inject-fault must be one of mismatch, hang, kill but got 'explode'");
-  EXPECT_CONTAINS(error_of<ValueError>([] { train::FaultSpec::parse("kill:1"); }), "must be KIND:RANK:STEP");
-  EXPECT_CONTAINS(error_of<ValueError>([] { train::FaultSpec::parse("kill:x:1"); }), "LOOM_INJECT_FAULT's rank expects an integer");
+  EXPECT_CONTAINS(error_of<ValueError>([] { train::FaultSpec::parse("kill:1"); }),
+                  "must be KIND:RANK:STEP");
+  EXPECT_CONTAINS(error_of<ValueError>([] { train::FaultSpec::parse("kill:x:1"); }),
+                  "LOOM_INJECT_FAULT's rank expects an integer");
 }
 
 // A save killed mid-write leaves a locked temporary while its writer lives (never touched) and an

@@ -18,16 +18,18 @@ namespace {
 int run_autograd(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "list"}, {});
   if (args.flag("help")) {
-    std::printf("usage: loom autograd [--list]\n  The backward graph of a small MLP and how the engine runs it;\n"
-                "  --list prints every operator's derivative (or non-differentiable mark).\n");
+    std::printf(
+        "usage: loom autograd [--list]\n  The backward graph of a small MLP and how the engine "
+        "runs it;\n"
+        "  --list prints every operator's derivative (or non-differentiable mark).\n");
     return 0;
   }
   if (args.flag("list")) {
     auto all = autograd::all_derivatives();
     std::sort(all.begin(), all.end(), [](auto* a, auto* b) { return a->op < b->op; });
     for (const auto* d : all) {
-      std::printf("%-34s %s  (%s)\n", d->op.c_str(), d->differentiable ? "derivative" : "non-differentiable",
-                  d->file);
+      std::printf("%-34s %s  (%s)\n", d->op.c_str(),
+                  d->differentiable ? "derivative" : "non-differentiable", d->file);
     }
     return 0;
   }
@@ -36,8 +38,9 @@ int run_autograd(const std::vector<std::string>& argv) {
   Tensor w1 = mul(randn({16, 8}, {}, gen), 0.3).requires_grad_(), b1 = zeros({16}).requires_grad_();
   Tensor w2 = mul(randn({3, 16}, {}, gen), 0.3).requires_grad_(), b2 = zeros({3}).requires_grad_();
   Tensor loss = cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), y);
-  std::printf("== forward: loss = cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), y) = %.4f ==\n",
-              loss.item<double>());
+  std::printf(
+      "== forward: loss = cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), y) = %.4f ==\n",
+      loss.item<double>());
   std::printf("The graph recorded for loss (node #sequence-number <- forward operator):\n%s\n",
               autograd::describe_graph(loss).c_str());
 
@@ -57,24 +60,31 @@ int run_autograd(const std::vector<std::string>& argv) {
   uint64_t h = add_record_callbacks(cb);
   loss.backward();
   remove_record_callbacks(h);
-  std::printf("== backward: the engine ran (highest sequence number first; AccumulateGrad as soon as ready) ==\n");
+  std::printf(
+      "== backward: the engine ran (highest sequence number first; AccumulateGrad as soon as "
+      "ready) ==\n");
   for (size_t i = 0; i < ran.size(); ++i) {
-    std::printf("  %2zu. %-28s %8.1f us\n", i + 1, ran[i].name.c_str(), static_cast<double>(ran[i].ns) / 1e3);
+    std::printf("  %2zu. %-28s %8.1f us\n", i + 1, ran[i].name.c_str(),
+                static_cast<double>(ran[i].ns) / 1e3);
   }
-  std::printf("  w1.grad norm %.4f, b2.grad = %s\n\n", norm(w1.grad()).item<double>(), b2.grad().str().c_str());
+  std::printf("  w1.grad norm %.4f, b2.grad = %s\n\n", norm(w1.grad()).item<double>(),
+              b2.grad().str().c_str());
 
   // A second step with the gradients kept: linear's weight gradients go straight into .grad().
   const uint64_t in_place = autograd::grads_accumulated_in_place();
   cross_entropy(linear(relu(linear(x, w1, b1)), w2, b2), y).backward();
-  std::printf("== a second backward into the kept .grad(): %llu weight gradients added in place by the\n"
-              "   GEMM (no temporary, no separate add); w1.grad norm now %.4f ==\n\n",
-              static_cast<unsigned long long>(autograd::grads_accumulated_in_place() - in_place),
-              norm(w1.grad()).item<double>());
+  std::printf(
+      "== a second backward into the kept .grad(): %llu weight gradients added in place by the\n"
+      "   GEMM (no temporary, no separate add); w1.grad norm now %.4f ==\n\n",
+      static_cast<unsigned long long>(autograd::grads_accumulated_in_place() - in_place),
+      norm(w1.grad()).item<double>());
 
   int diff = 0, nondiff = 0;
   for (const auto* d : autograd::all_derivatives()) (d->differentiable ? diff : nondiff)++;
-  std::printf("== derivatives: %d operators have one, %d are declared non-differentiable (loom autograd --list) ==\n\n",
-              diff, nondiff);
+  std::printf(
+      "== derivatives: %d operators have one, %d are declared non-differentiable (loom autograd "
+      "--list) ==\n\n",
+      diff, nondiff);
 
   std::printf("== version counters: a saved tensor modified in place ==\n");
   Tensor a = mul(w1, 1.0);
@@ -88,7 +98,8 @@ int run_autograd(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const RegisterCommand kAutograd("autograd", "show the backward graph of a small MLP and how the engine runs it",
+const RegisterCommand kAutograd("autograd",
+                                "show the backward graph of a small MLP and how the engine runs it",
                                 run_autograd);
 
 }  // namespace

@@ -18,15 +18,17 @@ void usage() {
       "                          [--world W --rank R] [--seed S] [--epoch E] [--epochs N]\n"
       "                          [--shuffle block|global|none] [--block-size N] [--pad pad|drop]\n"
       "                          [--resume-from N] [--drop-last] [--no-pin]\n"
-      "  Reads epochs of DIR (made by `loom data pack`) through the data loader, copying every column\n"
-      "  that batches as is, and reports samples/s, the consumer's wait for data, queue occupancy, the\n"
+      "  Reads epochs of DIR (made by `loom data pack`) through the data loader, copying every "
+      "column\n"
+      "  that batches as is, and reports samples/s, the consumer's wait for data, queue occupancy, "
+      "the\n"
       "  workers' read and decode time, the buffer pool and the resumable state.\n");
 }
 
 int run(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "drop-last", "no-pin"},
-            {"batch", "workers", "prefetch", "io", "world", "rank", "seed", "epoch", "epochs", "shuffle",
-             "block-size", "pad", "resume-from"});
+            {"batch", "workers", "prefetch", "io", "world", "rank", "seed", "epoch", "epochs",
+             "shuffle", "block-size", "pad", "resume-from"});
   if (args.flag("help") || args.positionals().size() != 1) {
     usage();
     return args.flag("help") ? 0 : 2;
@@ -69,20 +71,25 @@ int run(const std::vector<std::string>& argv) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const data::LoaderMetrics m = loader.metrics();
-  std::printf("%.0f samples/s (%.1f MB/s read); consumer waited %.3f s in total, %.1f us per batch on average, "
-              "%.2f ms at most; %.2f batches ready on average\n",
-              static_cast<double>(m.samples) / secs, static_cast<double>(m.bytes_read) / secs / 1e6,
-              m.wait_seconds, m.batches ? m.wait_seconds / static_cast<double>(m.batches) * 1e6 : 0.0,
-              m.max_wait_seconds * 1e3, m.mean_occupancy());
-  std::printf("workers: %.3f s reading, %.3f s decoding and collating; pool: %lld buffers of %zu bytes "
-              "allocated, %lld reuses, %s\n",
-              m.read_seconds, m.decode_seconds, static_cast<long long>(m.pool.allocated), m.pool.buffer_bytes,
-              static_cast<long long>(m.pool.reused), m.pool.pinned ? "page-locked" : "not page-locked");
+  std::printf(
+      "%.0f samples/s (%.1f MB/s read); consumer waited %.3f s in total, %.1f us per batch on "
+      "average, "
+      "%.2f ms at most; %.2f batches ready on average\n",
+      static_cast<double>(m.samples) / secs, static_cast<double>(m.bytes_read) / secs / 1e6,
+      m.wait_seconds, m.batches ? m.wait_seconds / static_cast<double>(m.batches) * 1e6 : 0.0,
+      m.max_wait_seconds * 1e3, m.mean_occupancy());
+  std::printf(
+      "workers: %.3f s reading, %.3f s decoding and collating; pool: %lld buffers of %zu bytes "
+      "allocated, %lld reuses, %s\n",
+      m.read_seconds, m.decode_seconds, static_cast<long long>(m.pool.allocated),
+      m.pool.buffer_bytes, static_cast<long long>(m.pool.reused),
+      m.pool.pinned ? "page-locked" : "not page-locked");
   std::printf("state: %s\n", loader.state().to_json().dump().c_str());
   return 0;
 }
 
-const RegisterCommand kLoad("data load", "read a shard dataset through the loader and report what it did", run);
+const RegisterCommand kLoad("data load",
+                            "read a shard dataset through the loader and report what it did", run);
 
 }  // namespace
 }  // namespace loom::cli

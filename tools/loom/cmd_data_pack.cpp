@@ -19,7 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double megabytes(uint64_t bytes) { return static_cast<double>(bytes) / 1e6; }
+double megabytes(uint64_t bytes) {
+  return static_cast<double>(bytes) / 1e6;
+}
 
 // Draws "\r[=====>   ] 12000 samples 8.1 MB 45 MB/s" on a terminal (a few times a second), else a
 // plain line at every tenth of the source (or every 10 s when its size is unknown).
@@ -31,7 +33,8 @@ class ProgressPrinter {
     const auto now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double rate = elapsed > 0 ? megabytes(written) / elapsed : 0.0;
-    const double fraction = total > 0 ? std::min(1.0, static_cast<double>(read) / static_cast<double>(total)) : 0.0;
+    const double fraction =
+        total > 0 ? std::min(1.0, static_cast<double>(read) / static_cast<double>(total)) : 0.0;
     if (tty_) {
       if (now - last_ < std::chrono::milliseconds(100) && read < total) return;
       last_ = now;
@@ -42,8 +45,8 @@ class ProgressPrinter {
         for (int i = 0; i < filled; ++i) bar[i] = '=';
         if (filled < kWidth) bar[filled] = '>';
       }
-      std::printf("\r[%s] %lld samples %.1f MB %.0f MB/s   ", bar.c_str(), static_cast<long long>(samples),
-                  megabytes(written), rate);
+      std::printf("\r[%s] %lld samples %.1f MB %.0f MB/s   ", bar.c_str(),
+                  static_cast<long long>(samples), megabytes(written), rate);
       std::fflush(stdout);
       drawn_ = true;
       return;
@@ -78,10 +81,12 @@ class ProgressPrinter {
 
 void usage() {
   std::printf(
-      "usage: loom data pack SRC OUT [--shard-mb N] [--zstd LEVEL] [--align N] [--split train|test]\n"
+      "usage: loom data pack SRC OUT [--shard-mb N] [--zstd LEVEL] [--align N] [--split "
+      "train|test]\n"
       "  Converts SRC into a shard dataset in the directory OUT. SRC is one of:\n"
       "    a Fashion-MNIST / MNIST IDX directory (e.g. %s): columns image, label\n"
-      "    a .tar file or a directory of .tar files (WebDataset style): __key__ and one column per\n"
+      "    a .tar file or a directory of .tar files (WebDataset style): __key__ and one column "
+      "per\n"
       "      extension (.cls/.label/.index become integers)\n"
       "    any other directory: one sample per regular file, columns path and data\n"
       "  --shard-mb N     target shard size in MiB (default 64; fractions allowed)\n"
@@ -100,7 +105,8 @@ int run(const std::vector<std::string>& argv) {
   const auto& pos = args.positionals();
   if (pos.size() != 2) {
     usage();
-    LOOM_THROW(ValueError, "[loom data pack] expected SRC and OUT but got ", pos.size(), " argument(s)");
+    LOOM_THROW(ValueError, "[loom data pack] expected SRC and OUT but got ", pos.size(),
+               " argument(s)");
   }
   data::PackOptions options;
   if (auto mb = args.get("shard-mb")) {
@@ -109,7 +115,8 @@ int run(const std::vector<std::string>& argv) {
   }
   const int64_t level = args.get_int("zstd", 0, 0, 19);  // 0: off
   options.writer.zstd_level = static_cast<int>(level);
-  const int64_t align = args.get_int("align", static_cast<int64_t>(options.writer.sample_align), 8, 4096);
+  const int64_t align =
+      args.get_int("align", static_cast<int64_t>(options.writer.sample_align), 8, 4096);
   LOOM_CHECK(align >= 8 && align <= 4096 && (align & (align - 1)) == 0,
              "[loom data pack] --align expects a power of two from 8 to 4096 but got ", align);
   options.writer.sample_align = static_cast<size_t>(align);
@@ -135,7 +142,8 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const RegisterCommand kPack("data pack", "convert IDX files, tar shards or a directory into loom shards", run);
+const RegisterCommand kPack("data pack",
+                            "convert IDX files, tar shards or a directory into loom shards", run);
 
 }  // namespace
 }  // namespace loom::cli

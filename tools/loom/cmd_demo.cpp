@@ -1,12 +1,13 @@
 // `loom demo`: a short tour of the eager runtime: tensors and views, the dispatcher's choices, one
 // kernel per operator as the profiler hook sees it, Meta tensors (shapes without data), and the
-// counter-based generator's saved state. The README's first command runs it until `loom train` exists.
+// counter-based generator's saved state. The README's first command runs it until `loom train`
+// exists.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
-#include <sstream>
 #include <mutex>
+#include <sstream>
 
 #include "cli.h"
 #include "loom/dispatch.h"
@@ -63,25 +64,25 @@ int run_demo(const std::vector<std::string>& argv) {
   std::mutex mu;
   std::vector<Call> calls;
   std::vector<size_t> open;
-  uint64_t h = add_record_callbacks(RecordFunctionCallbacks{
-      [&](OpEvent& ev) {
-        std::lock_guard<std::mutex> lock(mu);
-        std::string shapes;
-        for (const auto& sh : ev.input_shapes) {
-          std::ostringstream os;
-          os << sh.ref();
-          if (!shapes.empty()) shapes += ' ';
-          shapes += os.str();
-        }
-        open.push_back(calls.size());
-        calls.push_back(Call{ev.depth, std::string(ev.name), shapes});
-      },
-      [&](OpEvent& ev) {
-        std::lock_guard<std::mutex> lock(mu);
-        calls[open.back()].ns = ev.end_ns - ev.start_ns;
-        open.pop_back();
-      },
-      true});
+  uint64_t h = add_record_callbacks(
+      RecordFunctionCallbacks{[&](OpEvent& ev) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                std::string shapes;
+                                for (const auto& sh : ev.input_shapes) {
+                                  std::ostringstream os;
+                                  os << sh.ref();
+                                  if (!shapes.empty()) shapes += ' ';
+                                  shapes += os.str();
+                                }
+                                open.push_back(calls.size());
+                                calls.push_back(Call{ev.depth, std::string(ev.name), shapes});
+                              },
+                              [&](OpEvent& ev) {
+                                std::lock_guard<std::mutex> lock(mu);
+                                calls[open.back()].ns = ev.end_ns - ev.start_ns;
+                                open.pop_back();
+                              },
+                              true});
   mlp_forward(x, w1, b1, w2, b2);  // warm-up (first-touch of BLAS buffers), not recorded
   calls.clear();
   auto t0 = std::chrono::steady_clock::now();

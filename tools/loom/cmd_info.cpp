@@ -24,7 +24,8 @@ std::string cpu_line() {
   const CpuInfo c = cpu_info();
   std::string has, lacks;
   for (const auto& [name, present] : c.features) (present ? has : lacks) += " " + name;
-  std::string s = c.model + ", " + std::to_string(c.cores) + " core(s) usable\n  instruction sets:" +
+  std::string s = c.model + ", " + std::to_string(c.cores) +
+                  " core(s) usable\n  instruction sets:" +
                   (has.empty() ? " (none of those loom looks for)" : has);
   if (!lacks.empty()) s += "; absent:" + lacks;
   return s;
@@ -64,10 +65,12 @@ int run_info(const std::vector<std::string>& argv) {
   if (args.flag("help")) {
     std::printf(
         "usage: loom info [--settings-markdown]\n"
-        "  CPU, threads (loom's pool and OpenBLAS's, as they are), the matrix-product kernel and every\n"
+        "  CPU, threads (loom's pool and OpenBLAS's, as they are), the matrix-product kernel and "
+        "every\n"
         "  LOOM_* setting with its value and where it came from.\n"
         "  --settings-markdown  only the settings, as the markdown table of README.md\n"
-        "  --cuda-check         run a small kernel on the current CUDA device and check its output\n");
+        "  --cuda-check         run a small kernel on the current CUDA device and check its "
+        "output\n");
     return 0;
   }
   if (args.flag("cuda-check")) {
@@ -90,8 +93,10 @@ int run_info(const std::vector<std::string>& argv) {
   // The pool first: creating it is what sets OpenBLAS to one thread, so what follows is what
   // every matrix product of this process sees.
   const int threads = get_num_threads();
-  std::printf("intra-op threads: %d (loom's pool, LOOM_NUM_THREADS; it also splits large matrix products)\n",
-              threads);
+  std::printf(
+      "intra-op threads: %d (loom's pool, LOOM_NUM_THREADS; it also splits large matrix "
+      "products)\n",
+      threads);
   const BlasInfo blas = blas_info();
   std::printf("OpenBLAS threads: %d (openblas_get_num_threads)\n", blas.threads);
   std::printf("OpenBLAS core: %s\n", blas.core.c_str());
@@ -102,7 +107,8 @@ int run_info(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const RegisterCommand kInfo("info", "CPU, threads, matrix-product kernel and every LOOM_* setting", run_info);
+const RegisterCommand kInfo("info", "CPU, threads, matrix-product kernel and every LOOM_* setting",
+                            run_info);
 
 }  // namespace
 }  // namespace loom::cli

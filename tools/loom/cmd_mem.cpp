@@ -16,15 +16,15 @@
 
 #include "cli.h"
 #include "loom/error.h"
-#include "loom/parse.h"
 #include "loom/io.h"
 #include "loom/json.h"
 #include "loom/memory/alloc_trace.h"
 #include "loom/memory/snapshot_json.h"
-#include "training_trace.h"
+#include "loom/parse.h"
 #include "loom/profiler.h"
 #include "mem_train_child.h"
 #include "mem_viz.h"
+#include "training_trace.h"
 
 namespace loom::cli {
 namespace {
@@ -36,8 +36,11 @@ using memory::ReplayResult;
 // "1073741824", "512M", "80G", "80GiB", "1.5T": binary units.
 size_t parse_bytes(const std::string& cmd, const std::string& text) {
   size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
-  const std::string what = "[loom " + cmd + "] --capacity (a size in bytes such as 1073741824, 512M or 80G)";
+  while (digits < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
+  const std::string what =
+      "[loom " + cmd + "] --capacity (a size in bytes such as 1073741824, 512M or 80G)";
   const double v = parse_double(text.substr(0, digits), what, 1e-300);
   std::string unit = text.substr(digits);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -52,8 +55,7 @@ size_t parse_bytes(const std::string& cmd, const std::string& text) {
     scale = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB")
     scale = 1024.0 * 1024 * 1024 * 1024;
-  LOOM_CHECK(scale > 0 && v * scale >= 1 && v * scale < 1e18,
-             "[loom ", cmd,
+  LOOM_CHECK(scale > 0 && v * scale >= 1 && v * scale < 1e18, "[loom ", cmd,
              "] --capacity expects a positive size in bytes (e.g. 1073741824, 512M, "
              "80G) but got '",
              text, "'");
@@ -137,7 +139,8 @@ int run_record(const std::vector<std::string>& argv_in) {
         "  (784-H LayerNorm GELU-H GELU-10, H = 1024 by default, Adam) whose batch size is drawn\n"
         "  from min..max (default 32..512) each step, as a loom-alloc-trace JSON file, with the\n"
         "  operator of each allocation and a marker per optimizer step.\n"
-        "  --train records a real `loom train --max-steps N TRAIN ARGS` instead: it runs as a child\n"
+        "  --train records a real `loom train --max-steps N TRAIN ARGS` instead: it runs as a "
+        "child\n"
         "  process with LOOM_MEM_RECORD=OUT.json, which any loom program honours.\n");
     return args.flag("help") ? 0 : 2;
   }
@@ -192,7 +195,8 @@ int run_replay(const std::vector<std::string>& argv) {
     std::printf(
         "usage: loom mem replay TRACE [--policy P|all] [--capacity BYTES]\n"
         "  Replays an allocation trace (from `loom mem record`, LOOM_MEM_RECORD, or the allocator\n"
-        "  events of a profiler trace such as `loom train --profile t.json.gz` writes) against the\n"
+        "  events of a profiler trace such as `loom train --profile t.json.gz` writes) against "
+        "the\n"
         "  caching allocator over a simulated device\n"
         "  (default capacity 80G) under each policy and prints peak allocated and reserved bytes,\n"
         "  their ratio, the fragmentation of free cached memory at the allocated peak, device\n"
@@ -246,9 +250,10 @@ void print_top_ops(const std::string& when, const std::vector<memory::SegmentInf
   std::printf("top operators by live bytes %s:\n", when.c_str());
   if (ops.empty()) std::printf("  (nothing live)\n");
   for (size_t i = 0; i < ops.size() && i < 8; ++i) {
-    std::printf("  %12s  %6lld blocks  %s\n", format_bytes(static_cast<double>(ops[i].bytes)).c_str(),
-                static_cast<long long>(ops[i].blocks),
-                ops[i].op.empty() ? "(unknown: allocated outside any operator)" : ops[i].op.c_str());
+    std::printf(
+        "  %12s  %6lld blocks  %s\n", format_bytes(static_cast<double>(ops[i].bytes)).c_str(),
+        static_cast<long long>(ops[i].blocks),
+        ops[i].op.empty() ? "(unknown: allocated outside any operator)" : ops[i].op.c_str());
   }
 }
 

@@ -33,10 +33,11 @@ int run_ops(const std::vector<std::string>& argv) {
       std::string src = op.kernel_source(key);
       std::printf("%-14s %s\n", dispatch_key_name(key), src.empty() ? "-" : src.c_str());
     }
-    std::printf("\nA call runs the highest key present in (tensor keys | thread-local included) "
-                "minus thread-local excluded.\nExamples: CPU tensors -> %s; Meta tensors -> %s.\n",
-                dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::CPU))),
-                dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::Meta))));
+    std::printf(
+        "\nA call runs the highest key present in (tensor keys | thread-local included) "
+        "minus thread-local excluded.\nExamples: CPU tensors -> %s; Meta tensors -> %s.\n",
+        dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::CPU))),
+        dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::Meta))));
     return 0;
   }
   std::string filter = args.positionals().empty() ? "" : args.positionals()[0];
@@ -49,7 +50,8 @@ int run_ops(const std::vector<std::string>& argv) {
       continue;
     }
     std::string keys;
-    for (DispatchKey k : op.kernel_keys()) keys += std::string(keys.empty() ? "" : ", ") + dispatch_key_name(k);
+    for (DispatchKey k : op.kernel_keys())
+      keys += std::string(keys.empty() ? "" : ", ") + dispatch_key_name(k);
     std::printf("%s\n    keys: %s\n", op.schema().str().c_str(), keys.c_str());
   }
   std::printf("%d operators\n", count);

@@ -23,7 +23,8 @@ int check_server(const std::string& target, const Args& args) {
   opt.host = target.substr(0, colon);
   if (opt.host.size() >= 2 && opt.host.front() == '[')
     opt.host = opt.host.substr(1, opt.host.size() - 2);
-  opt.port = static_cast<int>(parse_int(target.substr(colon + 1), "[loom store] --check " + target + ": the port", 1, 65535));
+  opt.port = static_cast<int>(parse_int(target.substr(colon + 1),
+                                        "[loom store] --check " + target + ": the port", 1, 65535));
   opt.token = args.get_or("token", "");
   const double seconds = args.get_double("timeout", 5.0, 0.001, 1e6);
   opt.timeout = dist::Duration(static_cast<int64_t>(seconds * 1000));
@@ -35,16 +36,18 @@ int check_server(const std::string& target, const Args& args) {
 
 int run_store(const std::vector<std::string>& argv) {
   Args args(argv, {"help"},
-            {"host", "port", "token", "check", "timeout", "max-frame-bytes", "max-client-queue-bytes",
-             "max-buffered-bytes", "stalled-client-timeout"});
+            {"host", "port", "token", "check", "timeout", "max-frame-bytes",
+             "max-client-queue-bytes", "max-buffered-bytes", "stalled-client-timeout"});
   if (args.flag("help")) {
     std::printf(
         "usage: loom store [--host H] [--port P] [--token T] [limits]\n"
         "       loom store --check HOST:PORT [--token T] [--timeout SECONDS]\n"
         "  Runs a rendezvous store server until SIGINT/SIGTERM (port 0 picks a free port; the\n"
         "  token defaults to LOOM_STORE_TOKEN), or checks that one answers.\n"
-        "  limits: --max-frame-bytes N (64 MiB), --max-client-queue-bytes N (4 MiB: replies queued\n"
-        "  for one client before its requests wait), --stalled-client-timeout SECONDS (30: a client\n"
+        "  limits: --max-frame-bytes N (64 MiB), --max-client-queue-bytes N (4 MiB: replies "
+        "queued\n"
+        "  for one client before its requests wait), --stalled-client-timeout SECONDS (30: a "
+        "client\n"
         "  that reads none of its queued replies this long is closed), --max-buffered-bytes N\n"
         "  (1 GiB: all clients' buffers; the largest client is closed beyond it).\n");
     return 0;
@@ -65,14 +68,16 @@ int run_store(const std::vector<std::string>& argv) {
   opt.port = static_cast<int>(port);
   opt.token = args.get_or("token", "");
   auto bytes_option = [&](const char* name, size_t fallback) {
-    return static_cast<size_t>(args.get_int(name, static_cast<int64_t>(fallback), 1, int64_t{1} << 50));
+    return static_cast<size_t>(
+        args.get_int(name, static_cast<int64_t>(fallback), 1, int64_t{1} << 50));
   };
   opt.max_frame_bytes = bytes_option("max-frame-bytes", opt.max_frame_bytes);
   opt.max_client_queue_bytes = bytes_option("max-client-queue-bytes", opt.max_client_queue_bytes);
   opt.max_buffered_bytes = bytes_option("max-buffered-bytes", opt.max_buffered_bytes);
   if (args.get("stalled-client-timeout")) {
     const double seconds = args.get_double("stalled-client-timeout", 0, 0.001, 1e9);
-    opt.stalled_client_timeout = dist::Duration(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
+    opt.stalled_client_timeout =
+        dist::Duration(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
   }
   dist::TCPStoreServer server(opt);
   std::printf("loom store listening on %s:%d\n", server.host().c_str(), server.port());

@@ -18,24 +18,38 @@ namespace {
 void usage() {
   std::printf(
       "usage: loom train [--model mlp|cnn] [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
-      "                  [--weight-decay X] [--schedule none|cosine] [--epochs N] [--batch N] [--seed S]\n"
-      "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment] [--no-val]\n"
-      "                  [--device cpu] [--checkpoint-dir DIR [--checkpoint-every N] [--keep-checkpoints K]\n"
+      "                  [--weight-decay X] [--schedule none|cosine] [--epochs N] [--batch N] "
+      "[--seed S]\n"
+      "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment] "
+      "[--no-val]\n"
+      "                  [--device cpu] [--checkpoint-dir DIR [--checkpoint-every N] "
+      "[--keep-checkpoints K]\n"
       "                  [--resume]] [--save-final FILE] [--nproc N [--max-restarts R]]\n"
       "                  [--profile FILE[.gz] [--profile-steps W,WU,A]]\n"
       "                  [--inject-fault mismatch|hang|kill --rank R --step S] [--no-progress]\n"
-      "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / LOOM_FASHION_MNIST_DIR)\n"
-      "  and reports validation loss and accuracy after every epoch (on the test split; --no-val skips it),\n"
-      "  then test accuracy, time and samples/s. Defaults: mlp, Adam lr 0.001 (SGD: momentum 0.9), 3 epochs,\n"
-      "  batch 128. SIGINT/SIGTERM save a checkpoint and stop; --resume continues from the last checkpoint\n"
-      "  bit-identically (a changed --lr is allowed and scales the schedule). Checkpoints are checksummed;\n"
-      "  the newest --keep-checkpoints (default 2) are kept. --nproc N trains data-parallel on N local\n"
-      "  processes (each takes 1/N of every batch; gradients are averaged); with --max-restarts a failed\n"
-      "  group is restarted and resumes from its last checkpoint. --save-final writes the model with its\n"
+      "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / "
+      "LOOM_FASHION_MNIST_DIR)\n"
+      "  and reports validation loss and accuracy after every epoch (on the test split; --no-val "
+      "skips it),\n"
+      "  then test accuracy, time and samples/s. Defaults: mlp, Adam lr 0.001 (SGD: momentum 0.9), "
+      "3 epochs,\n"
+      "  batch 128. SIGINT/SIGTERM save a checkpoint and stop; --resume continues from the last "
+      "checkpoint\n"
+      "  bit-identically (a changed --lr is allowed and scales the schedule). Checkpoints are "
+      "checksummed;\n"
+      "  the newest --keep-checkpoints (default 2) are kept. --nproc N trains data-parallel on N "
+      "local\n"
+      "  processes (each takes 1/N of every batch; gradients are averaged); with --max-restarts a "
+      "failed\n"
+      "  group is restarted and resumes from its last checkpoint. --save-final writes the model "
+      "with its\n"
       "  metadata for `loom eval`. --profile writes a Chrome trace (ui.perfetto.dev) of the steps\n"
-      "  --profile-steps selects (skip W, warm up WU, record A; default 5,2,10) and prints the top operators\n"
-      "  and the step breakdown. --inject-fault makes rank R fail at step S (also LOOM_INJECT_FAULT=\n"
-      "  KIND:RANK:STEP), to see the distributed layer's reports: run with LOOM_DIST_DEBUG=detail,\n"
+      "  --profile-steps selects (skip W, warm up WU, record A; default 5,2,10) and prints the top "
+      "operators\n"
+      "  and the step breakdown. --inject-fault makes rank R fail at step S (also "
+      "LOOM_INJECT_FAULT=\n"
+      "  KIND:RANK:STEP), to see the distributed layer's reports: run with "
+      "LOOM_DIST_DEBUG=detail,\n"
       "  LOOM_DIST_TIMEOUT and LOOM_FLIGHT_DIR, then `loom dist-debug DIR`.\n");
 }
 
@@ -60,10 +74,32 @@ int launch_workers(const std::vector<std::string>& argv, int nproc, int max_rest
 
 int run_train(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "resume", "no-progress", "augment", "no-val"},
-            {"model", "optimizer", "lr", "momentum", "weight-decay", "schedule", "epochs", "batch", "seed", "data",
-             "train-samples", "threads", "workers", "device", "checkpoint-dir", "checkpoint-every",
-             "keep-checkpoints", "save-final", "max-steps", "nproc", "max-restarts", "profile", "profile-steps",
-             "inject-fault", "rank", "step"});
+            {"model",
+             "optimizer",
+             "lr",
+             "momentum",
+             "weight-decay",
+             "schedule",
+             "epochs",
+             "batch",
+             "seed",
+             "data",
+             "train-samples",
+             "threads",
+             "workers",
+             "device",
+             "checkpoint-dir",
+             "checkpoint-every",
+             "keep-checkpoints",
+             "save-final",
+             "max-steps",
+             "nproc",
+             "max-restarts",
+             "profile",
+             "profile-steps",
+             "inject-fault",
+             "rank",
+             "step"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -91,30 +127,37 @@ int run_train(const std::vector<std::string>& argv) {
   o.data_dir = args.get_or("data", "");
   o.checkpoint_dir = args.get_or("checkpoint-dir", "");
   o.checkpoint_every = args.get_int("checkpoint-every", o.checkpoint_every, 1, int64_t{1} << 40);
-  o.keep_checkpoints = static_cast<int>(args.get_int("keep-checkpoints", o.keep_checkpoints, 1, 1000000));
+  o.keep_checkpoints =
+      static_cast<int>(args.get_int("keep-checkpoints", o.keep_checkpoints, 1, 1000000));
   // A group restarted by the launcher (--max-restarts) resumes from its last checkpoint.
-  o.resume = args.flag("resume") || (config::get_int("LOOM_RESTART_COUNT", 0) > 0 && !o.checkpoint_dir.empty());
+  o.resume = args.flag("resume") ||
+             (config::get_int("LOOM_RESTART_COUNT", 0) > 0 && !o.checkpoint_dir.empty());
   o.save_final = args.get_or("save-final", "");
   o.max_steps = args.get_int("max-steps", 0, 1, int64_t{1} << 40);
   o.profile_path = args.get_or("profile", "");
   o.profile_steps = args.get_or("profile-steps", o.profile_steps);
   if (auto kind = args.get("inject-fault")) {
-    LOOM_CHECK(args.get("rank") && args.get("step"), "[loom train] --inject-fault ", *kind,
-               " needs --rank R and --step S (the rank that fails and the step before which it does)");
+    LOOM_CHECK(
+        args.get("rank") && args.get("step"), "[loom train] --inject-fault ", *kind,
+        " needs --rank R and --step S (the rank that fails and the step before which it does)");
     o.fault = train::FaultSpec::parse(*kind, args.get_int("rank", 0, 0, 1 << 20),
                                       args.get_int("step", 0, 0, int64_t{1} << 40));
   } else {
-    LOOM_CHECK(!args.get("rank") && !args.get("step"), "[loom train] --rank and --step go with --inject-fault");
+    LOOM_CHECK(!args.get("rank") && !args.get("step"),
+               "[loom train] --rank and --step go with --inject-fault");
   }
-  LOOM_CHECK(o.batch % nproc == 0, "[loom train] --batch ", o.batch, " must be a multiple of --nproc ", nproc,
+  LOOM_CHECK(o.batch % nproc == 0, "[loom train] --batch ", o.batch,
+             " must be a multiple of --nproc ", nproc,
              " (every rank takes the same share of a batch)");
   // Options are checked (and the data packed, once) before any worker starts.
   train::Trainer trainer(o, nullptr);
   train::Trainer::prepare_data(o);
   // The workers run the same command without --nproc (launch_workers removes it).
   if (nproc > 1) {
-    LOOM_CHECK(std::getenv("WORLD_SIZE") == nullptr, "[loom train] --nproc ", nproc, " inside a process that a "
-               "launcher started (WORLD_SIZE is set): drop --nproc, the launcher already runs the ranks");
+    LOOM_CHECK(
+        std::getenv("WORLD_SIZE") == nullptr, "[loom train] --nproc ", nproc,
+        " inside a process that a "
+        "launcher started (WORLD_SIZE is set): drop --nproc, the launcher already runs the ranks");
     return launch_workers(argv, nproc, max_restarts);
   }
 
@@ -124,7 +167,8 @@ int run_train(const std::vector<std::string>& argv) {
   return run.run().exit_code();
 }
 
-const RegisterCommand kTrain("train", "train an MLP or CNN on Fashion-MNIST (the main job)", run_train);
+const RegisterCommand kTrain("train", "train an MLP or CNN on Fashion-MNIST (the main job)",
+                             run_train);
 
 }  // namespace
 }  // namespace loom::cli

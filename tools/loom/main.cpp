@@ -88,7 +88,9 @@ std::string self_dir() {
 namespace {
 
 void usage() {
-  std::printf("loom: a deep-learning framework runtime you can see through\n\nusage: loom <command> [args]\n\n");
+  std::printf(
+      "loom: a deep-learning framework runtime you can see through\n\nusage: loom <command> "
+      "[args]\n\n");
   auto cmds = loom::cli::commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
   for (const auto& c : cmds) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
@@ -120,7 +122,8 @@ int main(int argc, char** argv) {
   if (group) {
     std::printf("usage: loom %s <command> [args]\n\n", args[0].c_str());
     for (const auto& c : loom::cli::commands()) {
-      if (c.name.rfind(args[0] + " ", 0) == 0) std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
+      if (c.name.rfind(args[0] + " ", 0) == 0)
+        std::printf("  %-14s %s\n", c.name.c_str(), c.summary.c_str());
     }
     return args.size() > 1 && args[1] != "--help" ? 2 : 0;
   }

@@ -125,7 +125,8 @@ class StepAxis {
       return pos_.front() <= 0 ? steps_.front() : lo + (steps_.front() - lo) * p / pos_.front();
     }
     if (p >= pos_.back()) return steps_.back() + std::min(1.0, (p - pos_.back()) / per_step_);
-    const size_t j = static_cast<size_t>(std::upper_bound(pos_.begin(), pos_.end(), p) - pos_.begin()) - 1;
+    const size_t j =
+        static_cast<size_t>(std::upper_bound(pos_.begin(), pos_.end(), p) - pos_.begin()) - 1;
     const double span = pos_[j + 1] - pos_[j];
     return steps_[j] + (span > 0 ? (p - pos_[j]) / span : 0) * (steps_[j + 1] - steps_[j]);
   }
@@ -236,8 +237,9 @@ void stat_row(std::string& o, const char* name, const Stat& st, bool bytes) {
 // The operators holding the most live bytes, as a table (Note [memory page]).
 std::string ops_table(const std::string& id, const std::vector<SegmentInfo>& segments) {
   const std::vector<memory::OpUsage> ops = memory::usage_by_op(segments);
-  std::string o = "<table class=\"stats ops\" id=\"" + id +
-                  "\">\n<tr><th>operator</th><th>live bytes</th><th>requested</th><th>blocks</th></tr>\n";
+  std::string o =
+      "<table class=\"stats ops\" id=\"" + id +
+      "\">\n<tr><th>operator</th><th>live bytes</th><th>requested</th><th>blocks</th></tr>\n";
   for (size_t i = 0; i < ops.size() && i < 12; ++i) {
     o += "<tr><th>" + html_escape(ops[i].op.empty() ? "(outside any operator)" : ops[i].op) +
          "</th><td>" + html_escape(format_bytes(static_cast<double>(ops[i].bytes))) + "</td><td>" +
@@ -476,7 +478,8 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
   if (s.peak) {
     peak_label = "at peak (";
     if (s.peak->step >= 0) {
-      peak_label += "after " + std::to_string(s.peak->step) + (s.peak->step == 1 ? " step, " : " steps, ");
+      peak_label +=
+          "after " + std::to_string(s.peak->step) + (s.peak->step == 1 ? " step, " : " steps, ");
     }
     peak_label += format_bytes(static_cast<double>(s.peak->allocated)) + " allocated)";
     data.set("peak", Json::object({{"step", s.peak->step},
@@ -510,22 +513,25 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
   o += "<h2>Segments</h2>\n";
   if (s.peak) {
     o += "<p id=\"map-choice\">Show the segments <button id=\"show-end\" class=\"on\">at the end"
-         "</button><button id=\"show-peak\">" + html_escape(peak_label) + "</button></p>\n";
+         "</button><button id=\"show-peak\">" +
+         html_escape(peak_label) + "</button></p>\n";
   }
-  o += "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
-       "<span class=\"sw\" style=\"background:#e8e8e8\"></span>free (cached)"
-       "<span class=\"sw\" style=\"background:#f58518\"></span>pending (freed, waiting for other "
-       "streams)<span class=\"sw\" style=\"background:#fff;border:1px dashed #bbb\"></span>unmapped "
-       "pages of an expandable segment. Bars are to scale with the largest segment; hover a block for its address, size, "
-       "operator and context.</p>\n"
-       "<svg id=\"segments\" class=\"chart\" width=\"960\" height=\"40\" viewBox=\"0 0 960 40\" "
-       "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"segments and their "
-       "blocks at the end\"></svg>\n";
+  o +=
+      "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
+      "<span class=\"sw\" style=\"background:#e8e8e8\"></span>free (cached)"
+      "<span class=\"sw\" style=\"background:#f58518\"></span>pending (freed, waiting for other "
+      "streams)<span class=\"sw\" style=\"background:#fff;border:1px dashed #bbb\"></span>unmapped "
+      "pages of an expandable segment. Bars are to scale with the largest segment; hover a block "
+      "for its address, size, "
+      "operator and context.</p>\n"
+      "<svg id=\"segments\" class=\"chart\" width=\"960\" height=\"40\" viewBox=\"0 0 960 40\" "
+      "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" aria-label=\"segments and their "
+      "blocks at the end\"></svg>\n";
   if (s.peak) {
     o += "<svg id=\"segments-peak\" class=\"chart\" width=\"960\" height=\"40\" "
          "viewBox=\"0 0 960 40\" style=\"display:none\" xmlns=\"http://www.w3.org/2000/svg\" "
-         "role=\"img\" aria-label=\"segments and their blocks " + html_escape(peak_label) +
-         "\"></svg>\n";
+         "role=\"img\" aria-label=\"segments and their blocks " +
+         html_escape(peak_label) + "\"></svg>\n";
   }
   o += "<h3>Live memory by operator</h3>\n" + ops_table("ops-end", s.segments);
   if (s.peak) {

@@ -4,26 +4,27 @@
 //   transform (transforms.h), written straight into a batch buffer from a HostBufferPool
 //   (staging.h) -> bounded per-worker queues -> the consumer, in batch order.
 //
-// Note [loader workers]: this rank's batch j of an epoch is built by worker j mod K and the consumer
-// takes batches in j order, so what a rank sees does not depend on K. Each worker keeps at most
-// `prefetch` finished batches (backpressure: it waits for the consumer). With K = 0 the consumer's
-// thread builds each batch when asked. Workers are threads of this process (the work is C++, there
-// is no interpreter lock to escape).
+// Note [loader workers]: this rank's batch j of an epoch is built by worker j mod K and the
+// consumer takes batches in j order, so what a rank sees does not depend on K. Each worker keeps at
+// most `prefetch` finished batches (backpressure: it waits for the consumer). With K = 0 the
+// consumer's thread builds each batch when asked. Workers are threads of this process (the work is
+// C++, there is no interpreter lock to escape).
 //
-// Note [loader state]: state() is (epoch, seed, consumed, config hash), where consumed counts global
-// positions of the epoch that every rank has been handed: after this rank took n samples, consumed
-// = start + n * world. Batches that workers prefetched but the consumer never took are not counted,
-// so after load_state() they are built again: nothing is lost and nothing repeats. Resuming with
-// another world size or worker count is allowed as long as the global batch (batch_size x world)
-// and the order (dataset, seed, shuffle mode, block size, pad policy) are the same; the config hash
-// covers exactly these.
+// Note [loader state]: state() is (epoch, seed, consumed, config hash), where consumed counts
+// global positions of the epoch that every rank has been handed: after this rank took n samples,
+// consumed = start + n * world. Batches that workers prefetched but the consumer never took are not
+// counted, so after load_state() they are built again: nothing is lost and nothing repeats.
+// Resuming with another world size or worker count is allowed as long as the global batch
+// (batch_size x world) and the order (dataset, seed, shuffle mode, block size, pad policy) are the
+// same; the config hash covers exactly these.
 //
 // Errors: a failure while building batch j (a corrupt sample, a transform that does not fit) is
-// raised by next() when the consumer reaches batch j, as DataError naming the shard file, the sample
-// and the byte offset; the other workers stop. Destroying the loader, or starting another epoch,
-// while workers run stops and joins them (breaking out of a loop early never deadlocks).
+// raised by next() when the consumer reaches batch j, as DataError naming the shard file, the
+// sample and the byte offset; the other workers stop. Destroying the loader, or starting another
+// epoch, while workers run stops and joins them (breaking out of a loop early never deadlocks).
 //
-// Thread-safety: a Loader is driven by one consumer thread; metrics() may be called from any thread.
+// Thread-safety: a Loader is driven by one consumer thread; metrics() may be called from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -73,8 +74,9 @@ struct LoaderOptions {
 
 struct LOOM_API Batch {
   std::vector<std::string> names;
-  std::vector<Tensor> fields;  // [size, ...] each, CPU tensors in one pooled buffer (or on a device)
-  std::vector<int64_t> ids;    // global sample ids, in row order
+  std::vector<Tensor>
+      fields;                // [size, ...] each, CPU tensors in one pooled buffer (or on a device)
+  std::vector<int64_t> ids;  // global sample ids, in row order
   int64_t epoch = 0;
   int64_t index = 0;  // this rank's batch number in the epoch (counted from the epoch's start)
   int64_t size() const { return static_cast<int64_t>(ids.size()); }
@@ -92,9 +94,9 @@ struct LOOM_API LoaderState {
 };
 
 struct LoaderMetrics {
-  int64_t batches = 0;        // handed to the consumer
+  int64_t batches = 0;  // handed to the consumer
   int64_t samples = 0;
-  double wait_seconds = 0;    // total time next() blocked waiting for a batch
+  double wait_seconds = 0;  // total time next() blocked waiting for a batch
   double last_wait_seconds = 0;
   double max_wait_seconds = 0;
   double occupancy_sum = 0;   // finished batches waiting, summed over next() calls
@@ -102,7 +104,9 @@ struct LoaderMetrics {
   double decode_seconds = 0;  // worker time in CRC, decompression, transforms and collation
   uint64_t bytes_read = 0;
   HostPoolStats pool;
-  double mean_occupancy() const { return batches ? occupancy_sum / static_cast<double>(batches) : 0.0; }
+  double mean_occupancy() const {
+    return batches ? occupancy_sum / static_cast<double>(batches) : 0.0;
+  }
 };
 
 class LOOM_API Loader {
@@ -148,10 +152,10 @@ class LOOM_API Loader {
   std::vector<size_t> field_offsets_;  // within a batch buffer
   std::shared_ptr<HostBufferPool> pool_;
   int64_t epoch_ = 0;
-  int64_t start_ = 0;      // global position the current run started from
-  int64_t taken_ = 0;      // batches the consumer took in this run
+  int64_t start_ = 0;  // global position the current run started from
+  int64_t taken_ = 0;  // batches the consumer took in this run
   int64_t taken_samples_ = 0;
-  int64_t nbatches_ = 0;   // batches in this run
+  int64_t nbatches_ = 0;  // batches in this run
   std::shared_ptr<Shared> sh_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<Worker> inline_;  // K = 0
@@ -160,10 +164,11 @@ class LOOM_API Loader {
 };
 
 // Note [device stage]: wraps a batch source and returns batches whose tensors live on `device`. For
-// an accelerator it copies batch k + 1 asynchronously on a side stream, recording an event, while the
-// consumer computes on batch k (two device buffers: double buffering); the consumer's stream waits
-// on the event before using a batch. On the CPU it passes batches through. The CUDA implementation
-// comes with the CUDA backend; until then a CUDA device throws NotImplementedError saying so.
+// an accelerator it copies batch k + 1 asynchronously on a side stream, recording an event, while
+// the consumer computes on batch k (two device buffers: double buffering); the consumer's stream
+// waits on the event before using a batch. On the CPU it passes batches through. The CUDA
+// implementation comes with the CUDA backend; until then a CUDA device throws NotImplementedError
+// saying so.
 class LOOM_API DeviceStage {
  public:
   using Source = std::function<std::optional<Batch>()>;

@@ -4,7 +4,8 @@
 //   - Fashion-MNIST / MNIST IDX files: a directory holding {train,t10k}-images-idx3-ubyte and
 //     {train,t10k}-labels-idx1-ubyte (each optionally .gz). Columns: image (tensor uint8 [28, 28]),
 //     label (int). `split` picks "train" or "test".
-//   - WebDataset-style tar shards: a .tar file, or a directory containing only .tar files (packed in
+//   - WebDataset-style tar shards: a .tar file, or a directory containing only .tar files (packed
+//   in
 //     name order). Members are grouped into samples by key, the member path up to the first dot of
 //     its last component (`a/b/000017.jpg` and `a/b/000017.cls` make one sample with key
 //     `a/b/000017`; a leading "./" is dropped; a name without KEY.EXT is a DataError); each
@@ -48,7 +49,8 @@ struct PackResult {
 
 // Packs SRC into the dataset directory OUT. DataError for unreadable or malformed sources (naming
 // the file and offset), ValueError when SRC does not exist or is none of the kinds above.
-LOOM_API PackResult pack(const std::string& src, const std::string& out, const PackOptions& options);
+LOOM_API PackResult pack(const std::string& src, const std::string& out,
+                         const PackOptions& options);
 // With default options. (An overload, not a default argument: GCC 12 warns falsely about the
 // default temporary's strings at every call site.)
 LOOM_API PackResult pack(const std::string& src, const std::string& out);
@@ -60,8 +62,8 @@ LOOM_API std::string default_cache_dir();
 // The dataset directory of a Fashion-MNIST split (IDX files in `idx_dir`) packed into shards under
 // `cache_dir` (empty: default_cache_dir()), packing it first when it is missing or was packed from
 // other files. `limit` > 0 keeps the first `limit` samples. Concurrent callers (several ranks) are
-// serialised by a lock file, so the split is packed once. DataError (with the install hint) when the
-// IDX files are missing.
+// serialised by a lock file, so the split is packed once. DataError (with the install hint) when
+// the IDX files are missing.
 LOOM_API std::string fashion_mnist_shards(const std::string& idx_dir, bool train, int64_t limit = 0,
                                           const std::string& cache_dir = "");
 

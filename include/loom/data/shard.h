@@ -15,7 +15,8 @@
 //   [data_offset, table_offset)
 //                        the records in sample order, each starting at a multiple of `sample_align`
 //                        (default 64), none overlapping
-//   [table_offset, ...)  samples x {u64 offset, u32 stored_bytes, u32 crc32c}: where each record lies
+//   [table_offset, ...)  samples x {u64 offset, u32 stored_bytes, u32 crc32c}: where each record
+//   lies
 //                        (absolute file offset), its size on disk and the CRC32C of those bytes
 // The table follows the records so that a shard is written in one sequential pass (only the header
 // is filled in at the end); zero bytes pad the gaps. table_offset and data_offset are multiples of
@@ -37,8 +38,8 @@
 // (-1 for a varying dimension) or null (any shape)}, ...]}.
 //
 // Errors: every problem with files or their contents throws DataError naming the file and, where it
-// applies, the sample (index within the shard and in the dataset) and the byte offset. Bad arguments
-// throw ValueError.
+// applies, the sample (index within the shard and in the dataset) and the byte offset. Bad
+// arguments throw ValueError.
 //
 // Thread-safety: ShardWriter is single-threaded. ShardReader is safe to use from many threads at
 // once after construction (shard tables load lazily under a lock, then are read-only).
@@ -51,8 +52,8 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/dtype.h"
 #include "loom/crc32c.h"
+#include "loom/dtype.h"
 #include "loom/export.h"
 #include "loom/json.h"
 
@@ -90,11 +91,11 @@ struct LOOM_API Schema {
 // One value of a sample being written. Tensor data is copied when the sample is added.
 struct Value {
   ColumnType type = ColumnType::Bytes;
-  std::string_view bytes;  // Bytes, String
-  int64_t integer = 0;     // Int
-  DType dtype = DType::UInt8;          // Tensor
-  std::vector<int64_t> sizes;          // Tensor
-  const void* data = nullptr;          // Tensor: sizes' product x itemsize bytes, row-major
+  std::string_view bytes;      // Bytes, String
+  int64_t integer = 0;         // Int
+  DType dtype = DType::UInt8;  // Tensor
+  std::vector<int64_t> sizes;  // Tensor
+  const void* data = nullptr;  // Tensor: sizes' product x itemsize bytes, row-major
 
   static Value of_bytes(std::string_view b) {
     Value x;
@@ -196,8 +197,8 @@ struct SampleLocation {
 };
 
 struct ShardReaderOptions {
-  // Compare every shard file's size with the index at open (cheap). Whole-file hashes are checked by
-  // verify().
+  // Compare every shard file's size with the index at open (cheap). Whole-file hashes are checked
+  // by verify().
   bool check_sizes = true;
 };
 
@@ -220,15 +221,15 @@ class LOOM_API ShardReader {
   // Where global sample `id` lies (IndexError when out of range). Loads that shard's table on first
   // use (the table's CRC is checked then).
   SampleLocation locate(int64_t id) const;
-  // Checks `stored` (the bytes read from `loc`) against its CRC, decompresses it into `scratch` when
-  // the dataset is compressed, and parses the record. The view points into `stored` or `scratch`.
-  // DataError naming the shard file, the sample and the byte offset on any mismatch.
+  // Checks `stored` (the bytes read from `loc`) against its CRC, decompresses it into `scratch`
+  // when the dataset is compressed, and parses the record. The view points into `stored` or
+  // `scratch`. DataError naming the shard file, the sample and the byte offset on any mismatch.
   SampleView decode(const SampleLocation& loc, const void* stored, std::string& scratch) const;
   // locate + pread + decode, for simple callers; `buffer` holds the record afterwards.
   SampleView read(int64_t id, std::string& buffer, std::string& scratch) const;
 
-  // Recomputes every shard's whole-file CRC32C and every sample's CRC; throws DataError on the first
-  // mismatch. `progress` (may be null) is called with bytes checked so far.
+  // Recomputes every shard's whole-file CRC32C and every sample's CRC; throws DataError on the
+  // first mismatch. `progress` (may be null) is called with bytes checked so far.
   void verify(void (*progress)(uint64_t done, uint64_t total, void* ctx) = nullptr,
               void* ctx = nullptr) const;
 

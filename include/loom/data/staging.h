@@ -1,13 +1,13 @@
 // Staging (data layer): the pool of host buffers that batches are collated into. (The device stage
 // that moves batches to an accelerator is DeviceStage in loader.h.)
 //
-// HostBufferPool hands out buffers of one size. A buffer comes back to the pool when the last tensor
-// using it is destroyed, so a training loop that drops each batch before taking the next reuses a
-// handful of buffers forever. The pool never blocks: when every buffer is in use (a consumer keeping
-// batches alive) it allocates another one and counts it, and it keeps at most `keep` idle buffers.
-// Buffers are page-locked when asked: with the CUDA backend through the CUDA runtime (what
-// asynchronous host-to-device copies need); in a CPU-only build with mlock(2), best effort (the
-// RLIMIT_MEMLOCK limit often forbids it; stats().pinned says what happened).
+// HostBufferPool hands out buffers of one size. A buffer comes back to the pool when the last
+// tensor using it is destroyed, so a training loop that drops each batch before taking the next
+// reuses a handful of buffers forever. The pool never blocks: when every buffer is in use (a
+// consumer keeping batches alive) it allocates another one and counts it, and it keeps at most
+// `keep` idle buffers. Buffers are page-locked when asked: with the CUDA backend through the CUDA
+// runtime (what asynchronous host-to-device copies need); in a CPU-only build with mlock(2), best
+// effort (the RLIMIT_MEMLOCK limit often forbids it; stats().pinned says what happened).
 //
 // Thread-safety: HostBufferPool is thread-safe.
 #pragma once
@@ -28,7 +28,7 @@ struct HostPoolStats {
   int64_t reused = 0;     // acquisitions served from the pool
   int64_t in_use = 0;
   int64_t idle = 0;
-  bool pinned = false;    // buffers are page-locked
+  bool pinned = false;  // buffers are page-locked
   size_t buffer_bytes = 0;
 };
 

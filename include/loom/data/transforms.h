@@ -51,22 +51,26 @@ class LOOM_API FieldTransform {
 
 // Copies a column as is: a fixed-shape Tensor column into a field of that dtype and shape; an Int
 // column into an int64 scalar field. `as` names the field (default: the column's name).
-LOOM_API std::shared_ptr<FieldTransform> copy_column(const std::string& column, const std::string& as = "");
+LOOM_API std::shared_ptr<FieldTransform> copy_column(const std::string& column,
+                                                     const std::string& as = "");
 
 struct ImageOptions {
-  // Input: a uint8 Tensor column shaped [H, W] (one channel) or [H, W, C] (channels last, as decoded
-  // images are stored). Output: float32 [C, H', W'] where H' x W' = crop (0: no crop, H x W).
+  // Input: a uint8 Tensor column shaped [H, W] (one channel) or [H, W, C] (channels last, as
+  // decoded images are stored). Output: float32 [C, H', W'] where H' x W' = crop (0: no crop, H x
+  // W).
   int64_t crop_h = 0, crop_w = 0;
-  int64_t padding = 0;     // zero padding on every side before a random crop (torchvision's RandomCrop)
+  int64_t padding =
+      0;  // zero padding on every side before a random crop (torchvision's RandomCrop)
   bool random_crop = false;  // false: centre crop
-  double flip_p = 0.0;     // probability of a horizontal flip
+  double flip_p = 0.0;       // probability of a horizontal flip
   double scale = 1.0 / 255.0;
   std::vector<double> mean = {0.0};  // per channel (one value: all channels), after scaling
   std::vector<double> std = {1.0};
 };
-// Normalise, crop and flip an image column in one pass: out = (in * scale - mean) / std, with pixels
-// from the padding being (0 * scale - mean) / std.
-LOOM_API std::shared_ptr<FieldTransform> image_column(const std::string& column, ImageOptions options,
+// Normalise, crop and flip an image column in one pass: out = (in * scale - mean) / std, with
+// pixels from the padding being (0 * scale - mean) / std.
+LOOM_API std::shared_ptr<FieldTransform> image_column(const std::string& column,
+                                                      ImageOptions options,
                                                       const std::string& as = "");
 
 // The per-sample seed: a hash of (seed, epoch, position).

@@ -10,7 +10,8 @@
 //   ScalarType -> DType   ScalarType? -> std::optional<DType>   Device? -> std::optional<Device>
 //   str -> std::string_view   str? -> std::optional<std::string_view>
 //   Generator? -> const std::optional<Generator>&
-// Returns: Tensor, std::tuple<Tensor, ...>, std::vector<Tensor>, void, double, int64_t, bool, Scalar.
+// Returns: Tensor, std::tuple<Tensor, ...>, std::vector<Tensor>, void, double, int64_t, bool,
+// Scalar.
 #pragma once
 
 #include <optional>
@@ -33,12 +34,12 @@ struct ArgTraits {
                 "types listed in loom/detail/boxing.h (e.g. const Tensor&, int64_t, IntArrayRef)");
 };
 
-#define LOOM_ARG_TRAITS(CppType, Tag, UnboxExpr, BoxExpr)              \
-  template <>                                                          \
-  struct ArgTraits<CppType> {                                          \
-    static constexpr const char* tag = Tag;                            \
-    static auto unbox(const IValue& v) { return UnboxExpr; }           \
-    static IValue box(CppType x) { return BoxExpr; }                   \
+#define LOOM_ARG_TRAITS(CppType, Tag, UnboxExpr, BoxExpr)    \
+  template <>                                                \
+  struct ArgTraits<CppType> {                                \
+    static constexpr const char* tag = Tag;                  \
+    static auto unbox(const IValue& v) { return UnboxExpr; } \
+    static IValue box(CppType x) { return BoxExpr; }         \
   };
 
 template <>
@@ -83,7 +84,8 @@ LOOM_ARG_TRAITS(std::optional<std::string_view>, "str?",
                             : std::optional<std::string_view>(std::string_view(v.to_string())),
                 x ? IValue(std::string(*x)) : IValue())
 LOOM_ARG_TRAITS(const std::optional<Generator>&, "Generator?",
-                v.is_none() ? std::optional<Generator>() : std::optional<Generator>(v.to_generator()),
+                v.is_none() ? std::optional<Generator>()
+                            : std::optional<Generator>(v.to_generator()),
                 x ? IValue(*x) : IValue())
 #undef LOOM_ARG_TRAITS
 
@@ -97,18 +99,18 @@ struct RetTraits<void> {
   static constexpr const char* tag = "()";
   static constexpr size_t count = 0;
 };
-#define LOOM_RET_TRAITS(CppType, Tag, PopExpr)                                         \
-  template <>                                                                          \
-  struct RetTraits<CppType> {                                                          \
-    static constexpr const char* tag = Tag;                                            \
-    static constexpr size_t count = 1;                                                 \
-    static void push(Stack& s, CppType&& x) { s.emplace_back(std::move(x)); }          \
-    static CppType pop(Stack& s) {                                                     \
-      const IValue& v = s.back();                                                      \
-      CppType r = PopExpr;                                                             \
-      s.pop_back();                                                                    \
-      return r;                                                                        \
-    }                                                                                  \
+#define LOOM_RET_TRAITS(CppType, Tag, PopExpr)                                \
+  template <>                                                                 \
+  struct RetTraits<CppType> {                                                 \
+    static constexpr const char* tag = Tag;                                   \
+    static constexpr size_t count = 1;                                        \
+    static void push(Stack& s, CppType&& x) { s.emplace_back(std::move(x)); } \
+    static CppType pop(Stack& s) {                                            \
+      const IValue& v = s.back();                                             \
+      CppType r = PopExpr;                                                    \
+      s.pop_back();                                                           \
+      return r;                                                               \
+    }                                                                         \
   };
 LOOM_RET_TRAITS(Tensor, "Tensor", v.to_tensor())
 LOOM_RET_TRAITS(std::vector<Tensor>, "Tensor[]", v.to_tensor_list())
@@ -164,9 +166,10 @@ CppSignature cpp_signature() {
 }
 
 // ---- dispatch keys of arguments ----
-// An undefined tensor in a Tensor or Tensor[] argument sets this bit (that of DispatchKey::Undefined,
-// which no tensor's key set holds); the dispatcher's entry tests it once and names the argument
-// (Note [undefined tensors] in loom/tensor.h). A Tensor? holding an undefined tensor is "none".
+// An undefined tensor in a Tensor or Tensor[] argument sets this bit (that of
+// DispatchKey::Undefined, which no tensor's key set holds); the dispatcher's entry tests it once
+// and names the argument (Note [undefined tensors] in loom/tensor.h). A Tensor? holding an
+// undefined tensor is "none".
 constexpr uint64_t kUndefinedTensorBit = uint64_t{1} << static_cast<int>(DispatchKey::Undefined);
 
 inline void collect_keys(DispatchKeySet& ks, const Tensor& t) {

@@ -1,10 +1,11 @@
-// SmallVector<T, N> (core layer, internal but header-only because autograd.h's Node uses it): a vector
-// with room for N elements inside the object, so that a list that stays short never allocates.
+// SmallVector<T, N> (core layer, internal but header-only because autograd.h's Node uses it): a
+// vector with room for N elements inside the object, so that a list that stays short never
+// allocates.
 //
-// Why: recording one autograd node used to make a separate heap allocation for each of its short lists
-// (next edges, input metadata, saved values, non-tensor arguments), and those allocations and frees
-// were the largest single cost of recording a small operation. The subset of std::vector's interface
-// here is what the autograd layer uses. Plain value type; not synchronised.
+// Why: recording one autograd node used to make a separate heap allocation for each of its short
+// lists (next edges, input metadata, saved values, non-tensor arguments), and those allocations and
+// frees were the largest single cost of recording a small operation. The subset of std::vector's
+// interface here is what the autograd layer uses. Plain value type; not synchronised.
 #pragma once
 
 #include <cstddef>

@@ -1,12 +1,12 @@
-// Data-parallel training (distributed layer): DistributedDataParallel wraps a module so that every rank of a
-// process group keeps identical parameters while training on different data.
+// Data-parallel training (distributed layer): DistributedDataParallel wraps a module so that every
+// rank of a process group keeps identical parameters while training on different data.
 //
 //   - Construction broadcasts rank 0's parameters and buffers to every rank.
 //   - Parameters are grouped into buckets (bucket_cap_bytes, 25 MiB by default), in reverse
 //     registration order, which is roughly the order backward produces their gradients. A
 //     post-accumulate-grad hook on each parameter counts ready gradients; when a bucket is complete
-//     (and every earlier bucket has been launched, so all ranks launch in one order) its gradients are
-//     averaged with an asynchronous allreduce while backward goes on computing. When the last
+//     (and every earlier bucket has been launched, so all ranks launch in one order) its gradients
+//     are averaged with an asynchronous allreduce while backward goes on computing. When the last
 //     gradient is ready the hook waits for every bucket, so backward() returns with averaged
 //     gradients.
 //   - no_sync(): inside the guard, backward accumulates gradients locally; the first backward after
@@ -15,8 +15,8 @@
 //     that did not is named in a ValueError at the next forward (unused parameters are not
 //     supported).
 //
-// Thread-safety: like a Module, one training thread at a time. The hooks hold the reducer weakly, so
-// destroying the wrapper leaves the parameters usable.
+// Thread-safety: like a Module, one training thread at a time. The hooks hold the reducer weakly,
+// so destroying the wrapper leaves the parameters usable.
 #pragma once
 
 #include <memory>
@@ -62,8 +62,8 @@ class LOOM_API DistributedDataParallel : public nn::Module {
   // Parameter names per bucket, in launch order; and counters for reports.
   std::vector<std::vector<std::string>> bucket_names() const;
   struct Stats {
-    int64_t reductions = 0;         // buckets allreduced
-    double wait_seconds = 0;        // time backward spent waiting for the last buckets
+    int64_t reductions = 0;   // buckets allreduced
+    double wait_seconds = 0;  // time backward spent waiting for the last buckets
     int64_t bytes_reduced = 0;
   };
   Stats stats() const;

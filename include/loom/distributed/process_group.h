@@ -1,30 +1,33 @@
 // Process groups (distributed layer): collectives over CPU tensors between processes.
 //
 // A ProcessGroup connects `size` ranks through a store (each group keys its records under its own
-// prefix), with shared-memory links to peers on the same host and TCP links to the others. Collective
-// algorithms (src/distributed/algorithms/) only see the links, never the transport. The group is a
-// façade: it checks, numbers and records every call, then hands it to the backend that the tensors'
-// device picks (src/distributed/group/backend.h): CPU tensors the CPU backend; CUDA tensors the NCCL
-// backend, which this build does not have (NotImplementedError, before the call is numbered).
+// prefix), with shared-memory links to peers on the same host and TCP links to the others.
+// Collective algorithms (src/distributed/algorithms/) only see the links, never the transport. The
+// group is a façade: it checks, numbers and records every call, then hands it to the backend that
+// the tensors' device picks (src/distributed/group/backend.h): CPU tensors the CPU backend; CUDA
+// tensors the NCCL backend, which this build does not have (NotImplementedError, before the call is
+// numbered).
 //
 // Execution: a collective called with async_op = false runs on the caller's thread (after any async
-// work queued before it), so small collectives pay no thread handoff; async_op = true queues it on the
-// group's worker thread and returns at once. Either way the returned Work completes in call order and
-// reports an exception through wait(). Every collective gets the group's next sequence number.
+// work queued before it), so small collectives pay no thread handoff; async_op = true queues it on
+// the group's worker thread and returns at once. Either way the returned Work completes in call
+// order and reports an exception through wait(). Every collective gets the group's next sequence
+// number.
 //
-// Contract: with LOOM_DIST_DEBUG=detail (or Options::debug_detail), every collective first exchanges
-// a fingerprint (group, sequence number, op, dtype, count/shape, root, reduce op) and a mismatch raises
-// DistError on every involved rank, naming the ranks, the sequence number and each differing field,
-// before any data moves. A flight recorder keeps the last N collectives of the group (scheduled,
-// started, completed, with timestamps) and dumps them to LOOM_FLIGHT_DIR on a timeout or error, for
-// `loom dist-debug DIR`.
+// Contract: with LOOM_DIST_DEBUG=detail (or Options::debug_detail), every collective first
+// exchanges a fingerprint (group, sequence number, op, dtype, count/shape, root, reduce op) and a
+// mismatch raises DistError on every involved rank, naming the ranks, the sequence number and each
+// differing field, before any data moves. A flight recorder keeps the last N collectives of the
+// group (scheduled, started, completed, with timestamps) and dumps them to LOOM_FLIGHT_DIR on a
+// timeout or error, for `loom dist-debug DIR`.
 //
-// Faults: a dead or hung peer makes the collective throw DistError naming the peer and the collective
-// within the timeout; the group is then unusable (abort() tears down every connection; a later call
-// throws at once). SIGTERM and SIGINT abort every group (abort_process_groups_from_signal below).
+// Faults: a dead or hung peer makes the collective throw DistError naming the peer and the
+// collective within the timeout; the group is then unusable (abort() tears down every connection; a
+// later call throws at once). SIGTERM and SIGINT abort every group
+// (abort_process_groups_from_signal below).
 //
-// Thread-safety: calls on one group may come from several threads; they are ordered by a mutex in call
-// order. Tensors must stay alive and untouched until their Work completes.
+// Thread-safety: calls on one group may come from several threads; they are ordered by a mutex in
+// call order. Tensors must stay alive and untouched until their Work completes.
 #pragma once
 
 #include <chrono>
@@ -88,8 +91,8 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
   WorkPtr allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::Sum,
                               CollectiveOptions o = {});
   WorkPtr reduce(Tensor& tensor, int root, ReduceOp op = ReduceOp::Sum, CollectiveOptions o = {});
-  // outputs[r] receives rank r's input; sizes may differ between ranks (uneven allgather), each output
-  // must have the numel of that rank's input.
+  // outputs[r] receives rank r's input; sizes may differ between ranks (uneven allgather), each
+  // output must have the numel of that rank's input.
   WorkPtr allgather(std::vector<Tensor>& outputs, const Tensor& input, CollectiveOptions o = {});
   // output holds size() * input.numel() elements, rank r's at [r*n, (r+1)*n).
   WorkPtr allgather_into_tensor(Tensor& output, const Tensor& input, CollectiveOptions o = {});
@@ -105,9 +108,11 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
   WorkPtr alltoallv(Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
                     const std::vector<int64_t>& input_splits, CollectiveOptions o = {});
   // outputs used on root only (size() tensors, numel of each rank's input).
-  WorkPtr gather(std::vector<Tensor>& outputs, const Tensor& input, int root, CollectiveOptions o = {});
+  WorkPtr gather(std::vector<Tensor>& outputs, const Tensor& input, int root,
+                 CollectiveOptions o = {});
   // inputs used on root only.
-  WorkPtr scatter(Tensor& output, const std::vector<Tensor>& inputs, int root, CollectiveOptions o = {});
+  WorkPtr scatter(Tensor& output, const std::vector<Tensor>& inputs, int root,
+                  CollectiveOptions o = {});
   WorkPtr barrier(CollectiveOptions o = {});
   // Point to point. Matched in order per (src, dst) pair; do not count toward collective sequence.
   WorkPtr send(const Tensor& tensor, int dst, CollectiveOptions o = {});
@@ -115,7 +120,8 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
 
   // A group of some of this group's ranks. Only members call it (in the same order for the same
   // ranks); non-members need not take part. Returns nullptr on non-members that call it anyway.
-  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, ProcessGroupOptions o = {});
+  std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks,
+                                          ProcessGroupOptions o = {});
   // Every rank calls it: ranks with the same color form a group, ordered by (key, rank). color < 0
   // gives nullptr (no group), like MPI_UNDEFINED.
   std::shared_ptr<ProcessGroup> split(int color, int key, ProcessGroupOptions o = {});
@@ -125,8 +131,8 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
   // The same, with the reason the DistError gives ("aborted: <reason>").
   void abort(const std::string& reason);
 
-  // Flight recorder as JSON lines (for tests and `loom dist-debug`); dump_flight_record writes it to
-  // dir/flight-<group>-rank<r>.json and returns the path.
+  // Flight recorder as JSON lines (for tests and `loom dist-debug`); dump_flight_record writes it
+  // to dir/flight-<group>-rank<r>.json and returns the path.
   std::string flight_record_json() const;
   std::string dump_flight_record(const std::string& dir) const;
 
@@ -137,12 +143,12 @@ class LOOM_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> 
   std::unique_ptr<Impl> impl_;
 };
 
-// Stop signals (Note [Stop signals] in src/distributed/group/signal_abort.cpp): ProcessGroup::create installs
-// handlers for SIGTERM and SIGINT where they have the default disposition. A signal then aborts
-// every group of the process: the collective that waits throws DistError "aborted by SIGTERM",
-// its flight record is written, and the process ends by the signal (status 128 + signo). An
-// application with its own handler keeps it; that handler may call this function (it is
-// async-signal-safe) to abort every group the same way without ending the process.
+// Stop signals (Note [Stop signals] in src/distributed/group/signal_abort.cpp):
+// ProcessGroup::create installs handlers for SIGTERM and SIGINT where they have the default
+// disposition. A signal then aborts every group of the process: the collective that waits throws
+// DistError "aborted by SIGTERM", its flight record is written, and the process ends by the signal
+// (status 128 + signo). An application with its own handler keeps it; that handler may call this
+// function (it is async-signal-safe) to abort every group the same way without ending the process.
 LOOM_API void abort_process_groups_from_signal(int sig) noexcept;
 
 // The default group, from a rendezvous (env://, tcp://host:port, file://path). Also sets the group

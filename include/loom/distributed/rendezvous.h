@@ -1,5 +1,5 @@
-// Rendezvous (distributed layer): how a process learns its rank, the world size and a store shared with
-// its peers.
+// Rendezvous (distributed layer): how a process learns its rank, the world size and a store shared
+// with its peers.
 //
 // init_method:
 //   "env://"          (default) rank and sizes from the launcher's environment: torchrun (RANK,

@@ -1,25 +1,26 @@
 // Key-value stores for rendezvous (distributed layer).
 //
-// Ranks find each other through a store: they publish addresses under keys and wait for their peers'
-// keys. The interface follows torch.distributed's Store. Values are byte strings (std::string is used
-// as a binary-safe buffer).
+// Ranks find each other through a store: they publish addresses under keys and wait for their
+// peers' keys. The interface follows torch.distributed's Store. Values are byte strings
+// (std::string is used as a binary-safe buffer).
 //
 //   TCPStore    a client of a TCP key-value server. The server (TCPStoreServer) runs an epoll event
 //               loop on its own thread; it is embedded in rank 0 by default or runs standalone as
 //               `loom store --port P`. Frames are length-prefixed with a size limit; a malformed or
-//               oversized frame closes that client with a logged reason and the server keeps serving.
-//               An optional shared token (LOOM_STORE_TOKEN) is checked when a client connects.
-//               Limits per client and over all clients bound the memory that clients can make the
-//               server hold (TCPStoreServerOptions).
-//               Clients reconnect with exponential backoff and jitter until the deadline.
+//               oversized frame closes that client with a logged reason and the server keeps
+//               serving. An optional shared token (LOOM_STORE_TOKEN) is checked when a client
+//               connects. Limits per client and over all clients bound the memory that clients can
+//               make the server hold (TCPStoreServerOptions). Clients reconnect with exponential
+//               backoff and jitter until the deadline.
 //   HashStore   in-memory, for tests and single-process groups.
 //   FileStore   one file shared by processes (flock-protected append-only log), for tests and
 //               `file://path` rendezvous.
 //   PrefixStore prefixes every key, so sub-groups and libraries do not collide.
 //
 // Timeouts: one deadline model. dist::default_timeout() (LOOM_DIST_TIMEOUT in seconds, else 300 s)
-// governs store operations, connects and collectives unless a caller overrides it. Blocking calls that
-// run out of time throw TimeoutError naming the operation and the keys; a lost server throws DistError.
+// governs store operations, connects and collectives unless a caller overrides it. Blocking calls
+// that run out of time throw TimeoutError naming the operation and the keys; a lost server throws
+// DistError.
 //
 // Thread-safety: every Store method may be called from several threads at once (a TCPStore client
 // serialises requests on its one connection).
@@ -63,7 +64,8 @@ class LOOM_API Store {
   virtual bool delete_key(const std::string& key) = 0;
   virtual int64_t num_keys() = 0;
   virtual std::vector<std::string> multi_get(const std::vector<std::string>& keys);
-  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  virtual void multi_set(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values);
 
   Duration timeout() const { return timeout_; }
   void set_timeout(Duration t) { timeout_ = t; }
@@ -116,7 +118,8 @@ class LOOM_API FileStore final : public Store {
   std::unique_ptr<State> state_;
 };
 
-// Starts with the base store's timeout; get() honours its own timeout when set_timeout() changed it.
+// Starts with the base store's timeout; get() honours its own timeout when set_timeout() changed
+// it.
 class LOOM_API PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
@@ -131,7 +134,8 @@ class LOOM_API PrefixStore final : public Store {
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;  // keys of the base store (as torch does)
   std::vector<std::string> multi_get(const std::vector<std::string>& keys) override;
-  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override;
+  void multi_set(const std::vector<std::string>& keys,
+                 const std::vector<std::string>& values) override;
   const std::shared_ptr<Store>& base() const { return base_; }
 
  private:
@@ -140,8 +144,9 @@ class LOOM_API PrefixStore final : public Store {
   std::shared_ptr<Store> base_;
 };
 
-// Limits (Note [TCP store server limits] in src/distributed/store/tcp_store_server.cpp): what one client, or all
-// of them, may make the server hold. A client that breaks one is closed with a line on stderr.
+// Limits (Note [TCP store server limits] in src/distributed/store/tcp_store_server.cpp): what one
+// client, or all of them, may make the server hold. A client that breaks one is closed with a line
+// on stderr.
 struct TCPStoreServerOptions {
   std::string host = "127.0.0.1";  // address to bind; "0.0.0.0" to accept from other hosts
   int port = 0;                    // 0 = pick a free port (see TCPStoreServer::port())
@@ -177,7 +182,8 @@ class LOOM_API TCPStoreServer {
   // sigwait() and then calls stop()).
   void run_until_stopped();
   // Counters for tests and `loom store`: live clients, clients closed for bad frames / bad token,
-  // the bytes held in the clients' buffers, and the limits of Note [TCP store server limits] at work.
+  // the bytes held in the clients' buffers, and the limits of Note [TCP store server limits] at
+  // work.
   struct Stats {
     int64_t clients = 0;
     int64_t accepted = 0;
@@ -187,7 +193,7 @@ class LOOM_API TCPStoreServer {
     int64_t buffered_bytes = 0;       // now, in every client's input and output buffers
     int64_t peak_buffered_bytes = 0;  // the most at any time
     int64_t throttled = 0;            // times a client's requests stopped being read (queue full)
-    int64_t dropped_stalled = 0;      // clients closed for reading no replies (stalled_client_timeout)
+    int64_t dropped_stalled = 0;  // clients closed for reading no replies (stalled_client_timeout)
     int64_t dropped_over_budget = 0;  // clients closed to get under max_buffered_bytes
   };
   Stats stats() const;
@@ -225,7 +231,8 @@ class LOOM_API TCPStore final : public Store {
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
   std::vector<std::string> multi_get(const std::vector<std::string>& keys) override;
-  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override;
+  void multi_set(const std::vector<std::string>& keys,
+                 const std::vector<std::string>& values) override;
 
   const std::string& host() const;
   int port() const;  // the server's port (the real one when is_server with port 0)

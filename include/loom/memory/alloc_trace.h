@@ -37,9 +37,9 @@ namespace loom::memory {
 struct AllocEvent {
   enum class Op : uint8_t { Alloc, Free, Step };
   Op op = Op::Alloc;
-  int64_t id = 0;       // Step: the number of steps ended
-  int64_t size = 0;     // Alloc: requested bytes; Free: 0
-  StreamId stream = 0;  // Alloc only
+  int64_t id = 0;        // Step: the number of steps ended
+  int64_t size = 0;      // Alloc: requested bytes; Free: 0
+  StreamId stream = 0;   // Alloc only
   int32_t context = -1;  // Alloc: index into AllocTrace::contexts; -1: unknown
 };
 
@@ -117,12 +117,12 @@ class LOOM_API RecordingAllocator final : public Allocator {
   Allocator& inner_;
   AllocContextRequest wants_contexts_;
   mutable std::mutex mutex_;
-  std::string source_;              // guarded by mutex_
-  std::vector<AllocEvent> events_;  // guarded by mutex_
-  std::vector<int64_t> free_ids_;   // guarded by mutex_; reused LIFO so ids stay small
-  int64_t next_id_ = 0;             // guarded by mutex_
-  int64_t steps_ = 0;               // guarded by mutex_
-  std::vector<std::string> contexts_;                     // guarded by mutex_
+  std::string source_;                 // guarded by mutex_
+  std::vector<AllocEvent> events_;     // guarded by mutex_
+  std::vector<int64_t> free_ids_;      // guarded by mutex_; reused LIFO so ids stay small
+  int64_t next_id_ = 0;                // guarded by mutex_
+  int64_t steps_ = 0;                  // guarded by mutex_
+  std::vector<std::string> contexts_;  // guarded by mutex_
   std::unordered_map<std::string, int32_t> context_ids_;  // guarded by mutex_
   int32_t last_context_id_ = -1;                          // guarded by mutex_: a one-entry cache
 };
@@ -142,7 +142,6 @@ LOOM_API bool flush_process_recording();
 
 // The recorded training workload of the memory tools (record_training_trace) is in
 // tools/loom/training_trace.h (Note [training trace]): it uses nn and optim, above this layer.
-
 
 // Replays a trace against a fresh CachingAllocator over a SimulatedDevice (not backed) of
 // `capacity` bytes. An allocation that raises OutOfMemoryError is counted and its free skipped.
@@ -169,8 +168,8 @@ struct LOOM_API ReplayResult {
   double fragmentation_at_peak = 0;
   int64_t ooms = 0;  // allocations that raised OutOfMemoryError
   int64_t events = 0;
-  int64_t peak_event = -1;  // with track_peak: the event where allocated bytes first peaked
-  int64_t peak_step = -1;   // and the steps ended before it (-1: no step markers)
+  int64_t peak_event = -1;    // with track_peak: the event where allocated bytes first peaked
+  int64_t peak_step = -1;     // and the steps ended before it (-1: no step markers)
   double seconds = 0;         // wall time of the timed replay loop
   Snapshot snapshot;          // with keep_snapshot
   double peak_ratio() const;  // peak reserved / peak allocated (1 when nothing was allocated)

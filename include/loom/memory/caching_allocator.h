@@ -4,7 +4,8 @@
 // CUDA backend, on cudaMalloc / cudaEvent.
 //
 // Note [caching allocator]
-//   - Requests are rounded up to kRoundBytes (512). Requests of at most small_size (1 MiB) come from
+//   - Requests are rounded up to kRoundBytes (512). Requests of at most small_size (1 MiB) come
+//   from
 //     the small pool, whose segments are small_segment (2 MiB); larger ones from the large pool,
 //     whose segments are the request rounded up to large_round (2 MiB), or large_segment (20 MiB)
 //     for requests under 10 MiB so that several of them share a segment.
@@ -16,14 +17,14 @@
 //     sized to its request (rounded to large_round) instead. Freeing a block merges it with free
 //     neighbours of the same segment (coalescing). A segment never exceeds the device capacity.
 //   - Streams: free blocks are kept per stream. A block used on other streams (record_stream) is
-//     not reusable until an event recorded on each of those streams at free time has completed; until
-//     then it sits in a pending list that allocate() polls.
+//     not reusable until an event recorded on each of those streams at free time has completed;
+//     until then it sits in a pending list that allocate() polls.
 //   - When the device refuses a new segment: completed pending frees are reclaimed, then every
 //     cached free block of the pools is released (empty_cache) and the segment retried
 //     (num_alloc_retries); if that fails too, OutOfMemoryError (num_ooms) states the request, the
-//     device's free and total memory, reserved, allocated, the largest free block, fragmentation and
-//     a hint. With gc_threshold > 0, before growing beyond gc_threshold x capacity the allocator first
-//     releases cached blocks that have been free longest (garbage collection).
+//     device's free and total memory, reserved, allocated, the largest free block, fragmentation
+//     and a hint. With gc_threshold > 0, before growing beyond gc_threshold x capacity the
+//     allocator first releases cached blocks that have been free longest (garbage collection).
 //   - empty_cache() returns every segment with no allocated block to the device.
 //
 // Note [expandable segments]
@@ -94,7 +95,8 @@ class LOOM_API DeviceMemory {
   // A new segment of exactly `bytes`, or nullptr when the device has not enough memory.
   virtual void* malloc(size_t bytes) = 0;
   virtual void free(void* p, size_t bytes) = 0;
-  // Records an event on `stream` after all work queued on it so far; query() says whether it passed.
+  // Records an event on `stream` after all work queued on it so far; query() says whether it
+  // passed.
   virtual EventId record_event(const Stream& stream) = 0;
   virtual bool query(EventId event) = 0;
 
@@ -147,17 +149,17 @@ class LOOM_API SimulatedDevice final : public DeviceMemory {
 };
 
 struct LOOM_API AllocatorConfig {
-  size_t small_size = size_t{1} << 20;       // requests up to this use the small pool
+  size_t small_size = size_t{1} << 20;  // requests up to this use the small pool
   size_t small_segment = size_t{2} << 20;
-  size_t large_segment = size_t{20} << 20;   // segment for large-pool requests under min_large_alloc
+  size_t large_segment = size_t{20} << 20;  // segment for large-pool requests under min_large_alloc
   size_t min_large_alloc = size_t{10} << 20;
-  size_t large_round = size_t{2} << 20;      // larger requests: their own segment, rounded to this
-  size_t max_split_size = SIZE_MAX;          // blocks above this are never split
-  double gc_threshold = 0.0;                 // 0: no garbage collection; else a fraction of capacity
-  bool cache = true;                         // false: every free returns its segment at once
-  size_t history_capacity = 100000;          // events kept in the history ring (0: none)
-  bool expandable = false;                   // Note [expandable segments]
-  bool share_pages = false;                  // expandable only: Note [expandable segments]
+  size_t large_round = size_t{2} << 20;  // larger requests: their own segment, rounded to this
+  size_t max_split_size = SIZE_MAX;      // blocks above this are never split
+  double gc_threshold = 0.0;             // 0: no garbage collection; else a fraction of capacity
+  bool cache = true;                     // false: every free returns its segment at once
+  size_t history_capacity = 100000;      // events kept in the history ring (0: none)
+  bool expandable = false;               // Note [expandable segments]
+  bool share_pages = false;              // expandable only: Note [expandable segments]
   // A named configuration for tools: "default", "no-cache", "no-split" (max_split_size = 0),
   // "max-split-64m", "gc-0.8", "small-segments" (large_segment = 2 MiB), "expandable"
   // (expandable = true), "expandable-share" (and share_pages = true). ValueError listing them.
@@ -211,7 +213,7 @@ struct BlockInfo {
   bool allocated = false;
   bool pending = false;  // freed, waiting for events on other streams
   StreamId stream = 0;
-  std::string context;   // from the context provider (e.g. the trace event of a replay); "" if none
+  std::string context;  // from the context provider (e.g. the trace event of a replay); "" if none
   // The operator (or scope) that allocated it, from current_alloc_context() at allocation
   // (Note [allocation context] in loom/memory/alloc_context.h); "" when unknown.
   std::string op;
@@ -322,10 +324,10 @@ class LOOM_API CachingAllocator {
   std::unique_ptr<Impl> impl_;
 };
 
-// Observer seam: a CachingAllocator reports each allocation (delta_bytes > 0), free (< 0) and change
-// of its reserved bytes alone (0) to the observer set here, with its totals afterwards, under its
-// lock. The profiler sets one while a Profile records memory, so this layer needs no profiler. One
-// relaxed load and branch per event while none is set.
+// Observer seam: a CachingAllocator reports each allocation (delta_bytes > 0), free (< 0) and
+// change of its reserved bytes alone (0) to the observer set here, with its totals afterwards,
+// under its lock. The profiler sets one while a Profile records memory, so this layer needs no
+// profiler. One relaxed load and branch per event while none is set.
 struct AllocatorEvent {
   const void* ptr = nullptr;
   int64_t delta_bytes = 0;

@@ -1,6 +1,7 @@
-// Trainer (train layer): the main job as a library. Fashion-MNIST shards -> shuffled loader -> model
-// -> autograd -> optimizer -> data parallelism over the launcher's processes -> checkpoints and exact
-// resume -> per-epoch validation, profile and report. `loom train` parses its options into
+// Trainer (train layer): the main job as a library. Fashion-MNIST shards -> shuffled loader ->
+// model
+// -> autograd -> optimizer -> data parallelism over the launcher's processes -> checkpoints and
+// exact resume -> per-epoch validation, profile and report. `loom train` parses its options into
 // TrainOptions and calls Trainer::run(); `loom eval` calls evaluate_saved_model().
 //
 // Ownership: a Trainer owns its model, optimizer, loader and process group for the length of run().
@@ -40,26 +41,26 @@ struct LOOM_API TrainOptions {
   std::string model = "mlp";       // mlp | cnn
   std::string optimizer = "adam";  // sgd (with momentum) | adam | adamw
   double lr = 1e-3;
-  double momentum = 0.9;           // sgd only
-  double weight_decay = 0.0;       // L2 for sgd and adam, decoupled for adamw
-  std::string schedule = "none";   // none | cosine (per step, to 0 at the end of the last epoch)
+  double momentum = 0.9;          // sgd only
+  double weight_decay = 0.0;      // L2 for sgd and adam, decoupled for adamw
+  std::string schedule = "none";  // none | cosine (per step, to 0 at the end of the last epoch)
   int64_t epochs = 3;
-  int64_t batch = 128;             // global batch, split evenly over the ranks
+  int64_t batch = 128;  // global batch, split evenly over the ranks
   uint64_t seed = 0;
-  int64_t train_samples = 0;       // 0: all 60000
-  bool augment = false;            // random 28x28 crops of the image padded by 2, horizontal flips
-  int workers = 1;                 // data loader threads
-  std::string data_dir;            // Fashion-MNIST IDX files ("": default_fashion_mnist_dir())
-  int threads = 0;                 // intra-op threads (0: leave the default)
+  int64_t train_samples = 0;  // 0: all 60000
+  bool augment = false;       // random 28x28 crops of the image padded by 2, horizontal flips
+  int workers = 1;            // data loader threads
+  std::string data_dir;       // Fashion-MNIST IDX files ("": default_fashion_mnist_dir())
+  int threads = 0;            // intra-op threads (0: leave the default)
   std::string device = "cpu";
   bool validate = true;            // evaluate on the test split after every epoch
   std::string checkpoint_dir;      // "": no checkpoints
   int64_t checkpoint_every = 100;  // steps
   int keep_checkpoints = 2;
-  bool resume = false;             // continue from the newest checkpoint in checkpoint_dir
-  std::string save_final;          // write the trained model (with its metadata) here
-  int64_t max_steps = 0;           // stop as if interrupted after this many steps in this process
-  std::string profile_path;        // "": no profile
+  bool resume = false;       // continue from the newest checkpoint in checkpoint_dir
+  std::string save_final;    // write the trained model (with its metadata) here
+  int64_t max_steps = 0;     // stop as if interrupted after this many steps in this process
+  std::string profile_path;  // "": no profile
   std::string profile_steps = "5,2,10";
   FaultSpec fault;
 
@@ -74,31 +75,31 @@ struct LOOM_API TrainOptions {
 
 // What a run is, as the reporter prints it first.
 struct RunInfo {
-  std::string model;         // "mlp (235146 parameters)"
-  std::string optimizer;     // "Adam lr 0.001"
+  std::string model;      // "mlp (235146 parameters)"
+  std::string optimizer;  // "Adam lr 0.001"
   int64_t train_samples = 0, test_samples = 0;
   int64_t batch = 0, epochs = 0, steps_per_epoch = 0;
   int threads = 0, world = 1;
   uint64_t seed = 0;
-  std::string data;          // the loader's description
-  std::string parallel;      // data-parallel description, "" in one process
-  std::string fault;         // "" when no fault is injected
+  std::string data;      // the loader's description
+  std::string parallel;  // data-parallel description, "" in one process
+  std::string fault;     // "" when no fault is injected
 };
 
 struct StepInfo {
-  int64_t epoch = 0, epochs = 0;          // epoch is 0-based
+  int64_t epoch = 0, epochs = 0;  // epoch is 0-based
   int64_t step_in_epoch = 0, steps_per_epoch = 0;
   int64_t global_step = 0, total_steps = 0;
-  double loss = NAN;                      // this step's
-  double running_loss = NAN;              // mean over this epoch's steps so far
-  double samples_per_second = 0;          // this epoch so far
+  double loss = NAN;              // this step's
+  double running_loss = NAN;      // mean over this epoch's steps so far
+  double samples_per_second = 0;  // this epoch so far
   double eta_epoch_seconds = 0, eta_run_seconds = 0;
   bool last_in_epoch = false;
 };
 
 struct EpochReport {
-  int64_t epoch = 0;  // 0-based
-  double train_loss = NAN;  // mean over the epoch's steps run in this process
+  int64_t epoch = 0;                          // 0-based
+  double train_loss = NAN;                    // mean over the epoch's steps run in this process
   double val_loss = NAN, val_accuracy = NAN;  // NaN when validation is off
   double seconds = 0;
 };
@@ -108,17 +109,17 @@ struct CheckpointInfo {
   int64_t step = 0;
   uint64_t bytes = 0;
   double seconds = 0;
-  std::string why;   // "every 100 steps", "end of epoch 2", "stopping (SIGTERM)"
+  std::string why;  // "every 100 steps", "end of epoch 2", "stopping (SIGTERM)"
 };
 
 struct LOOM_API TrainResult {
   enum class Status : uint8_t { Finished, Stopped, AlreadyFinished };
   Status status = Status::Finished;
-  int signal = 0;                  // what stopped the run (0: --max-steps)
+  int signal = 0;  // what stopped the run (0: --max-steps)
   int64_t global_step = 0, steps_run = 0;
-  double seconds = 0, samples_per_second = 0;  // training only
-  double validation_seconds = 0;   // spent in per-epoch validation
-  double final_loss = NAN;         // the last step's
+  double seconds = 0, samples_per_second = 0;   // training only
+  double validation_seconds = 0;                // spent in per-epoch validation
+  double final_loss = NAN;                      // the last step's
   double test_loss = NAN, test_accuracy = NAN;  // the leader's final evaluation
   std::vector<EpochReport> epochs;
   bool leader = true;
@@ -168,10 +169,10 @@ class LOOM_API Trainer {
 
 // A model written by --save-final: what `loom eval` needs to rebuild and run it.
 struct SavedModelInfo {
-  std::string architecture;  // "mlp" | "cnn"
-  std::string dataset;       // "fashion-mnist"
+  std::string architecture;          // "mlp" | "cnn"
+  std::string dataset;               // "fashion-mnist"
   std::vector<int64_t> input_shape;  // [1, 28, 28]
-  double mean = 0, std = 1;  // input normalisation of pixels scaled to [0, 1]
+  double mean = 0, std = 1;          // input normalisation of pixels scaled to [0, 1]
   int64_t classes = 10;
   int64_t trained_steps = 0;
 };

@@ -17,8 +17,9 @@ class UringEngine final : public ReadEngine {
   UringEngine(const ShardReader& ds, int depth) : ds_(ds), depth_(depth < 1 ? 1 : depth) {
     const int rc = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
     if (rc < 0) {
-      LOOM_THROW(NotImplementedError, "[data.read] io_uring_queue_init(", depth_, ") failed: ",
-                 std::strerror(-rc), " (the kernel or a sandbox forbids io_uring; use pread or mmap)");
+      LOOM_THROW(NotImplementedError, "[data.read] io_uring_queue_init(", depth_,
+                 ") failed: ", std::strerror(-rc),
+                 " (the kernel or a sandbox forbids io_uring; use pread or mmap)");
     }
   }
   ~UringEngine() override { io_uring_queue_exit(&ring_); }
@@ -77,7 +78,8 @@ class UringEngine final : public ReadEngine {
     }
     LOOM_INTERNAL_ASSERT(sqe != nullptr, "io_uring submission queue full");
     const ReadOp& op = ops[i];
-    io_uring_prep_read(sqe, op.loc.fd, op.dst + done_[i], op.loc.bytes - done_[i], op.loc.offset + done_[i]);
+    io_uring_prep_read(sqe, op.loc.fd, op.dst + done_[i], op.loc.bytes - done_[i],
+                       op.loc.offset + done_[i]);
     io_uring_sqe_set_data64(sqe, i);
   }
   // After an error: wait for the reads still in flight so none writes into a buffer we give back.

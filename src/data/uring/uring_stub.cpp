@@ -10,6 +10,8 @@ std::unique_ptr<ReadEngine> make_uring_engine(const ShardReader&, int) {
              "scripts/setup.sh, and reconfigure with -DLOOM_URING=ON)");
 }
 
-bool uring_probe() { return false; }
+bool uring_probe() {
+  return false;
+}
 
 }  // namespace loom::data

@@ -1,6 +1,7 @@
-// Collective algorithms (distributed layer, internal), one per file under src/distributed/algorithms/. They move
-// bytes over a Comm and never know which transport carries them. Buffers are raw, contiguous and
-// owned by the caller (the process group); counts are in elements of `dt`.
+// Collective algorithms (distributed layer, internal), one per file under
+// src/distributed/algorithms/. They move bytes over a Comm and never know which transport carries
+// them. Buffers are raw, contiguous and owned by the caller (the process group); counts are in
+// elements of `dt`.
 //
 // Reductions here never see AVG (the group sums, then divides) and never see bf16/f16 for SUM, PROD
 // or AVG (the group accumulates those in an f32 copy). Every function handles count 0 and any world
@@ -20,8 +21,8 @@
 
 namespace loom::dist {
 
-// dst[i] = op(dst[i], src[i]) for n elements (src_kernels in src/distributed/algorithms/reduce_kernels.cpp; vectorised
-// for the float types).
+// dst[i] = op(dst[i], src[i]) for n elements (src_kernels in
+// src/distributed/algorithms/reduce_kernels.cpp; vectorised for the float types).
 LOOM_API void reduce_into(void* dst, const void* src, size_t n, DType dt, ReduceOp op);
 
 enum class Algo : int8_t { Auto = 0, Ring, Tree, DoubleBinaryTree, HalvingDoubling, OneShot };
@@ -30,11 +31,10 @@ LOOM_API const char* algo_name(Algo a);
 LOOM_API Algo parse_algo(const std::string& name);
 // The allreduce algorithm for `bytes` on `size` ranks: `forced` (from LOOM_ALGO or the caller) when
 // not Auto, else simple size thresholds. `why` (optional) receives the reason in words.
-LOOM_API Algo choose_allreduce(size_t bytes, int size, Algo forced,
-                               std::string* why = nullptr);
+LOOM_API Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why = nullptr);
 
-// Pieces of at most this many bytes are pipelined through ring/tree steps (LOOM_DIST_CHUNK_BYTES or a
-// default tuned for the transports).
+// Pieces of at most this many bytes are pipelined through ring/tree steps (LOOM_DIST_CHUNK_BYTES or
+// a default tuned for the transports).
 LOOM_API size_t pipeline_chunk_bytes();
 
 // ---- allreduce, in place on data[0..count) ----
@@ -42,7 +42,8 @@ LOOM_API size_t pipeline_chunk_bytes();
 // rhd: Rabenseifner (recursive halving + doubling).
 LOOM_API void allreduce_ring(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 LOOM_API void allreduce_tree(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
-LOOM_API void allreduce_double_binary_tree(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
+LOOM_API void allreduce_double_binary_tree(Comm& c, void* data, size_t count, DType dt,
+                                           ReduceOp op);
 LOOM_API void allreduce_halving_doubling(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 // Every rank sends its buffer to every other and reduces locally (small messages).
 LOOM_API void allreduce_one_shot(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
@@ -57,8 +58,9 @@ LOOM_API void allgather_ring(Comm& c, const void* in, void* out, ArrayRef<size_t
 
 // ---- ring reduce-scatter, out of place (Note [Out-of-place reduce-scatter]): `in` holds every
 // block of this rank's contribution (counts[r] elements each, in rank order) and is only read; on
-// return `out` (counts[rank] elements, not overlapping `in`) holds the reduction of everyone's block
-// `rank`. Uses scratch slot 0 for partial sums only on more than two ranks (two blocks' worth). ----
+// return `out` (counts[rank] elements, not overlapping `in`) holds the reduction of everyone's
+// block `rank`. Uses scratch slot 0 for partial sums only on more than two ranks (two blocks'
+// worth). ----
 LOOM_API void reduce_scatter_ring(Comm& c, const void* in, void* out, ArrayRef<size_t> counts,
                                   DType dt, ReduceOp op);
 // The same with block r of the input at in_blocks[r] (blocks anywhere, e.g. separate tensors).
@@ -68,8 +70,7 @@ LOOM_API void reduce_scatter_ring(Comm& c, ArrayRef<const void*> in_blocks, void
 // ---- binomial trees rooted anywhere ----
 LOOM_API void broadcast_binomial(Comm& c, void* data, size_t bytes, int root);
 // Result at root; other ranks' data is left unchanged (they reduce into scratch).
-LOOM_API void reduce_binomial(Comm& c, void* data, size_t count, DType dt, ReduceOp op,
-                              int root);
+LOOM_API void reduce_binomial(Comm& c, void* data, size_t count, DType dt, ReduceOp op, int root);
 
 // ---- simple collectives ----
 // Root receives bytes[r] from each rank r into out + sum(bytes[0..r)); its own block is copied.
@@ -78,7 +79,8 @@ LOOM_API void gather_linear(Comm& c, const void* in, void* out, const std::vecto
 // Root sends block r (bytes[r] at in + offset) to rank r, which receives into out.
 LOOM_API void scatter_linear(Comm& c, const void* in, void* out, const std::vector<size_t>& bytes,
                              int root);
-// Pairwise exchange: send_bytes[p] from in + send_off[p] to p; recv_bytes[p] into out + recv_off[p].
+// Pairwise exchange: send_bytes[p] from in + send_off[p] to p; recv_bytes[p] into out +
+// recv_off[p].
 LOOM_API void alltoallv_pairwise(Comm& c, const void* in, const std::vector<size_t>& send_bytes,
                                  const std::vector<size_t>& send_off, void* out,
                                  const std::vector<size_t>& recv_bytes,

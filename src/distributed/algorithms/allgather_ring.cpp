@@ -7,8 +7,8 @@
 //
 // Note [Whole messages without forwarding]
 // Pipeline pieces pay off when a rank forwards what it receives (rings of three or more, inner tree
-// nodes): the next hop starts before the whole block arrived. With nobody forwarding (a ring of two,
-// a broadcast to leaves only) they only add messages: over shared memory each piece is one
+// nodes): the next hop starts before the whole block arrived. With nobody forwarding (a ring of
+// two, a broadcast to leaves only) they only add messages: over shared memory each piece is one
 // process_vm_readv, and on the 2-core development host one 4 MiB read of a peer's buffer took
 // ~480 us where eight 512 KiB reads took ~580 us (the kernel pins and copies per call; median of 41
 // reads while the peer spins). Such passes send each block as one message.

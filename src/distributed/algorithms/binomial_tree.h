@@ -1,6 +1,6 @@
-// Binomial tree rooted anywhere, for broadcast_binomial and reduce_binomial (distributed algorithms,
-// internal). With v = (rank - root) mod size, v's parent is v with its lowest set bit cleared and
-// its children are v + 2^i for every 2^i below that bit (and below size).
+// Binomial tree rooted anywhere, for broadcast_binomial and reduce_binomial (distributed
+// algorithms, internal). With v = (rank - root) mod size, v's parent is v with its lowest set bit
+// cleared and its children are v + 2^i for every 2^i below that bit (and below size).
 #pragma once
 
 namespace loom::dist {

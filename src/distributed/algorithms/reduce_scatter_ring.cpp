@@ -8,8 +8,8 @@
 // in place (every ReduceOp is commutative, so recv op in == in op recv): partial sums of the middle
 // steps alternate between two block-sized scratch regions, the last step's land in `out`. The
 // input is never copied and never written, and two ranks (one step) need no scratch at all.
-// Like ring_pass, blocks are cut into K pieces and the pass runs as one stream of items t = s*K + j,
-// a piece travelling on one step after it arrived; receives are posted one item ahead. Piece j
+// Like ring_pass, blocks are cut into K pieces and the pass runs as one stream of items t = s*K +
+// j, a piece travelling on one step after it arrived; receives are posted one item ahead. Piece j
 // always sits at j * piece_bytes in a region, so pieces of blocks of different lengths never
 // overlap. A region is reused two steps later: before receiving into piece j of it, the send that
 // read piece j one step earlier (item t-K) is waited for, which has long completed in practice.
@@ -27,8 +27,8 @@ namespace {
 constexpr size_t kDepth = 2;  // receive of item t+1 in flight while item t is reduced
 }  // namespace
 
-void reduce_scatter_ring(Comm& c, ArrayRef<const void*> in_blocks, void* out, ArrayRef<size_t> counts,
-                         DType dt, ReduceOp op) {
+void reduce_scatter_ring(Comm& c, ArrayRef<const void*> in_blocks, void* out,
+                         ArrayRef<size_t> counts, DType dt, ReduceOp op) {
   const int size = c.size(), rank = c.rank();
   LOOM_CHECK(counts.size() == static_cast<size_t>(size), "[dist] reduce_scatter expected ", size,
              " block counts but got ", counts.size());

@@ -62,7 +62,8 @@ void ring_pass(Comm& c, char* data, const size_t* off, size_t elem_bytes, int sh
   for (size_t t = 0; t < items; ++t) {
     size_t n = 0;
     const size_t first = piece(t, false, &n);
-    const char* src = own && t < pieces ? own + (first - own_first) * elem_bytes : data + first * elem_bytes;
+    const char* src =
+        own && t < pieces ? own + (first - own_first) * elem_bytes : data + first * elem_bytes;
     if (n > 0) c.isend(right, src, n * elem_bytes);
     if (t + depth - 1 < items) post_recv(t + depth - 1);
     size_t k = t % depth;

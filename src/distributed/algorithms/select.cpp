@@ -31,7 +31,7 @@ namespace loom::dist {
 namespace {
 
 constexpr size_t kSmallBlockBytes = 2u << 10;
-constexpr size_t kPow2RhdBytes = 2u << 20;  // rhd up to here on a power-of-two number of ranks
+constexpr size_t kPow2RhdBytes = 2u << 20;   // rhd up to here on a power-of-two number of ranks
 constexpr size_t kOneShotBytes = 16u << 10;  // bytes a rank sends in a one-shot allreduce
 constexpr size_t kMinChunkBytes = 64;  // at least one element of every dtype; keeps pieces sane
 
@@ -56,7 +56,8 @@ const char* algo_name(Algo a) {
 }
 
 Algo parse_algo(const std::string& name) {
-  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling, Algo::OneShot}) {
+  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling,
+                 Algo::OneShot}) {
     if (name == algo_name(a)) return a;
   }
   LOOM_THROW(ValueError, "[dist] unknown allreduce algorithm '", name,
@@ -67,32 +68,37 @@ Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why) {
   // Decide first; words only when asked (this runs on every allreduce).
   const size_t block = bytes / static_cast<size_t>(std::max(size, 1));
   const bool pow2 = size > 0 && (size & (size - 1)) == 0;
-  const Algo a = forced != Algo::Auto ? forced
-                 : bytes * static_cast<size_t>(std::max(size - 1, 0)) <= kOneShotBytes ? Algo::OneShot
-                 : size <= 2           ? Algo::Ring
-                 : block < kSmallBlockBytes || (pow2 && bytes <= kPow2RhdBytes) ? Algo::HalvingDoubling
-                                                                               : Algo::Ring;
+  const Algo a =
+      forced != Algo::Auto                                                  ? forced
+      : bytes * static_cast<size_t>(std::max(size - 1, 0)) <= kOneShotBytes ? Algo::OneShot
+      : size <= 2                                                           ? Algo::Ring
+      : block < kSmallBlockBytes || (pow2 && bytes <= kPow2RhdBytes)        ? Algo::HalvingDoubling
+                                                                            : Algo::Ring;
   if (!why) return a;
   if (forced != Algo::Auto) {
     *why = detail::str_cat(algo_name(forced), ": forced");
   } else if (a == Algo::OneShot) {
-    *why = detail::str_cat("oneshot: ", bytes, " bytes x ", size - 1, " peers <= ", kOneShotBytes,
-                           " bytes; one step of latency beats the ring's and halving-doubling's several");
+    *why = detail::str_cat(
+        "oneshot: ", bytes, " bytes x ", size - 1, " peers <= ", kOneShotBytes,
+        " bytes; one step of latency beats the ring's and halving-doubling's several");
   } else if (size <= 2) {
-    *why = detail::str_cat("ring: ", size, " rank(s) only exchange halves; the ring pipelines them");
+    *why =
+        detail::str_cat("ring: ", size, " rank(s) only exchange halves; the ring pipelines them");
   } else if (a == Algo::HalvingDoubling && block < kSmallBlockBytes) {
-    *why = detail::str_cat("rhd: ", bytes, " bytes on ", size, " ranks make blocks of ", block, " < ",
-                           kSmallBlockBytes, " bytes, so latency dominates; halving-doubling takes ",
-                           "about 2*log2(", size, ") steps where the ring takes 2*(", size, "-1)");
+    *why =
+        detail::str_cat("rhd: ", bytes, " bytes on ", size, " ranks make blocks of ", block, " < ",
+                        kSmallBlockBytes, " bytes, so latency dominates; halving-doubling takes ",
+                        "about 2*log2(", size, ") steps where the ring takes 2*(", size, "-1)");
   } else if (a == Algo::HalvingDoubling) {
-    *why = detail::str_cat("rhd: ", size, " ranks are a power of two and ", bytes, " bytes <= ",
-                           kPow2RhdBytes, ": halving-doubling moves as little data as the ring in ",
-                           "2*log2(", size, ") larger steps instead of 2*(", size, "-1)");
+    *why = detail::str_cat("rhd: ", size, " ranks are a power of two and ", bytes,
+                           " bytes <= ", kPow2RhdBytes,
+                           ": halving-doubling moves as little data as the ring in ", "2*log2(",
+                           size, ") larger steps instead of 2*(", size, "-1)");
   } else {
     *why = detail::str_cat("ring: ", bytes, " bytes on ", size, " ranks make blocks of ", block,
-                             " >= ", kSmallBlockBytes,
-                             " bytes; the pipelined ring moves the least data per rank (", "2*(",
-                             size, "-1)/", size, " of it) between neighbours");
+                           " >= ", kSmallBlockBytes,
+                           " bytes; the pipelined ring moves the least data per rank (", "2*(",
+                           size, "-1)/", size, " of it) between neighbours");
   }
   return a;
 }

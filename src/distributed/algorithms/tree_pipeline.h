@@ -1,6 +1,6 @@
-// Binary trees for allreduce_tree and allreduce_double_binary_tree (distributed algorithms, internal): the tree shapes
-// and a pipelined reduce-then-broadcast over one tree. See Note [Tree pipeline] in
-// tree_pipeline.cpp.
+// Binary trees for allreduce_tree and allreduce_double_binary_tree (distributed algorithms,
+// internal): the tree shapes and a pipelined reduce-then-broadcast over one tree. See Note [Tree
+// pipeline] in tree_pipeline.cpp.
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,8 @@ LOOM_API int btree_depth(int size);
 
 // Allreduce of data[0..count) over one tree, in pieces, reduce up and broadcast down at once.
 // Several pipelines may run interleaved on one Comm (the double binary tree): call
-// post_receives(s) for s = 0, 1, ... on each in turn, and step(k) likewise, as allreduce_double_binary_tree does;
-// Note [Tree pipeline] says why that keeps messages matched.
+// post_receives(s) for s = 0, 1, ... on each in turn, and step(k) likewise, as
+// allreduce_double_binary_tree does; Note [Tree pipeline] says why that keeps messages matched.
 class TreePipeline {
  public:
   // `level`: edges from this rank to the root of its tree; `depth`: the largest level in the tree.

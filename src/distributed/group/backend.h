@@ -3,8 +3,8 @@
 // number, recorded it in the flight recorder and, in detail mode, checked its contract.
 //
 // One backend per device type and group: the tensors' device picks it (CPU tensors: the CPU backend
-// over shared memory and TCP; CUDA tensors: the NCCL slot, a stub in this build). The CPU backend is
-// made with the group, since the group also uses it for its own control messages (contract
+// over shared memory and TCP; CUDA tensors: the NCCL slot, a stub in this build). The CPU backend
+// is made with the group, since the group also uses it for its own control messages (contract
 // fingerprints); others are made at their group's first call on their device type, in call order,
 // so a backend whose construction is collective is made at the same point on every rank.
 //
@@ -56,7 +56,8 @@ class LOOM_API Backend {
   // Around every call the façade runs on this backend. `what(arg)` names the running call for
   // error messages (only evaluated on failure); the call must end by `deadline`. end_call() returns
   // once everything the call started has finished.
-  virtual void begin_call(std::string (*what)(const void*), const void* arg, Clock::time_point deadline) = 0;
+  virtual void begin_call(std::string (*what)(const void*), const void* arg,
+                          Clock::time_point deadline) = 0;
   virtual void end_call() = 0;
 
   // The collectives of ProcessGroup (see process_group.h for their contracts), with arguments
@@ -68,9 +69,11 @@ class LOOM_API Backend {
   virtual void reduce(const Tensor& tensor, int root, ReduceOp op) = 0;
   virtual void allgather(const std::vector<Tensor>& outputs, const Tensor& input) = 0;
   virtual void allgather_into_tensor(const Tensor& output, const Tensor& input) = 0;
-  virtual void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op) = 0;
+  virtual void reduce_scatter(const Tensor& output, const std::vector<Tensor>& inputs,
+                              ReduceOp op) = 0;
   virtual void reduce_scatter_tensor(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
-  virtual void alltoallv(const Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+  virtual void alltoallv(const Tensor& output, const Tensor& input,
+                         const std::vector<int64_t>& output_splits,
                          const std::vector<int64_t>& input_splits) = 0;
   // outputs / inputs are used on the root only.
   virtual void gather(const std::vector<Tensor>& outputs, const Tensor& input, int root) = 0;

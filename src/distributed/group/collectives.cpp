@@ -29,8 +29,9 @@ class Pick {
       first_what_ = what;
       return;
     }
-    LOOM_CHECK(&b == backend_, "[dist] ", op_, ": ", what, " is on ", t.device().str(), " but ", first_what_,
-               " is on ", first_->device().str(), " (backends ", b.name(), " and ", backend_->name(), ")");
+    LOOM_CHECK(&b == backend_, "[dist] ", op_, ": ", what, " is on ", t.device().str(), " but ",
+               first_what_, " is on ", first_->device().str(), " (backends ", b.name(), " and ",
+               backend_->name(), ")");
   }
   Backend& backend() const { return *backend_; }
 
@@ -43,8 +44,8 @@ class Pick {
 };
 
 void check_root(const char* op, int root, int size, const std::string& group) {
-  LOOM_CHECK(root >= 0 && root < size, "[dist] ", op, ": root ", root, " is not a rank of group '", group,
-             "' (size ", size, ")");
+  LOOM_CHECK(root >= 0 && root < size, "[dist] ", op, ": root ", root, " is not a rank of group '",
+             group, "' (size ", size, ")");
 }
 
 void check_op(const char* op, DType dt, ReduceOp r) {
@@ -66,8 +67,9 @@ WorkPtr ProcessGroup::broadcast(Tensor& tensor, int root, CollectiveOptions o) {
   check_root("broadcast", root, size(), name());
   Fingerprint fp = im->fingerprint(CollKind::Broadcast, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), root, -1);
-  return im->submit(fp, pick.backend(), false, [t = tensor, root](Backend& b) { b.broadcast(t, root); },
-                    o.async_op);
+  return im->submit(
+      fp, pick.backend(), false, [t = tensor, root](Backend& b) { b.broadcast(t, root); },
+      o.async_op);
 }
 
 WorkPtr ProcessGroup::allreduce(Tensor& tensor, ReduceOp op, CollectiveOptions o) {
@@ -77,11 +79,12 @@ WorkPtr ProcessGroup::allreduce(Tensor& tensor, ReduceOp op, CollectiveOptions o
   check_op("allreduce", tensor.dtype(), op);
   Fingerprint fp = im->fingerprint(CollKind::Allreduce, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), -1, static_cast<int>(op));
-  return im->submit(fp, pick.backend(), false, [t = tensor, op](Backend& b) { b.allreduce(t, op); },
-                    o.async_op);
+  return im->submit(
+      fp, pick.backend(), false, [t = tensor, op](Backend& b) { b.allreduce(t, op); }, o.async_op);
 }
 
-WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp op, CollectiveOptions o) {
+WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp op,
+                                          CollectiveOptions o) {
   LOOM_CHECK(!tensors.empty(), "[dist] allreduce_coalesced: no tensors");
   Impl* im = impl_.get();
   Pick pick(im, "allreduce_coalesced");
@@ -94,8 +97,9 @@ WorkPtr ProcessGroup::allreduce_coalesced(std::vector<Tensor>& tensors, ReduceOp
   DType dt = tensors[0].dtype();
   check_op("allreduce_coalesced", dt, op);
   Fingerprint fp = im->fingerprint(CollKind::Allreduce, dt, {}, total, -1, static_cast<int>(op));
-  return im->submit(fp, pick.backend(), false,
-                    [ts = tensors, op](Backend& b) { b.allreduce_coalesced(ts, op); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), false, [ts = tensors, op](Backend& b) { b.allreduce_coalesced(ts, op); },
+      o.async_op);
 }
 
 WorkPtr ProcessGroup::reduce(Tensor& tensor, int root, ReduceOp op, CollectiveOptions o) {
@@ -104,13 +108,16 @@ WorkPtr ProcessGroup::reduce(Tensor& tensor, int root, ReduceOp op, CollectiveOp
   pick(tensor);
   check_root("reduce", root, size(), name());
   check_op("reduce", tensor.dtype(), op);
-  Fingerprint fp = im->fingerprint(CollKind::Reduce, tensor.dtype(), tensor.sizes(),
-                                   static_cast<uint64_t>(tensor.numel()), root, static_cast<int>(op));
-  return im->submit(fp, pick.backend(), false, [t = tensor, root, op](Backend& b) { b.reduce(t, root, op); },
-                    o.async_op);
+  Fingerprint fp =
+      im->fingerprint(CollKind::Reduce, tensor.dtype(), tensor.sizes(),
+                      static_cast<uint64_t>(tensor.numel()), root, static_cast<int>(op));
+  return im->submit(
+      fp, pick.backend(), false, [t = tensor, root, op](Backend& b) { b.reduce(t, root, op); },
+      o.async_op);
 }
 
-WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& input, CollectiveOptions o) {
+WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& input,
+                                CollectiveOptions o) {
   Impl* im = impl_.get();
   Pick pick(im, "allgather");
   pick(input, "input");
@@ -123,27 +130,31 @@ WorkPtr ProcessGroup::allgather(std::vector<Tensor>& outputs, const Tensor& inpu
     check_same_dtype("allgather", input, out, "an output");
     total += static_cast<uint64_t>(out.numel());
   }
-  LOOM_CHECK(outputs[static_cast<size_t>(rank())].numel() == input.numel(), "[dist] allgather: output ",
-             rank(), " has ", outputs[static_cast<size_t>(rank())].numel(), " elements but this rank's input has ",
+  LOOM_CHECK(outputs[static_cast<size_t>(rank())].numel() == input.numel(),
+             "[dist] allgather: output ", rank(), " has ",
+             outputs[static_cast<size_t>(rank())].numel(), " elements but this rank's input has ",
              input.numel());
   Fingerprint fp = im->fingerprint(CollKind::Allgather, input.dtype(), {}, total, -1, -1);
-  return im->submit(fp, pick.backend(), false,
-                    [outs = outputs, in = input](Backend& b) { b.allgather(outs, in); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), false,
+      [outs = outputs, in = input](Backend& b) { b.allgather(outs, in); }, o.async_op);
 }
 
-WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input, CollectiveOptions o) {
+WorkPtr ProcessGroup::allgather_into_tensor(Tensor& output, const Tensor& input,
+                                            CollectiveOptions o) {
   Impl* im = impl_.get();
   Pick pick(im, "allgather_into_tensor");
   pick(input, "input");
   pick(output, "output");
   check_same_dtype("allgather_into_tensor", input, output, "the output");
   LOOM_CHECK(output.numel() == input.numel() * size(), "[dist] allgather_into_tensor: output has ",
-             output.numel(), " elements but ", size(), " ranks x ", input.numel(), " input elements = ",
-             input.numel() * size(), " are needed");
+             output.numel(), " elements but ", size(), " ranks x ", input.numel(),
+             " input elements = ", input.numel() * size(), " are needed");
   Fingerprint fp = im->fingerprint(CollKind::Allgather, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), -1, -1);
-  return im->submit(fp, pick.backend(), false,
-                    [out = output, in = input](Backend& b) { b.allgather_into_tensor(out, in); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), false,
+      [out = output, in = input](Backend& b) { b.allgather_into_tensor(out, in); }, o.async_op);
 }
 
 WorkPtr ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& inputs, ReduceOp op,
@@ -163,9 +174,11 @@ WorkPtr ProcessGroup::reduce_scatter(Tensor& output, const std::vector<Tensor>& 
   const int64_t mine = inputs[static_cast<size_t>(rank())].numel();
   LOOM_CHECK(mine == output.numel(), "[dist] reduce_scatter: output has ", output.numel(),
              " elements but input ", rank(), " (this rank's block) has ", mine);
-  Fingerprint fp = im->fingerprint(CollKind::ReduceScatter, output.dtype(), {}, total, -1, static_cast<int>(op));
-  return im->submit(fp, pick.backend(), false,
-                    [out = output, ins = inputs, op](Backend& b) { b.reduce_scatter(out, ins, op); }, o.async_op);
+  Fingerprint fp =
+      im->fingerprint(CollKind::ReduceScatter, output.dtype(), {}, total, -1, static_cast<int>(op));
+  return im->submit(
+      fp, pick.backend(), false,
+      [out = output, ins = inputs, op](Backend& b) { b.reduce_scatter(out, ins, op); }, o.async_op);
 }
 
 WorkPtr ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input, ReduceOp op,
@@ -177,23 +190,26 @@ WorkPtr ProcessGroup::reduce_scatter_tensor(Tensor& output, const Tensor& input,
   check_same_dtype("reduce_scatter_tensor", input, output, "the output");
   check_op("reduce_scatter_tensor", input.dtype(), op);
   LOOM_CHECK(input.numel() == output.numel() * size(), "[dist] reduce_scatter_tensor: input has ",
-             input.numel(), " elements but ", size(), " ranks x ", output.numel(), " output elements = ",
-             output.numel() * size(), " are needed");
+             input.numel(), " elements but ", size(), " ranks x ", output.numel(),
+             " output elements = ", output.numel() * size(), " are needed");
   Fingerprint fp = im->fingerprint(CollKind::ReduceScatter, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), -1, static_cast<int>(op));
-  return im->submit(fp, pick.backend(), false,
-                    [out = output, in = input, op](Backend& b) { b.reduce_scatter_tensor(out, in, op); },
-                    o.async_op);
+  return im->submit(
+      fp, pick.backend(), false,
+      [out = output, in = input, op](Backend& b) { b.reduce_scatter_tensor(out, in, op); },
+      o.async_op);
 }
 
 WorkPtr ProcessGroup::alltoall(Tensor& output, const Tensor& input, CollectiveOptions o) {
   LOOM_CHECK(input.defined() && input.numel() % size() == 0, "[dist] alltoall: input has ",
-             input.defined() ? input.numel() : 0, " elements, not divisible by the group size ", size());
+             input.defined() ? input.numel() : 0, " elements, not divisible by the group size ",
+             size());
   std::vector<int64_t> splits(static_cast<size_t>(size()), input.numel() / size());
   return alltoallv(output, input, splits, splits, o);
 }
 
-WorkPtr ProcessGroup::alltoallv(Tensor& output, const Tensor& input, const std::vector<int64_t>& output_splits,
+WorkPtr ProcessGroup::alltoallv(Tensor& output, const Tensor& input,
+                                const std::vector<int64_t>& output_splits,
                                 const std::vector<int64_t>& input_splits, CollectiveOptions o) {
   Impl* im = impl_.get();
   Pick pick(im, "alltoall");
@@ -213,21 +229,23 @@ WorkPtr ProcessGroup::alltoallv(Tensor& output, const Tensor& input, const std::
   };
   check_splits(input_splits, input.numel(), "input");
   check_splits(output_splits, output.numel(), "output");
-  Fingerprint fp = im->fingerprint(CollKind::Alltoall, input.dtype(), {}, static_cast<uint64_t>(size()), -1, -1);
+  Fingerprint fp =
+      im->fingerprint(CollKind::Alltoall, input.dtype(), {}, static_cast<uint64_t>(size()), -1, -1);
   auto body = [out = output, in = input, os = output_splits, is = input_splits](Backend& b) {
     b.alltoallv(out, in, os, is);
   };
   return im->submit(fp, pick.backend(), false, std::move(body), o.async_op);
 }
 
-WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root, CollectiveOptions o) {
+WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, int root,
+                             CollectiveOptions o) {
   Impl* im = impl_.get();
   Pick pick(im, "gather");
   pick(input, "input");
   check_root("gather", root, size(), name());
   if (rank() == root) {
-    LOOM_CHECK(static_cast<int>(outputs.size()) == size(), "[dist] gather: root got ", outputs.size(),
-               " output tensors for ", size(), " ranks");
+    LOOM_CHECK(static_cast<int>(outputs.size()) == size(), "[dist] gather: root got ",
+               outputs.size(), " output tensors for ", size(), " ranks");
     for (size_t r = 0; r < outputs.size(); ++r) {
       pick(outputs[r], "an output");
       check_same_dtype("gather", input, outputs[r], "an output");
@@ -237,18 +255,20 @@ WorkPtr ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input, 
   }
   Fingerprint fp = im->fingerprint(CollKind::Gather, input.dtype(), input.sizes(),
                                    static_cast<uint64_t>(input.numel()), root, -1);
-  return im->submit(fp, pick.backend(), false,
-                    [outs = outputs, in = input, root](Backend& b) { b.gather(outs, in, root); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), false,
+      [outs = outputs, in = input, root](Backend& b) { b.gather(outs, in, root); }, o.async_op);
 }
 
-WorkPtr ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root, CollectiveOptions o) {
+WorkPtr ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs, int root,
+                              CollectiveOptions o) {
   Impl* im = impl_.get();
   Pick pick(im, "scatter");
   pick(output, "output");
   check_root("scatter", root, size(), name());
   if (rank() == root) {
-    LOOM_CHECK(static_cast<int>(inputs.size()) == size(), "[dist] scatter: root got ", inputs.size(),
-               " input tensors for ", size(), " ranks");
+    LOOM_CHECK(static_cast<int>(inputs.size()) == size(), "[dist] scatter: root got ",
+               inputs.size(), " input tensors for ", size(), " ranks");
     for (size_t r = 0; r < inputs.size(); ++r) {
       pick(inputs[r], "an input");
       check_same_dtype("scatter", output, inputs[r], "an input");
@@ -258,8 +278,9 @@ WorkPtr ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs,
   }
   Fingerprint fp = im->fingerprint(CollKind::Scatter, output.dtype(), output.sizes(),
                                    static_cast<uint64_t>(output.numel()), root, -1);
-  return im->submit(fp, pick.backend(), false,
-                    [out = output, ins = inputs, root](Backend& b) { b.scatter(out, ins, root); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), false,
+      [out = output, ins = inputs, root](Backend& b) { b.scatter(out, ins, root); }, o.async_op);
 }
 
 // A barrier has no tensor: it runs on the CPU backend.
@@ -267,7 +288,8 @@ WorkPtr ProcessGroup::barrier(CollectiveOptions o) {
   Impl* im = impl_.get();
   Fingerprint fp = im->fingerprint(CollKind::Barrier, kUInt8, {}, 0, -1, -1);
   fp.dtype = -1;
-  return im->submit(fp, *im->cpu, false, [](Backend& b) { b.barrier(); }, o.async_op);
+  return im->submit(
+      fp, *im->cpu, false, [](Backend& b) { b.barrier(); }, o.async_op);
 }
 
 WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, CollectiveOptions o) {
@@ -275,12 +297,14 @@ WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, CollectiveOptions o) {
   Pick pick(im, "send");
   pick(tensor);
   LOOM_CHECK(dst >= 0 && dst < size() && dst != rank(), "[dist] send: destination ", dst,
-             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(), ")");
+             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(),
+             ")");
   Fingerprint fp = im->fingerprint(CollKind::Send, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), dst, -1);
   Tensor t = tensor.contiguous();
-  return im->submit(fp, pick.backend(), true, [t = std::move(t), dst](Backend& b) { b.send(t, dst); },
-                    o.async_op);
+  return im->submit(
+      fp, pick.backend(), true, [t = std::move(t), dst](Backend& b) { b.send(t, dst); },
+      o.async_op);
 }
 
 WorkPtr ProcessGroup::recv(Tensor& tensor, int src, CollectiveOptions o) {
@@ -288,22 +312,26 @@ WorkPtr ProcessGroup::recv(Tensor& tensor, int src, CollectiveOptions o) {
   Pick pick(im, "recv");
   pick(tensor);
   LOOM_CHECK(src >= 0 && src < size() && src != rank(), "[dist] recv: source ", src,
-             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(), ")");
+             " is not another rank of group '", name(), "' (size ", size(), ", this rank ", rank(),
+             ")");
   Fingerprint fp = im->fingerprint(CollKind::Recv, tensor.dtype(), tensor.sizes(),
                                    static_cast<uint64_t>(tensor.numel()), src, -1);
-  return im->submit(fp, pick.backend(), true, [t = tensor, src](Backend& b) { b.recv(t, src); }, o.async_op);
+  return im->submit(
+      fp, pick.backend(), true, [t = tensor, src](Backend& b) { b.recv(t, src); }, o.async_op);
 }
 
 // ---- sub-groups ----
 
-std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks, ProcessGroupOptions o) {
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ranks,
+                                                      ProcessGroupOptions o) {
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   LOOM_CHECK(!sorted.empty(), "[dist] new_group: no ranks given");
   for (size_t i = 0; i < sorted.size(); ++i) {
     LOOM_CHECK(sorted[i] >= 0 && sorted[i] < size(), "[dist] new_group: rank ", sorted[i],
                " is not in group '", name(), "' (size ", size(), ")");
-    LOOM_CHECK(i == 0 || sorted[i] != sorted[i - 1], "[dist] new_group: rank ", sorted[i], " is listed twice");
+    LOOM_CHECK(i == 0 || sorted[i] != sorted[i - 1], "[dist] new_group: rank ", sorted[i],
+               " is listed twice");
   }
   auto it = std::find(sorted.begin(), sorted.end(), rank());
   if (it == sorted.end()) return nullptr;
@@ -320,7 +348,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(const std::vector<int>& ra
   }
   o.name = name() + "/" + key + (n ? "#" + std::to_string(n) : "");
   if (o.timeout == default_timeout()) o.timeout = impl_->opts.timeout;
-  return create(impl_->root_store, static_cast<int>(it - sorted.begin()), static_cast<int>(sorted.size()), o);
+  return create(impl_->root_store, static_cast<int>(it - sorted.begin()),
+                static_cast<int>(sorted.size()), o);
 }
 
 std::shared_ptr<ProcessGroup> ProcessGroup::split(int color, int key, ProcessGroupOptions o) {
@@ -353,8 +382,8 @@ std::mutex g_default_mu;
 std::shared_ptr<ProcessGroup> g_default;
 }  // namespace
 
-std::shared_ptr<ProcessGroup> init_process_group(const std::string& init_method, int rank, int world_size,
-                                                 ProcessGroupOptions options) {
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& init_method, int rank,
+                                                 int world_size, ProcessGroupOptions options) {
   RendezvousInfo info = rendezvous(init_method, rank, world_size, options.timeout);
   auto pg = ProcessGroup::create(info.store, info.rank, info.world_size, options);
   std::lock_guard<std::mutex> g(g_default_mu);

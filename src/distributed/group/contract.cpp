@@ -16,29 +16,46 @@ namespace loom::dist {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "?";
 }
 
 const char* coll_name(CollKind k) {
   switch (k) {
-    case CollKind::Broadcast: return "broadcast";
-    case CollKind::Allreduce: return "allreduce";
-    case CollKind::Reduce: return "reduce";
-    case CollKind::Allgather: return "allgather";
-    case CollKind::ReduceScatter: return "reduce_scatter";
-    case CollKind::Alltoall: return "alltoall";
-    case CollKind::Gather: return "gather";
-    case CollKind::Scatter: return "scatter";
-    case CollKind::Barrier: return "barrier";
-    case CollKind::Send: return "send";
-    case CollKind::Recv: return "recv";
-    case CollKind::Split: return "split";
+    case CollKind::Broadcast:
+      return "broadcast";
+    case CollKind::Allreduce:
+      return "allreduce";
+    case CollKind::Reduce:
+      return "reduce";
+    case CollKind::Allgather:
+      return "allgather";
+    case CollKind::ReduceScatter:
+      return "reduce_scatter";
+    case CollKind::Alltoall:
+      return "alltoall";
+    case CollKind::Gather:
+      return "gather";
+    case CollKind::Scatter:
+      return "scatter";
+    case CollKind::Barrier:
+      return "barrier";
+    case CollKind::Send:
+      return "send";
+    case CollKind::Recv:
+      return "recv";
+    case CollKind::Split:
+      return "split";
   }
   return "?";
 }
@@ -52,8 +69,8 @@ uint64_t hash_string(const std::string& s) {
   return h;
 }
 
-Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype, IntArrayRef sizes,
-                             uint64_t count, int root, int reduce_op) {
+Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype,
+                             IntArrayRef sizes, uint64_t count, int root, int reduce_op) {
   return make_fingerprint(hash_string(group), kind, dtype, sizes, count, root, reduce_op);
 }
 
@@ -132,9 +149,11 @@ std::string contract_mismatch(const std::string& group, const std::vector<Finger
     return os.str();
   };
   std::ostringstream os;
-  os << "[dist] collective mismatch in group '" << group << "' at sequence number " << all[0].seq << ": ";
+  os << "[dist] collective mismatch in group '" << group << "' at sequence number " << all[0].seq
+     << ": ";
   for (size_t i = 0; i < groups.size(); ++i) {
-    os << (i ? "; " : "") << ranks_text(groups[i].second) << " called " << describe(groups[i].first);
+    os << (i ? "; " : "") << ranks_text(groups[i].second) << " called "
+       << describe(groups[i].first);
     if (groups[i].first.seq != all[0].seq) os << " as #" << groups[i].first.seq;
   }
   const Fingerprint& a = groups[0].first;
@@ -145,17 +164,22 @@ std::string contract_mismatch(const std::string& group, const std::vector<Finger
       fields.push_back(std::string(name) + " (" + ranks_text(groups[0].second) + ": " + x + ", " +
                        ranks_text(groups[i].second) + ": " + y + ")");
     };
-    if (a.kind != b.kind) diff("op", coll_name(static_cast<CollKind>(a.kind)), coll_name(static_cast<CollKind>(b.kind)));
+    if (a.kind != b.kind)
+      diff("op", coll_name(static_cast<CollKind>(a.kind)),
+           coll_name(static_cast<CollKind>(b.kind)));
     if (a.seq != b.seq) diff("sequence number", std::to_string(a.seq), std::to_string(b.seq));
     if (a.dtype != b.dtype) diff("dtype", dtype_text(a), dtype_text(b));
     if (a.count != b.count) diff("count", std::to_string(a.count), std::to_string(b.count));
-    if (a.shape_hash != b.shape_hash && a.count == b.count) diff("shape", shape_text(a), shape_text(b));
+    if (a.shape_hash != b.shape_hash && a.count == b.count)
+      diff("shape", shape_text(a), shape_text(b));
     if (a.root != b.root) diff("root", std::to_string(a.root), std::to_string(b.root));
     if (a.reduce_op != b.reduce_op) {
-      diff("reduce op", a.reduce_op < 0 ? "none" : reduce_op_name(static_cast<ReduceOp>(a.reduce_op)),
+      diff("reduce op",
+           a.reduce_op < 0 ? "none" : reduce_op_name(static_cast<ReduceOp>(a.reduce_op)),
            b.reduce_op < 0 ? "none" : reduce_op_name(static_cast<ReduceOp>(b.reduce_op)));
     }
-    if (a.group_hash != b.group_hash) diff("group", "hash " + std::to_string(a.group_hash), "hash " + std::to_string(b.group_hash));
+    if (a.group_hash != b.group_hash)
+      diff("group", "hash " + std::to_string(a.group_hash), "hash " + std::to_string(b.group_hash));
   }
   os << ". Differing fields: ";
   for (size_t i = 0; i < fields.size(); ++i) os << (i ? "; " : "") << fields[i];
@@ -199,19 +223,23 @@ int64_t system_now_us() {
 
 const char* flight_state_name(FlightRecorder::State s) {
   switch (s) {
-    case FlightRecorder::Scheduled: return "scheduled";
-    case FlightRecorder::Started: return "started";
-    case FlightRecorder::Completed: return "completed";
-    case FlightRecorder::Failed: return "failed";
+    case FlightRecorder::Scheduled:
+      return "scheduled";
+    case FlightRecorder::Started:
+      return "started";
+    case FlightRecorder::Completed:
+      return "completed";
+    case FlightRecorder::Failed:
+      return "failed";
   }
   return "?";
 }
 
 FlightRecorder::FlightRecorder(size_t capacity)
     : capacity_(capacity ? capacity : 1), slots_(new Slot[capacity_]) {
-  const int64_t steady_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                                SteadyClock::now().time_since_epoch())
-                                .count();
+  const int64_t steady_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now().time_since_epoch())
+          .count();
   wall_minus_steady_us_ = system_now_us() - steady_us;
 }
 
@@ -344,19 +372,21 @@ std::string FlightRecorder::json(const std::string& group, int rank, int size) c
                         .dump() +
                     "\n";
   for (const Entry& e : entries()) {
-    Json j = Json::object({{"seq", e.fp.seq},
-                           {"op", coll_name(static_cast<CollKind>(e.fp.kind))},
-                           {"desc", describe(e.fp)},
-                           {"dtype", dtype_text(e.fp)},
-                           {"count", e.fp.count},
-                           {"root", e.fp.root},
-                           {"reduce_op", e.fp.reduce_op < 0 ? "" : reduce_op_name(static_cast<ReduceOp>(e.fp.reduce_op))},
-                           {"state", flight_state_name(e.state)},
-                           {"algo", e.algo},
-                           {"backend", e.backend},
-                           {"t_scheduled_us", e.t_scheduled_us},
-                           {"t_started_us", e.t_started_us},
-                           {"t_completed_us", e.t_completed_us}});
+    Json j = Json::object(
+        {{"seq", e.fp.seq},
+         {"op", coll_name(static_cast<CollKind>(e.fp.kind))},
+         {"desc", describe(e.fp)},
+         {"dtype", dtype_text(e.fp)},
+         {"count", e.fp.count},
+         {"root", e.fp.root},
+         {"reduce_op",
+          e.fp.reduce_op < 0 ? "" : reduce_op_name(static_cast<ReduceOp>(e.fp.reduce_op))},
+         {"state", flight_state_name(e.state)},
+         {"algo", e.algo},
+         {"backend", e.backend},
+         {"t_scheduled_us", e.t_scheduled_us},
+         {"t_started_us", e.t_started_us},
+         {"t_completed_us", e.t_completed_us}});
     if (!e.error.empty()) j.set("error", e.error);
     out += j.dump() + "\n";
   }

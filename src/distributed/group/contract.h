@@ -1,9 +1,10 @@
 // The collective contract and the flight recorder (distributed layer, internal).
 //
-// Every collective is summarised by a Fingerprint: a fixed-size, trivially copyable record that ranks
-// can exchange raw. With detail debugging on, the group allgathers fingerprints before moving data
-// and contract_mismatch() explains any difference. The FlightRecorder keeps the last N collectives of
-// a group with their state and timestamps; it is dumped as JSON lines for `loom dist-debug`.
+// Every collective is summarised by a Fingerprint: a fixed-size, trivially copyable record that
+// ranks can exchange raw. With detail debugging on, the group allgathers fingerprints before moving
+// data and contract_mismatch() explains any difference. The FlightRecorder keeps the last N
+// collectives of a group with their state and timestamps; it is dumped as JSON lines for `loom
+// dist-debug`.
 //
 // Thread-safety: FlightRecorder may be written and read from any threads (the caller's thread
 // schedules, the group's worker starts and completes, anyone dumps); its hot path takes no lock
@@ -57,8 +58,8 @@ struct Fingerprint {
 static_assert(sizeof(Fingerprint) == 72);
 
 LOOM_API uint64_t hash_string(const std::string& s);
-LOOM_API Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype, IntArrayRef sizes,
-                             uint64_t count, int root, int reduce_op);
+LOOM_API Fingerprint make_fingerprint(const std::string& group, CollKind kind, DType dtype,
+                                      IntArrayRef sizes, uint64_t count, int root, int reduce_op);
 // The same with the group's name already hashed (a process group hashes its name once).
 LOOM_API Fingerprint make_fingerprint(uint64_t group_hash, CollKind kind, DType dtype,
                                       IntArrayRef sizes, uint64_t count, int root, int reduce_op);
@@ -66,7 +67,8 @@ LOOM_API Fingerprint make_fingerprint(uint64_t group_hash, CollKind kind, DType 
 LOOM_API std::string describe(const Fingerprint& f);
 // Empty when every rank's fingerprint matches rank 0's; else a message naming the sequence number,
 // the groups of ranks that agree, and each field that differs.
-LOOM_API std::string contract_mismatch(const std::string& group, const std::vector<Fingerprint>& all);
+LOOM_API std::string contract_mismatch(const std::string& group,
+                                       const std::vector<Fingerprint>& all);
 
 class LOOM_API FlightRecorder {
  public:
@@ -132,8 +134,8 @@ class LOOM_API FlightRecorder {
 LOOM_API const char* flight_state_name(FlightRecorder::State s);
 
 // Reads every flight-*.json file under dir and explains, per group, which rank did not join which
-// collective, which collectives disagree, and where each rank stopped. DataError on a malformed file
-// (naming it and the line).
+// collective, which collectives disagree, and where each rank stopped. DataError on a malformed
+// file (naming it and the line).
 LOOM_API std::string analyze_flight_records(const std::string& dir);
 
 }  // namespace loom::dist

@@ -25,10 +25,13 @@ namespace {
 // bf16 and f16 sums and products are accumulated in f32.
 DType work_dtype(DType dt, ReduceOp op) {
   bool half = dt == kFloat16 || dt == kBFloat16;
-  return half && (op == ReduceOp::Sum || op == ReduceOp::Prod || op == ReduceOp::Avg) ? kFloat32 : dt;
+  return half && (op == ReduceOp::Sum || op == ReduceOp::Prod || op == ReduceOp::Avg) ? kFloat32
+                                                                                      : dt;
 }
 
-ReduceOp algo_op(ReduceOp op) { return op == ReduceOp::Avg ? ReduceOp::Sum : op; }
+ReduceOp algo_op(ReduceOp op) {
+  return op == ReduceOp::Avg ? ReduceOp::Sum : op;
+}
 
 void divide(void* data, size_t n, DType dt, int size) {
   if (dt == kFloat32) {
@@ -54,7 +57,8 @@ void read_into(const Tensor& t, void* dst, DType dt) {
 void write_from(const Tensor& t, const void* src, DType dt) {
   if (t.numel() == 0) return;
   if (t.dtype() == dt && t.is_contiguous()) {
-    if (t.data_ptr() != src) std::memcpy(t.data_ptr(), src, static_cast<size_t>(t.numel()) * element_size(dt));
+    if (t.data_ptr() != src)
+      std::memcpy(t.data_ptr(), src, static_cast<size_t>(t.numel()) * element_size(dt));
     t.storage()->bump_version();
     return;
   }
@@ -64,9 +68,9 @@ void write_from(const Tensor& t, const void* src, DType dt) {
   t.copy_(tmp);
 }
 
-// A contiguous working copy of a tensor in the dtype the algorithms reduce in (the tensor itself when
-// it already qualifies), written back by finish(). Refers to `t`, which the collective's body owns:
-// the common case takes no reference count and makes no copy.
+// A contiguous working copy of a tensor in the dtype the algorithms reduce in (the tensor itself
+// when it already qualifies), written back by finish(). Refers to `t`, which the collective's body
+// owns: the common case takes no reference count and makes no copy.
 struct Buffer {
   const Tensor& user;
   Tensor converted;  // undefined when `user` itself qualifies
@@ -124,12 +128,12 @@ size_t sum_of(const std::vector<size_t>& v) {
   return s;
 }
 
-// Shared by reduce_scatter and reduce_scatter_tensor: block r of this rank's contribution (counts[r]
-// elements of wdt) is at in_blocks[r], read in place. The ring reduces straight into `output` when it
-// is contiguous, of wdt and clear of the input; otherwise into scratch slot 1 at `staged` (room for
-// this rank's block), then converted.
-void run_reduce_scatter(Comm& c, ArrayRef<const void*> in_blocks, ArrayRef<size_t> counts, DType wdt,
-                        ReduceOp op, const Tensor& output, char* staged) {
+// Shared by reduce_scatter and reduce_scatter_tensor: block r of this rank's contribution
+// (counts[r] elements of wdt) is at in_blocks[r], read in place. The ring reduces straight into
+// `output` when it is contiguous, of wdt and clear of the input; otherwise into scratch slot 1 at
+// `staged` (room for this rank's block), then converted.
+void run_reduce_scatter(Comm& c, ArrayRef<const void*> in_blocks, ArrayRef<size_t> counts,
+                        DType wdt, ReduceOp op, const Tensor& output, char* staged) {
   const size_t n = counts[static_cast<size_t>(c.rank())];
   char* dst = staged ? staged : static_cast<char*>(output.data_ptr());
   reduce_scatter_ring(c, in_blocks, dst, counts, wdt, algo_op(op));
@@ -149,11 +153,11 @@ bool output_direct(const Tensor& output, DType wdt, ArrayRef<const void*> in_blo
   return true;
 }
 
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendContext& ctx)
-      : Backend("cpu"), algo_(parse_algo(ctx.options.algo.empty() ? settings::kAlgo.get() : ctx.options.algo)) {
+      : Backend("cpu"),
+        algo_(parse_algo(ctx.options.algo.empty() ? settings::kAlgo.get() : ctx.options.algo)) {
     TransportOptions to = transport_options_from_env();
     if (!ctx.options.transport.empty()) to.transport = ctx.options.transport;
     if (ctx.options.tcp_channels > 0) to.tcp_channels = ctx.options.tcp_channels;
@@ -183,7 +187,8 @@ class CpuBackend final : public Backend {
                            c.doorbell_timeouts(), " unwoken)");
     }
     if (c.bytes_helped() > 0) {
-      s += detail::str_cat("; copied ", c.bytes_helped(), " bytes into peers' receives while waiting");
+      s += detail::str_cat("; copied ", c.bytes_helped(),
+                           " bytes into peers' receives while waiting");
     }
     if (last_algo_ != Algo::Auto) {
       std::string why;
@@ -194,7 +199,8 @@ class CpuBackend final : public Backend {
     return s;
   }
 
-  void begin_call(std::string (*what)(const void*), const void* arg, Clock::time_point deadline) override {
+  void begin_call(std::string (*what)(const void*), const void* arg,
+                  Clock::time_point deadline) override {
     comm_->reset();
     comm_->set_context(what, arg, deadline);
   }
@@ -297,7 +303,8 @@ void CpuBackend::allgather(const std::vector<Tensor>& outs, const Tensor& in) {
   Comm& c = *comm_;
   std::vector<size_t> bytes;
   bytes.reserve(outs.size());
-  for (const Tensor& out : outs) bytes.push_back(static_cast<size_t>(out.numel()) * in.element_size());
+  for (const Tensor& out : outs)
+    bytes.push_back(static_cast<size_t>(out.numel()) * in.element_size());
   std::vector<size_t> off = offsets_of(bytes);
   char* buf = c.scratch(sum_of(bytes), 1);
   Tensor tmp;
@@ -308,8 +315,8 @@ void CpuBackend::allgather(const std::vector<Tensor>& outs, const Tensor& in) {
 
 void CpuBackend::allgather_into_tensor(const Tensor& out, const Tensor& in) {
   Comm& c = *comm_;
-  // This rank's block is sent from the input and copied into the output by the algorithm, unless the
-  // input overlaps the output other than exactly at this rank's place: then it is copied first.
+  // This rank's block is sent from the input and copied into the output by the algorithm, unless
+  // the input overlaps the output other than exactly at this rank's place: then it is copied first.
   Buffer b(out, out.dtype());
   size_t each = static_cast<size_t>(in.numel()) * in.element_size();
   char* place = static_cast<char*>(b.data()) + each * static_cast<size_t>(c.rank());
@@ -346,7 +353,8 @@ void CpuBackend::reduce_scatter(const Tensor& out, const std::vector<Tensor>& in
   for (size_t r = 0; r < ins.size(); ++r) blocks[r] = direct[r] ? ins[r].data_ptr() : nullptr;
   bool out_direct = output_direct(out, wdt, blocks, counts);
   size_t out_bytes = counts[static_cast<size_t>(c.rank())] * es;
-  char* stage = packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : out_bytes), 1) : nullptr;
+  char* stage =
+      packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : out_bytes), 1) : nullptr;
   size_t off = 0;
   for (size_t r = 0; r < ins.size(); ++r) {
     if (direct[r]) continue;
@@ -359,8 +367,8 @@ void CpuBackend::reduce_scatter(const Tensor& out, const std::vector<Tensor>& in
 
 void CpuBackend::reduce_scatter_tensor(const Tensor& out, const Tensor& in, ReduceOp op) {
   Comm& c = *comm_;
-  // The input is read in place when contiguous and of the working dtype, else converted into scratch
-  // slot 1 (followed by room for a staged output).
+  // The input is read in place when contiguous and of the working dtype, else converted into
+  // scratch slot 1 (followed by room for a staged output).
   DType wdt = work_dtype(in.dtype(), op);
   size_t es = element_size(wdt), each = static_cast<size_t>(out.numel());
   PerRank<size_t> counts;
@@ -373,15 +381,18 @@ void CpuBackend::reduce_scatter_tensor(const Tensor& out, const Tensor& in, Redu
   blocks.resize(counts.size());
   for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = src ? src + r * each * es : nullptr;
   bool out_direct = output_direct(out, wdt, ref(blocks), ref(counts));
-  char* stage = packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : each * es), 1) : nullptr;
+  char* stage =
+      packed > 0 || !out_direct ? c.scratch(packed + (out_direct ? 0 : each * es), 1) : nullptr;
   if (!in_direct) {
     read_into(in, stage, wdt);
     for (size_t r = 0; r < blocks.size(); ++r) blocks[r] = stage + r * each * es;
   }
-  run_reduce_scatter(c, ref(blocks), ref(counts), wdt, op, out, out_direct ? nullptr : stage + packed);
+  run_reduce_scatter(c, ref(blocks), ref(counts), wdt, op, out,
+                     out_direct ? nullptr : stage + packed);
 }
 
-void CpuBackend::alltoallv(const Tensor& out, const Tensor& in, const std::vector<int64_t>& output_splits,
+void CpuBackend::alltoallv(const Tensor& out, const Tensor& in,
+                           const std::vector<int64_t>& output_splits,
                            const std::vector<int64_t>& input_splits) {
   Comm& c = *comm_;
   size_t es = in.element_size();
@@ -400,7 +411,8 @@ void CpuBackend::alltoallv(const Tensor& out, const Tensor& in, const std::vecto
 
 void CpuBackend::gather(const std::vector<Tensor>& outs, const Tensor& in, int root) {
   Comm& c = *comm_;
-  std::vector<size_t> bytes(static_cast<size_t>(c.size()), static_cast<size_t>(in.numel()) * in.element_size());
+  std::vector<size_t> bytes(static_cast<size_t>(c.size()),
+                            static_cast<size_t>(in.numel()) * in.element_size());
   std::vector<size_t> off = offsets_of(bytes);
   char* src = c.scratch(bytes[0], 0);
   read_into(in, src, in.dtype());
@@ -414,7 +426,8 @@ void CpuBackend::gather(const std::vector<Tensor>& outs, const Tensor& in, int r
 
 void CpuBackend::scatter(const Tensor& out, const std::vector<Tensor>& ins, int root) {
   Comm& c = *comm_;
-  std::vector<size_t> bytes(static_cast<size_t>(c.size()), static_cast<size_t>(out.numel()) * out.element_size());
+  std::vector<size_t> bytes(static_cast<size_t>(c.size()),
+                            static_cast<size_t>(out.numel()) * out.element_size());
   char* src = nullptr;
   if (c.rank() == root) {
     src = c.scratch(sum_of(bytes), 1);

@@ -56,13 +56,15 @@ struct DistributedDataParallel::Reducer {
     ready[i] = true;
     ++ready_count;
     --buckets[bucket_of[i]].pending;
-    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) launch(buckets[next_launch++]);
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0)
+      launch(buckets[next_launch++]);
     if (ready_count == params.size()) {
       // The profiler's "ddp::wait_allreduce": backward blocks here (inside the last AccumulateGrad)
       // until every bucket is averaged. A comm_wait range, so that tables and the step breakdown
       // count it as communication, not as AccumulateGrad's self time or compute.
       std::optional<RecordFunctionGuard> wait_scope;
-      if (LOOM_UNLIKELY(record_function_active())) wait_scope.emplace(OpEvent::Kind::CommWait, "ddp::wait_allreduce");
+      if (LOOM_UNLIKELY(record_function_active()))
+        wait_scope.emplace(OpEvent::Kind::CommWait, "ddp::wait_allreduce");
       auto t0 = std::chrono::steady_clock::now();
       std::exception_ptr err;
       for (Bucket& b : buckets) {
@@ -72,7 +74,8 @@ struct DistributedDataParallel::Reducer {
           if (!err) err = std::current_exception();
         }
       }
-      stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      stats.wait_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       reset();
       if (err) std::rethrow_exception(err);
     }
@@ -86,14 +89,17 @@ struct DistributedDataParallel::Reducer {
       if (!ready[i]) missing += (missing.empty() ? "" : ", ") + names[i];
     }
     reset();
-    LOOM_THROW(ValueError, "[DistributedDataParallel] the last backward did not produce gradients for: ",
-               missing, ". Every parameter that requires grad must take part in the loss (unused "
-               "parameters are not supported); its bucket was never reduced");
+    LOOM_THROW(
+        ValueError,
+        "[DistributedDataParallel] the last backward did not produce gradients for: ", missing,
+        ". Every parameter that requires grad must take part in the loss (unused "
+        "parameters are not supported); its bucket was never reduced");
   }
 };
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
-                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+                                                 std::shared_ptr<ProcessGroup> group,
+                                                 DDPOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(options) {
   LOOM_CHECK(module_ && group_, "[DistributedDataParallel] needs a module and a process group");
   register_module("module", module_);
@@ -152,7 +158,8 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
 }
 
 std::string DistributedDataParallel::name() const {
-  return "DistributedDataParallel(" + module_->name() + ", world " + std::to_string(group_->size()) + ")";
+  return "DistributedDataParallel(" + module_->name() + ", world " +
+         std::to_string(group_->size()) + ")";
 }
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& d) : d_(d) {

@@ -41,7 +41,8 @@ std::string analyze_flight_records(const std::string& dir) {
   std::vector<std::string> files;
   while (dirent* e = ::readdir(d)) {
     std::string n = e->d_name;
-    if (n.rfind("flight-", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json") files.push_back(dir + "/" + n);
+    if (n.rfind("flight-", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json")
+      files.push_back(dir + "/" + n);
   }
   ::closedir(d);
   std::sort(files.begin(), files.end());
@@ -76,7 +77,8 @@ std::string analyze_flight_records(const std::string& dir) {
   std::ostringstream out;
   for (auto& [group, recs] : groups) {
     int size = recs[0].size;
-    std::sort(recs.begin(), recs.end(), [](const RankRecord& a, const RankRecord& b) { return a.rank < b.rank; });
+    std::sort(recs.begin(), recs.end(),
+              [](const RankRecord& a, const RankRecord& b) { return a.rank < b.rank; });
     out << "group '" << group << "' (" << size << " ranks, records from " << recs.size() << "):\n";
     std::set<int> have;
     for (const auto& r : recs) have.insert(r.rank);
@@ -93,7 +95,8 @@ std::string analyze_flight_records(const std::string& dir) {
       }
       const Json& last = r.by_seq.rbegin()->second;
       out << "last " << entry_text(last) << " " << last.at("state").as_string();
-      if (const Json* err = last.find("error")) out << " (" << err->as_string().substr(0, 160) << ")";
+      if (const Json* err = last.find("error"))
+        out << " (" << err->as_string().substr(0, 160) << ")";
       out << "\n";
     }
     // The first sequence number that not every rank completed.
@@ -128,7 +131,7 @@ std::string analyze_flight_records(const std::string& dir) {
       // Every recorded rank completed it: so did the silent ones (a collective needs everyone).
       if (!missing.empty() || !unfinished.empty()) {
         const Json& e = recs[static_cast<size_t>(0)].by_seq.count(s) ? recs[0].by_seq.at(s)
-                                                                    : [&]() -> const Json& {
+                                                                     : [&]() -> const Json& {
           for (const auto& r : recs) {
             if (r.by_seq.count(s)) return r.by_seq.at(s);
           }
@@ -138,9 +141,11 @@ std::string analyze_flight_records(const std::string& dir) {
         absent.insert(absent.end(), silent.begin(), silent.end());
         std::sort(absent.begin(), absent.end());
         if (!absent.empty()) {
-          out << "  " << ranks_text(absent) << " did not join " << entry_text(e) << "; " << ranks_text(joined)
-              << " waited in it";
-          if (!silent.empty()) out << " (" << ranks_text(silent) << " wrote no record: hung outside a collective, or killed)";
+          out << "  " << ranks_text(absent) << " did not join " << entry_text(e) << "; "
+              << ranks_text(joined) << " waited in it";
+          if (!silent.empty())
+            out << " (" << ranks_text(silent)
+                << " wrote no record: hung outside a collective, or killed)";
           out << "\n";
         } else {
           out << "  every rank joined " << entry_text(e) << " but " << ranks_text(unfinished)

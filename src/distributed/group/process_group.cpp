@@ -12,8 +12,8 @@
 #include <iostream>
 #include <thread>
 
-#include "distributed/settings.h"
 #include "distributed/group/signal_abort.h"
+#include "distributed/settings.h"
 #include "loom/error.h"
 #include "loom/record_function.h"
 
@@ -51,7 +51,9 @@ void WorkImpl::finish(std::exception_ptr e) {
 
 namespace {
 
-int env_flag_detail() { return settings::kDebug.get() == "detail" ? 1 : 0; }
+int env_flag_detail() {
+  return settings::kDebug.get() == "detail" ? 1 : 0;
+}
 
 // Reads the group's published root cause without blocking on a store that may be gone.
 std::string probe_root_cause(void* arg) {
@@ -81,8 +83,13 @@ std::string flight_dir() {
 }
 
 ProcessGroup::Impl::Impl(std::shared_ptr<Store> root, int rank_, int size_, ProcessGroupOptions o)
-    : root_store(std::move(root)), rank(rank_), size(size_), name(o.name), name_hash(hash_string(name)),
-      opts(std::move(o)), flight(static_cast<size_t>(opts.flight_entries)) {}
+    : root_store(std::move(root)),
+      rank(rank_),
+      size(size_),
+      name(o.name),
+      name_hash(hash_string(name)),
+      opts(std::move(o)),
+      flight(static_cast<size_t>(opts.flight_entries)) {}
 
 ProcessGroup::Impl::~Impl() {
   stop_signals::remove_group(this);
@@ -100,8 +107,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   LOOM_CHECK(store != nullptr, "[dist] ProcessGroup::create: no store");
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size, "[dist] ProcessGroup::create: rank ", rank,
              " is not in [0, ", size, ")");
-  if (settings::kFlightEntries.is_set()) options.flight_entries = static_cast<int>(settings::kFlightEntries.get());
-  // Note [Stop signals]: SIGTERM/SIGINT abort the group, write its flight record and end the process.
+  if (settings::kFlightEntries.is_set())
+    options.flight_entries = static_cast<int>(settings::kFlightEntries.get());
+  // Note [Stop signals]: SIGTERM/SIGINT abort the group, write its flight record and end the
+  // process.
   stop_signals::install();
   auto impl = std::make_unique<Impl>(store, rank, size, options);
   impl->store = std::make_shared<PrefixStore>("pg/" + impl->name, store);
@@ -125,13 +134,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(std::shared_ptr<Store> store,
   impl->owned[static_cast<int>(DeviceType::CPU)] = std::move(cpu);
   impl->backends[static_cast<int>(DeviceType::CPU)].store(impl->cpu, std::memory_order_release);
   if (impl->detail && rank == 0) {
-    std::fprintf(stderr,
-                 "[dist] group '%s': contract checks are on (%s): every collective first exchanges "
-                 "its %zu-byte fingerprint with all ranks (one extra small allgather per "
-                 "collective); its cost is measured on collectives 1-%d\n",
-                 impl->name.c_str(),
-                 options.debug_detail == 1 ? "ProcessGroupOptions::debug_detail" : "LOOM_DIST_DEBUG=detail",
-                 sizeof(Fingerprint), Impl::kDetailSample);
+    std::fprintf(
+        stderr,
+        "[dist] group '%s': contract checks are on (%s): every collective first exchanges "
+        "its %zu-byte fingerprint with all ranks (one extra small allgather per "
+        "collective); its cost is measured on collectives 1-%d\n",
+        impl->name.c_str(),
+        options.debug_detail == 1 ? "ProcessGroupOptions::debug_detail" : "LOOM_DIST_DEBUG=detail",
+        sizeof(Fingerprint), Impl::kDetailSample);
   }
   stop_signals::add_group(impl.get());
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
@@ -153,15 +163,18 @@ Backend& ProcessGroup::Impl::make_backend(const char* op, const Tensor& t, const
   if (Backend* b = backends[i].load(std::memory_order_acquire)) return *b;
   const BackendFactory factory = backend_factory(type);
   LOOM_CHECK_AS(NotImplementedError, factory != nullptr, "[dist] ", op, ": ", what, " is on ",
-                t.device().str(), "; no process-group backend takes ", device_type_name(type), " tensors");
+                t.device().str(), "; no process-group backend takes ", device_type_name(type),
+                " tensors");
   std::unique_ptr<Backend> made;
   try {
     made = factory(backend_context);
   } catch (const NotImplementedError& e) {
-    // Name the call and the tensor that asked for it ("[dist] allreduce: tensor is on cuda:0; ...").
+    // Name the call and the tensor that asked for it ("[dist] allreduce: tensor is on cuda:0;
+    // ...").
     std::string why = e.what();
     if (why.rfind("[dist] ", 0) == 0) why.erase(0, 7);
-    LOOM_THROW(NotImplementedError, "[dist] ", op, ": ", what, " is on ", t.device().str(), "; ", why);
+    LOOM_THROW(NotImplementedError, "[dist] ", op, ": ", what, " is on ", t.device().str(), "; ",
+               why);
   }
   LOOM_INTERNAL_ASSERT(made != nullptr && made->supports(type), "the backend made for ",
                        device_type_name(type), " tensors does not take them");
@@ -173,9 +186,15 @@ Backend& ProcessGroup::Impl::make_backend(const char* op, const Tensor& t, const
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() = default;
 
-int ProcessGroup::rank() const { return impl_->rank; }
-int ProcessGroup::size() const { return impl_->size; }
-const std::string& ProcessGroup::name() const { return impl_->name; }
+int ProcessGroup::rank() const {
+  return impl_->rank;
+}
+int ProcessGroup::size() const {
+  return impl_->size;
+}
+const std::string& ProcessGroup::name() const {
+  return impl_->name;
+}
 
 uint64_t ProcessGroup::sequence_number() const {
   std::lock_guard<std::mutex> g(impl_->submit_mu);
@@ -195,7 +214,9 @@ std::string ProcessGroup::describe() const {
   return s;
 }
 
-void ProcessGroup::abort() { impl_->abort_with({}); }
+void ProcessGroup::abort() {
+  impl_->abort_with({});
+}
 
 void ProcessGroup::abort(const std::string& reason) {
   impl_->abort_with(reason.empty() ? std::string() : "aborted: " + reason);
@@ -250,8 +271,8 @@ void ProcessGroup::Impl::worker_loop() {
   }
 }
 
-ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, Backend& backend, bool p2p,
-                                                        bool async) {
+ProcessGroup::Impl::Submission ProcessGroup::Impl::begin(const Fingerprint& fp, Backend& backend,
+                                                         bool p2p, bool async) {
   if (backend.closed()) {
     std::lock_guard<std::mutex> g(exec_mu);
     LOOM_THROW(DistError, "[dist] ", dist::describe(fp), " in group '", name, "': ",
@@ -307,13 +328,15 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, Backend& backend, bool p
   const Clock::time_point deadline = start + opts.timeout;
   backend.begin_call(+what_of, &ctx, deadline);
   flight.started(ticket, flight.wall_us(start), "", backend.name());
-  // The profiler's collective event: times the transfer on the thread that runs it (async ones too).
+  // The profiler's collective event: times the transfer on the thread that runs it (async ones
+  // too).
   std::optional<RecordFunctionGuard> profiler_scope;
   if (LOOM_UNLIKELY(record_function_active())) {
     const bool sized = fp.dtype >= 0 && fp.kind != static_cast<uint8_t>(CollKind::Alltoall);
-    profiler_scope.emplace(OpEvent::Kind::Collective,
-                           std::string("dist::") + coll_name(static_cast<CollKind>(fp.kind)),
-                           sized ? static_cast<int64_t>(fp.count * element_size(static_cast<DType>(fp.dtype))) : -1);
+    profiler_scope.emplace(
+        OpEvent::Kind::Collective,
+        std::string("dist::") + coll_name(static_cast<CollKind>(fp.kind)),
+        sized ? static_cast<int64_t>(fp.count * element_size(static_cast<DType>(fp.dtype))) : -1);
   }
   bool contract_error = false;
   try {
@@ -347,12 +370,15 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, Backend& backend, bool p
     std::string path = dump_flight(flight_dir());
     if (const int sig = stop_signals::exit_signal()) {  // Note [Stop signals]
       std::fprintf(stderr, "%s [flight record: %s]; exiting by %s\n", e.what(),
-                   path.empty() ? "not written" : path.c_str(), stop_signals::signal_name(sig).c_str());
+                   path.empty() ? "not written" : path.c_str(),
+                   stop_signals::signal_name(sig).c_str());
       stop_signals::exit_by(sig);
     }
     if (path.empty()) throw;
     std::string msg = std::string(e.what()) + " [flight record: " + path + "]";
-    LOOM_CHECK_AS(DistError, !dynamic_cast<const DistError*>(&e) && !dynamic_cast<const TimeoutError*>(&e), msg);
+    LOOM_CHECK_AS(DistError,
+                  !dynamic_cast<const DistError*>(&e) && !dynamic_cast<const TimeoutError*>(&e),
+                  msg);
     throw;
   }
 }
@@ -365,11 +391,12 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, Backend& backend, bool p
 void ProcessGroup::Impl::note_detail_cost(Clock::duration d) {
   detail_fastest = detail_sampled++ == 0 ? d : std::min(detail_fastest, d);
   if (detail_sampled != kDetailSample || rank != 0) return;
-  std::fprintf(stderr,
-               "[dist] group '%s': the contract check costs about %.1f us per collective (%d ranks, "
-               "%s; the fastest of %d timed repeats)\n",
-               name.c_str(), std::chrono::duration<double, std::micro>(detail_fastest).count(), size,
-               cpu_summary.c_str(), kDetailSample);
+  std::fprintf(
+      stderr,
+      "[dist] group '%s': the contract check costs about %.1f us per collective (%d ranks, "
+      "%s; the fastest of %d timed repeats)\n",
+      name.c_str(), std::chrono::duration<double, std::micro>(detail_fastest).count(), size,
+      cpu_summary.c_str(), kDetailSample);
 }
 
 void ProcessGroup::Impl::fail(const std::string& why) {

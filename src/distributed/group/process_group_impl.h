@@ -25,8 +25,8 @@ using CollectiveBody = std::function<void(Backend&)>;
 class BodyRef {
  public:
   template <class F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, BodyRef>)
-  BodyRef(F& f) : obj_(&f), call_([](void* o, Backend& b) { (*static_cast<F*>(o))(b); }) {}  // NOLINT
+  requires(!std::is_same_v<std::remove_cvref_t<F>, BodyRef>) BodyRef(F& f)
+      : obj_(&f), call_([](void* o, Backend& b) { (*static_cast<F*>(o))(b); }) {}  // NOLINT
   void operator()(Backend& b) const { call_(obj_, b); }
 
  private:
@@ -93,7 +93,8 @@ struct ProcessGroup::Impl {
   // Assigns the sequence number, records the collective, and runs it inline or on the worker. The
   // body is copied into an owning std::function only when it is queued.
   template <class F>
-  std::shared_ptr<Work> submit(const Fingerprint& fp, Backend& backend, bool p2p, F&& body, bool async) {
+  std::shared_ptr<Work> submit(const Fingerprint& fp, Backend& backend, bool p2p, F&& body,
+                               bool async) {
     Submission s = begin(fp, backend, p2p, async);
     if (s.here) {
       execute(s.fp, backend, s.p2p, s.ticket, s.when, BodyRef(body));
@@ -122,8 +123,8 @@ struct ProcessGroup::Impl {
   }
   void worker_loop();
   void fail(const std::string& why);
-  // Aborts the group with `reason` (Backend::request_abort); closes the links at once and returns true
-  // when no collective is running (one that is fails by itself). Thread-safe.
+  // Aborts the group with `reason` (Backend::request_abort); closes the links at once and returns
+  // true when no collective is running (one that is fails by itself). Thread-safe.
   bool abort_with(const std::string& reason);
   void note_detail_cost(Clock::duration d);
   std::string dump_flight(const std::string& dir) const;
@@ -139,9 +140,9 @@ struct ProcessGroup::Impl {
   std::string name;
   uint64_t name_hash;  // hash_string(name), for fingerprints
   ProcessGroupOptions opts;
-  BackendContext backend_context;      // what later backends are made from
-  Backend* cpu = nullptr;              // the CPU backend, made with the group; also the control plane
-  std::string cpu_summary;             // its description when made ("shm x1"), for notices
+  BackendContext backend_context;  // what later backends are made from
+  Backend* cpu = nullptr;          // the CPU backend, made with the group; also the control plane
+  std::string cpu_summary;         // its description when made ("shm x1"), for notices
   std::atomic<Backend*> backends[kNumDeviceTypes] = {};  // by DeviceType; null until made
   std::mutex backends_mu;                                // making a backend
   std::unique_ptr<Backend> owned[kNumDeviceTypes];       // written under backends_mu, once each

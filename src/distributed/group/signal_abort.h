@@ -1,5 +1,5 @@
-// SIGTERM and SIGINT for processes with process groups (distributed layer, internal). See Note [Stop
-// signals] in signal_abort.cpp.
+// SIGTERM and SIGINT for processes with process groups (distributed layer, internal). See Note
+// [Stop signals] in signal_abort.cpp.
 //
 // Thread-safety: every function may be called from any thread; abort_process_groups_from_signal()
 // (process_group.h) also from a signal handler.

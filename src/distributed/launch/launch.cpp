@@ -290,8 +290,9 @@ Environment worker_environment(const LaunchOptions& o, const Worker& w, int port
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
     std::string_view key = kv.substr(0, kv.find('='));
-    bool overridden = key == "LOOM_NUM_THREADS" ||
-                      std::any_of(ours.begin(), ours.end(), [&](auto& p) { return p.first == key; });
+    bool overridden =
+        key == "LOOM_NUM_THREADS" ||
+        std::any_of(ours.begin(), ours.end(), [&](auto& p) { return p.first == key; });
     if (!overridden) env.strings.emplace_back(kv);
   }
   for (const auto& [k, v] : ours) env.strings.push_back(k + "=" + v);

@@ -1,6 +1,7 @@
-// The process launcher behind `loom launch` (distributed layer, internal): starts the local workers of one
-// node with torchrun's environment, prefixes their output with the rank, forwards the launcher's
-// signals to them, stops the group when one fails and optionally restarts it. See Note [Launcher].
+// The process launcher behind `loom launch` (distributed layer, internal): starts the local workers
+// of one node with torchrun's environment, prefixes their output with the rank, forwards the
+// launcher's signals to them, stops the group when one fails and optionally restarts it. See Note
+// [Launcher].
 //
 // Ownership: launch() owns every worker it starts and never returns while one is alive.
 // Thread-safety: launch() installs process-wide signal handlers while it runs; run one at a time,

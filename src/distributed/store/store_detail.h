@@ -1,5 +1,5 @@
-// Helpers shared by the store implementations (distributed layer, internal): the wording of timeout and
-// value errors, so that every store reports them the same way.
+// Helpers shared by the store implementations (distributed layer, internal): the wording of timeout
+// and value errors, so that every store reports them the same way.
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,5 @@
-// Socket helpers of the TCP store (distributed layer, internal): address text, non-blocking connect with a
-// deadline, and the open-files limit. Thread-safe (no shared state).
+// Socket helpers of the TCP store (distributed layer, internal): address text, non-blocking connect
+// with a deadline, and the open-files limit. Thread-safe (no shared state).
 #pragma once
 
 #include <sys/socket.h>

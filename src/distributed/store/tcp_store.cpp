@@ -19,9 +19,9 @@
 #include <random>
 #include <thread>
 
+#include "distributed/settings.h"
 #include "distributed/store/store_detail.h"
 #include "distributed/store/store_net.h"
-#include "distributed/settings.h"
 #include "distributed/store/store_protocol.h"
 #include "loom/distributed/store.h"
 #include "loom/error.h"
@@ -190,7 +190,7 @@ struct TCPStore::Impl {
         proto::Frame reply = recv_frame(deadline);
         if (reply.op == Op::Error) {
           LOOM_THROW(ValueError, reply.fields.empty() ? "[store] " + what + " failed on the server"
-                                                : reply.fields[0]);
+                                                      : reply.fields[0]);
         }
         if (reply.op == Op::Timeout) {
           detail::throw_wait_timeout(proto::op_name(op), keys, reply.fields, wait_timeout, where);
@@ -276,8 +276,8 @@ int64_t TCPStore::add(const std::string& key, int64_t delta) {
 
 std::string TCPStore::compare_set(const std::string& key, const std::string& expected,
                                   const std::string& desired) {
-  auto r = impl_->call(Op::CompareSet, {key, expected, desired},
-                       Impl::key_call("compare_set", key), {key}, Duration(0), timeout_);
+  auto r = impl_->call(Op::CompareSet, {key, expected, desired}, Impl::key_call("compare_set", key),
+                       {key}, Duration(0), timeout_);
   LOOM_CHECK_AS(DistError, r.op == Op::Value && r.fields.size() == 1, "[store] ", impl_->where,
                 " sent a malformed reply to compare_set('", key, "')");
   return std::move(r.fields[0]);

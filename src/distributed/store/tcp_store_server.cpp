@@ -42,8 +42,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "distributed/store/store_net.h"
 #include "distributed/settings.h"
+#include "distributed/store/store_net.h"
 #include "distributed/store/tcp_store_server_impl.h"
 #include "loom/error.h"
 

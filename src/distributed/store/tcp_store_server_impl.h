@@ -1,6 +1,6 @@
-// TCPStoreServer internals (distributed layer, internal), shared by tcp_store_server.cpp (the event loop,
-// buffers and limits) and tcp_store_requests.cpp (requests and parked waiters). See Note [TCP store
-// server loop] and Note [TCP store server limits].
+// TCPStoreServer internals (distributed layer, internal), shared by tcp_store_server.cpp (the event
+// loop, buffers and limits) and tcp_store_requests.cpp (requests and parked waiters). See Note [TCP
+// store server loop] and Note [TCP store server limits].
 //
 // Thread-safety: everything under "loop thread only" is touched by the loop thread alone; the
 // counters are atomics read by stats() from any thread.

@@ -22,7 +22,8 @@ namespace loom::dist {
 namespace {
 
 void futex_wake_all(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
 }
 
 // A waiting budget in microseconds (Note [Waiting]).
@@ -45,7 +46,8 @@ bool Doorbell::sleep(uint32_t seen, std::chrono::microseconds timeout) {
   timespec ts{static_cast<time_t>(timeout.count() / 1000000),
               static_cast<long>(timeout.count() % 1000000) * 1000};
   // Not FUTEX_PRIVATE_FLAG: the word lives in memory shared with other processes.
-  long rc = ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&rings), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  long rc =
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&rings), FUTEX_WAIT, seen, &ts, nullptr, 0);
   return rc == 0 || errno != ETIMEDOUT;
 }
 
@@ -61,15 +63,17 @@ Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
 Comm::~Comm() = default;
 
 const char* Comm::link_kind(int peer) const {
-  return peer == rank_ || !links_[static_cast<size_t>(peer)] ? "self"
-                                                             : links_[static_cast<size_t>(peer)]->kind();
+  return peer == rank_ || !links_[static_cast<size_t>(peer)]
+             ? "self"
+             : links_[static_cast<size_t>(peer)]->kind();
 }
 
 Request* Comm::isend(int peer, const void* data, size_t bytes) {
   LOOM_INTERNAL_ASSERT(peer >= 0 && peer < size_ && peer != rank_, "send to rank ", peer, " from ",
                        rank_);
   if (closed_) fail_aborted(peer);
-  requests_.push_back(Request{Request::Send, peer, static_cast<char*>(const_cast<void*>(data)), bytes});
+  requests_.push_back(
+      Request{Request::Send, peer, static_cast<char*>(const_cast<void*>(data)), bytes});
   Request* r = &requests_.back();
   links_[static_cast<size_t>(peer)]->post(r);
   return r;
@@ -86,7 +90,8 @@ Request* Comm::irecv(int peer, void* data, size_t bytes) {
 }
 
 void Comm::fail(int peer, const std::string& why) {
-  std::string msg = detail::str_cat("[dist] ", context(), ": rank ", rank_, " lost rank ", peer, ": ", why);
+  std::string msg =
+      detail::str_cat("[dist] ", context(), ": rank ", rank_, " lost rank ", peer, ": ", why);
   if (probe_) {
     std::string cause = probe_(probe_arg_);
     if (!cause.empty()) msg += " (" + cause + ")";
@@ -96,7 +101,7 @@ void Comm::fail(int peer, const std::string& why) {
 
 void Comm::fail_aborted(int peer) {
   LOOM_THROW(DistError, "[dist] ", context(), ": rank ", rank_, ": ", abort_reason(),
-                                  " (while waiting for rank ", peer, ")");
+             " (while waiting for rank ", peer, ")");
 }
 
 std::string Comm::abort_reason() const {
@@ -121,8 +126,12 @@ bool Comm::each_pending(bool (Link::*step)()) {
   return moved;
 }
 
-bool Comm::progress_once() { return each_pending(&Link::progress); }
-bool Comm::help_once() { return each_pending(&Link::help); }
+bool Comm::progress_once() {
+  return each_pending(&Link::progress);
+}
+bool Comm::help_once() {
+  return each_pending(&Link::help);
+}
 
 // Note [Waiting]
 // A rank waiting for a peer spins on progress() while it has a core to itself: a shared-memory
@@ -130,26 +139,25 @@ bool Comm::help_once() { return each_pending(&Link::help); }
 // would cost several microseconds. It spins for up to LOOM_DIST_SPIN_US (1 ms by default: longer
 // than the waits inside a collective once every rank has joined it, such as a peer's copy of a
 // 16 MiB message), then blocks, so that a long wait (a peer still computing) gives the core back:
-// on the doorbell when every pending link is shared memory (Note [Doorbells] in communicator.h), in poll()
-// on TCP descriptors, else in short sleeps.
-// Blocking sooner costs bandwidth on a virtual machine, even with a prompt wake-up: an idle vCPU is
-// halted and waking it goes through the hypervisor. On the 2-core development VM a 2-rank 8 MiB
-// allgather took a median 1.69 ms with a 200 us spin and 1.14 ms with 1 ms. Before doorbells,
-// blocked memory links slept 50 us at a time, and a 50 us spin made a 2-rank 16 MiB allreduce 20 %
-// slower; with doorbells a 100 us spin matched the 1 ms one there.
-// It never calls sched_yield() there. On a host shared with other busy processes (builds), Linux's
-// scheduler (EEVDF) answers a yield by pushing the task's deadline a whole slice back: a rank that
-// yields while its peer is preempted gives away its own turn too, and the two ranks seldom run at
-// the same time again. With two CPU-bound processes beside two ranks on 2 cores, a 4 KiB allgather
-// took 1.5 ms per call when waits yielded from 50 us on, and 4-7 us with spins then sleeps (Open
-// MPI, which spins, took about 7 us). A task that sleeps keeps its claim and preempts the
-// CPU-bound process when it wakes.
-// When more ranks share the host than it has cores (oversubscribed), spinning steals the time slice
-// of the very peer being waited for, so an idle wait yields instead (the task that runs next is then
-// usually that peer), as Open MPI does when oversubscribed, for up to LOOM_DIST_YIELD_US (1 ms),
-// then blocks as above. A yielding rank is always runnable, so the kernel never sees its core idle
-// and never moves a busy rank there; blocking after 1 ms rather than 20 ms (as before doorbells)
-// took a 4-rank 4 MiB allreduce on 2 cores from a median 4.66 to 4.07 ms (15 alternating runs).
+// on the doorbell when every pending link is shared memory (Note [Doorbells] in communicator.h), in
+// poll() on TCP descriptors, else in short sleeps. Blocking sooner costs bandwidth on a virtual
+// machine, even with a prompt wake-up: an idle vCPU is halted and waking it goes through the
+// hypervisor. On the 2-core development VM a 2-rank 8 MiB allgather took a median 1.69 ms with a
+// 200 us spin and 1.14 ms with 1 ms. Before doorbells, blocked memory links slept 50 us at a time,
+// and a 50 us spin made a 2-rank 16 MiB allreduce 20 % slower; with doorbells a 100 us spin matched
+// the 1 ms one there. It never calls sched_yield() there. On a host shared with other busy
+// processes (builds), Linux's scheduler (EEVDF) answers a yield by pushing the task's deadline a
+// whole slice back: a rank that yields while its peer is preempted gives away its own turn too, and
+// the two ranks seldom run at the same time again. With two CPU-bound processes beside two ranks on
+// 2 cores, a 4 KiB allgather took 1.5 ms per call when waits yielded from 50 us on, and 4-7 us with
+// spins then sleeps (Open MPI, which spins, took about 7 us). A task that sleeps keeps its claim
+// and preempts the CPU-bound process when it wakes. When more ranks share the host than it has
+// cores (oversubscribed), spinning steals the time slice of the very peer being waited for, so an
+// idle wait yields instead (the task that runs next is then usually that peer), as Open MPI does
+// when oversubscribed, for up to LOOM_DIST_YIELD_US (1 ms), then blocks as above. A yielding rank
+// is always runnable, so the kernel never sees its core idle and never moves a busy rank there;
+// blocking after 1 ms rather than 20 ms (as before doorbells) took a 4-rank 4 MiB allreduce on 2
+// cores from a median 4.66 to 4.07 ms (15 alternating runs).
 bool Comm::test(Request* r) {
   if (!r || r->complete) return true;
   if (closed_) fail_aborted(r->peer);
@@ -181,8 +189,9 @@ void Comm::wait(Request* r) {
       if (idle_since == Clock::time_point{}) idle_since = now;
       idle_for = now - idle_since;
       if (now > deadline_) {
-        fail(r->peer, detail::str_cat("timed out waiting to ", r->kind == Request::Send ? "send " : "receive ",
-                                      r->bytes, " bytes (", r->done, " moved)"));
+        fail(r->peer, detail::str_cat("timed out waiting to ",
+                                      r->kind == Request::Send ? "send " : "receive ", r->bytes,
+                                      " bytes (", r->done, " moved)"));
       }
     }
     if (oversubscribed_) {
@@ -273,7 +282,9 @@ void Comm::wait_all() {
   for (Request& r : requests_) wait(&r);
 }
 
-void Comm::reset() { requests_.clear(); }
+void Comm::reset() {
+  requests_.clear();
+}
 
 void Comm::set_context(std::string what, Clock::time_point deadline) {
   context_ = std::move(what);
@@ -281,7 +292,8 @@ void Comm::set_context(std::string what, Clock::time_point deadline) {
   deadline_ = deadline;
 }
 
-void Comm::set_context(std::string (*describe)(const void*), const void* arg, Clock::time_point deadline) {
+void Comm::set_context(std::string (*describe)(const void*), const void* arg,
+                       Clock::time_point deadline) {
   describe_ = describe;
   describe_arg_ = arg;
   deadline_ = deadline;

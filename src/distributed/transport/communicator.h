@@ -1,29 +1,30 @@
-// What collective algorithms see (distributed layer, internal): a communicator of `size` ranks connected
-// pairwise by links, with non-blocking sends and receives of byte messages.
+// What collective algorithms see (distributed layer, internal): a communicator of `size` ranks
+// connected pairwise by links, with non-blocking sends and receives of byte messages.
 //
 // Rules an algorithm relies on:
 //   - Messages from rank a to rank b arrive in the order a posted them, and are matched to b's
 //     receives from a in the order b posted those. Each receive must have exactly the size of its
-//     matching send; a mismatch is a DistError naming both ranks and the sizes (a safety net under the
-//     contract checker).
+//     matching send; a mismatch is a DistError naming both ranks and the sizes (a safety net under
+//     the contract checker).
 //   - A message may arrive before its receive is posted (the transport keeps it), so posting order
-//     between different peers cannot deadlock. Algorithms still post receives before waiting on sends
-//     so that large messages go straight into their destination.
+//     between different peers cannot deadlock. Algorithms still post receives before waiting on
+//     sends so that large messages go straight into their destination.
 //   - wait() drives progress on every link with pending requests, helps peers with the sends they
 //     are copying (Link::help) and blocks (spin or yield, then a doorbell or poll()) until the
 //     request completes. It throws DistError when a peer's link breaks and when the
 //     deadline passes, naming the peer and the running collective (set_context).
 //   - Sending to or receiving from oneself is not allowed: algorithms copy locally.
 //
-// Ownership: the Comm owns its links. Request pointers stay valid until reset() (called by the process
-// group at the start of each collective). Thread-safety: one thread at a time (the group's worker).
+// Ownership: the Comm owns its links. Request pointers stay valid until reset() (called by the
+// process group at the start of each collective). Thread-safety: one thread at a time (the group's
+// worker).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,8 +44,8 @@ struct Request {
   int peer = -1;
   char* data = nullptr;  // for sends, the bytes are only read
   size_t bytes = 0;
-  size_t done = 0;       // bytes moved so far (transport-private meaning while in flight)
-  uint32_t parts = 0;    // transport-private (e.g. TCP channel slices still in flight)
+  size_t done = 0;     // bytes moved so far (transport-private meaning while in flight)
+  uint32_t parts = 0;  // transport-private (e.g. TCP channel slices still in flight)
   bool complete = false;
 };
 
@@ -66,27 +67,27 @@ struct Doorbell {
   bool sleep(uint32_t seen, std::chrono::microseconds timeout);
 };
 
-// One peer. Implementations: TCP (src/distributed/transport/tcp_link.cpp), shared memory (shm_link.cpp), in-process
-// (local_link.cpp, for tests).
+// One peer. Implementations: TCP (src/distributed/transport/tcp_link.cpp), shared memory
+// (shm_link.cpp), in-process (local_link.cpp, for tests).
 class Link {
  public:
   virtual ~Link() = default;
   // Queues a request. Requests of one kind complete in posting order.
   virtual void post(Request* r) = 0;
-  // Advances queued requests without blocking; returns true if any byte moved. Throws DistError when
-  // the peer is gone or sent a message of the wrong size.
+  // Advances queued requests without blocking; returns true if any byte moved. Throws DistError
+  // when the peer is gone or sent a message of the wrong size.
   virtual bool progress() = 0;
   // Appends descriptors that poll() can wait on when nothing moves, with the events wanted now.
   // Returns false when the link must instead be polled by calling progress() (shared memory,
   // in-process).
   virtual bool add_poll_fds(std::vector<struct pollfd>& out) const { return false; }
-  // The doorbell peers ring after progress on this link (Note [Doorbells]); null when the link cannot
-  // wake a sleeper (then add_poll_fds() or polling applies).
+  // The doorbell peers ring after progress on this link (Note [Doorbells]); null when the link
+  // cannot wake a sleeper (then add_poll_fds() or polling applies).
   virtual Doorbell* doorbell() const { return nullptr; }
   // Throws DistError when the peer is known to be gone; called after a sleep that nobody ended.
   virtual void check_alive() {}
-  // Called when this rank would otherwise wait idle: takes over work the peer would do for a pending
-  // send (shared memory: Note [Cooperative copies]). True if anything moved.
+  // Called when this rank would otherwise wait idle: takes over work the peer would do for a
+  // pending send (shared memory: Note [Cooperative copies]). True if anything moved.
   virtual bool help() { return false; }
   virtual uint64_t bytes_helped() const { return 0; }
   virtual bool has_pending() const = 0;
@@ -122,7 +123,8 @@ class LOOM_API Comm {
   // second form formats the text only when an error needs it (describe(arg)), so the hot path of a
   // small collective builds no strings.
   void set_context(std::string what, Clock::time_point deadline);
-  void set_context(std::string (*describe)(const void*), const void* arg, Clock::time_point deadline);
+  void set_context(std::string (*describe)(const void*), const void* arg,
+                   Clock::time_point deadline);
   std::string context() const { return describe_ ? describe_(describe_arg_) : context_; }
   // Text appended to link-failure errors (e.g. the root cause another rank published).
   void set_failure_probe(std::string (*probe)(void*), void* arg) {
@@ -147,8 +149,8 @@ class LOOM_API Comm {
   uint64_t bytes_helped() const;
 
   // Abort: any thread may call request_abort(); waits then fail with DistError naming the running
-  // collective, this rank, the peer waited for and `reason` ("aborted by SIGTERM"). close_all() tears
-  // the links down and is called by the owning thread.
+  // collective, this rank, the peer waited for and `reason` ("aborted by SIGTERM"). close_all()
+  // tears the links down and is called by the owning thread.
   void request_abort(const std::string& reason = {});
   void close_all();
   bool closed() const { return closed_.load(); }

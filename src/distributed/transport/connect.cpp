@@ -41,8 +41,13 @@ struct Record {
 
 std::string encode(const Record& r) {
   std::ostringstream os;
-  os << r.host << '\n' << r.pid << '\n' << r.tcp_addr << '\n' << r.tcp_port << '\n' << r.nonce << '\n'
-     << r.shm_name << '\n' << r.cma_addr << '\n';
+  os << r.host << '\n'
+     << r.pid << '\n'
+     << r.tcp_addr << '\n'
+     << r.tcp_port << '\n'
+     << r.nonce << '\n'
+     << r.shm_name << '\n'
+     << r.cma_addr << '\n';
   return os.str();
 }
 
@@ -51,7 +56,8 @@ Record decode(const std::string& s, int rank) {
   Record r;
   std::string line;
   auto next = [&]() -> std::string {
-    LOOM_CHECK_AS(DistError, static_cast<bool>(std::getline(is, line)), "[dist] transport record of rank ", rank, " is malformed");
+    LOOM_CHECK_AS(DistError, static_cast<bool>(std::getline(is, line)),
+                  "[dist] transport record of rank ", rank, " is malformed");
     return line;
   };
   r.host = next();
@@ -76,7 +82,8 @@ std::string advertised_address() {
     for (addrinfo* p = res; p; p = p->ai_next) {
       char buf[INET_ADDRSTRLEN];
       auto* sin = reinterpret_cast<sockaddr_in*>(p->ai_addr);
-      if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) && std::strncmp(buf, "127.", 4) != 0) {
+      if (::inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) &&
+          std::strncmp(buf, "127.", 4) != 0) {
         out = buf;
         break;
       }
@@ -106,7 +113,9 @@ void tune_socket(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 int ms_left(Clock::time_point deadline) {
   auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -114,7 +123,8 @@ int ms_left(Clock::time_point deadline) {
 }
 
 // Blocking I/O of exactly n bytes with a deadline (setup only).
-void io_exact(int fd, void* buf, size_t n, bool writing, Clock::time_point deadline, const std::string& what) {
+void io_exact(int fd, void* buf, size_t n, bool writing, Clock::time_point deadline,
+              const std::string& what) {
   size_t done = 0;
   while (done < n) {
     pollfd p{fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0};
@@ -125,7 +135,8 @@ void io_exact(int fd, void* buf, size_t n, bool writing, Clock::time_point deadl
                         : ::recv(fd, static_cast<char*>(buf) + done, n - done, 0);
     if (r <= 0) {
       if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      LOOM_THROW(DistError, "[dist] ", what, ": ", r == 0 ? "connection closed" : std::strerror(errno));
+      LOOM_THROW(DistError, "[dist] ", what, ": ",
+                 r == 0 ? "connection closed" : std::strerror(errno));
     }
     done += static_cast<size_t>(r);
   }
@@ -157,8 +168,8 @@ int connect_to(const std::string& addr, int port, int peer, Clock::time_point de
     }
     int e = errno;
     ::close(fd);
-    LOOM_CHECK_AS(TimeoutError, Clock::now() <= deadline, "[dist] connecting to rank ", peer, " at ", addr, ":", port,
-                                         " timed out: ", std::strerror(e));
+    LOOM_CHECK_AS(TimeoutError, Clock::now() <= deadline, "[dist] connecting to rank ", peer,
+                  " at ", addr, ":", port, " timed out: ", std::strerror(e));
     std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
     backoff_ms = std::min(backoff_ms * 2, 100);
   }
@@ -184,8 +195,8 @@ TransportOptions transport_options_from_env() {
 }
 
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
-                                                 const TransportOptions& opts, std::string* describe,
-                                                 int* local_ranks) {
+                                                 const TransportOptions& opts,
+                                                 std::string* describe, int* local_ranks) {
   std::vector<std::unique_ptr<Link>> links(static_cast<size_t>(size));
   if (local_ranks) *local_ranks = 1;
   if (size == 1) {
@@ -212,14 +223,15 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
     ::setsockopt(listener.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
-    std::string bind_host = !opts.bind_host.empty() ? opts.bind_host
-                            : settings::kSocketAddr.is_set()  ? advertised_address()
-                                                              : "0.0.0.0";
-    LOOM_CHECK(::inet_pton(AF_INET, bind_host.c_str(), &sa.sin_addr) == 1, "[dist] bad bind address '",
-               bind_host, "'");
+    std::string bind_host = !opts.bind_host.empty()          ? opts.bind_host
+                            : settings::kSocketAddr.is_set() ? advertised_address()
+                                                             : "0.0.0.0";
+    LOOM_CHECK(::inet_pton(AF_INET, bind_host.c_str(), &sa.sin_addr) == 1,
+               "[dist] bad bind address '", bind_host, "'");
     LOOM_CHECK_AS(DistError, ::bind(listener.fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0,
                   "[dist] bind(", bind_host, "): ", std::strerror(errno));
-    LOOM_CHECK_AS(DistError, ::listen(listener.fd, SOMAXCONN) == 0, "[dist] listen(): ", std::strerror(errno));
+    LOOM_CHECK_AS(DistError, ::listen(listener.fd, SOMAXCONN) == 0,
+                  "[dist] listen(): ", std::strerror(errno));
     socklen_t len = sizeof(sa);
     ::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&sa), &len);
     me.tcp_port = ntohs(sa.sin_port);
@@ -256,8 +268,9 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     bool same_host = recs[static_cast<size_t>(p)].host == me.host;
-    LOOM_CHECK_AS(DistError, !(opts.transport == "shm" && !same_host), "[dist] LOOM_TRANSPORT=shm but rank ", p, " is on another host (",
-                                      recs[static_cast<size_t>(p)].host, ")");
+    LOOM_CHECK_AS(DistError, !(opts.transport == "shm" && !same_host),
+                  "[dist] LOOM_TRANSPORT=shm but rank ", p, " is on another host (",
+                  recs[static_cast<size_t>(p)].host, ")");
     local[static_cast<size_t>(p)] = want_shm && same_host;
     if (same_host && local_ranks) ++*local_ranks;
   }
@@ -308,8 +321,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
           missing += (missing.empty() ? "" : ", ") + std::to_string(p);
         }
       }
-      LOOM_THROW(TimeoutError, "[dist] rank ", rank, " timed out waiting for TCP connections from rank(s) ",
-                                         missing);
+      LOOM_THROW(TimeoutError, "[dist] rank ", rank,
+                 " timed out waiting for TCP connections from rank(s) ", missing);
     }
     if (pr < 0) continue;
     int fd = ::accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -332,17 +345,19 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
   store.set("tp/" + std::to_string(rank) + "/ready", "1");
   std::vector<std::string> ready;
   for (int p = 0; p < size; ++p) {
-    if (p != rank && local[static_cast<size_t>(p)]) ready.push_back("tp/" + std::to_string(p) + "/ready");
+    if (p != rank && local[static_cast<size_t>(p)])
+      ready.push_back("tp/" + std::to_string(p) + "/ready");
   }
-  if (!ready.empty()) store.wait(ready, std::chrono::duration_cast<Duration>(opts.deadline - Clock::now()));
+  if (!ready.empty())
+    store.wait(ready, std::chrono::duration_cast<Duration>(opts.deadline - Clock::now()));
 
   for (auto& f : owned) f.release();
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     if (local[static_cast<size_t>(p)]) {
-      links[static_cast<size_t>(p)] = make_shm_link(rank, p, recs[static_cast<size_t>(p)].pid, inbox,
-                                                    outbox[static_cast<size_t>(p)], opts.cma_min_bytes,
-                                                    coop[static_cast<size_t>(p)]);
+      links[static_cast<size_t>(p)] = make_shm_link(
+          rank, p, recs[static_cast<size_t>(p)].pid, inbox, outbox[static_cast<size_t>(p)],
+          opts.cma_min_bytes, coop[static_cast<size_t>(p)]);
       ++n_shm;
     } else {
       for (int fd : fds[static_cast<size_t>(p)]) set_nonblocking(fd);
@@ -355,7 +370,8 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
     std::ostringstream os;
     if (n_shm) os << "shm x" << n_shm;
     if (n_shm && n_tcp) os << ", ";
-    if (n_tcp) os << "tcp x" << n_tcp << " (" << channels << " channel" << (channels > 1 ? "s" : "") << ")";
+    if (n_tcp)
+      os << "tcp x" << n_tcp << " (" << channels << " channel" << (channels > 1 ? "s" : "") << ")";
     *describe = os.str();
   }
   return links;

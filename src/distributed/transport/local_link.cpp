@@ -86,7 +86,7 @@ class LocalLink : public Link {
   bool progress() override {
     LOOM_CHECK_AS(DistError, !closed_, "local link to rank ", peer_, " is closed");
     LOOM_CHECK_AS(DistError, !failed_send_, "rank ", peer_, " closed its local link; rank ", rank_,
-                                      " cannot send to it");
+                  " cannot send to it");
     if (recvs_.empty()) return false;
     if (in_.size.load(std::memory_order_acquire) == 0) {
       LOOM_CHECK_AS(DistError, !in_.closed, "rank ", peer_, " closed its local link");
@@ -97,8 +97,8 @@ class LocalLink : public Link {
     while (!recvs_.empty() && !in_.messages.empty()) {
       Request* r = recvs_.front();
       std::vector<char>& m = in_.messages.front();
-      LOOM_CHECK_AS(DistError, m.size() == r->bytes, "rank ", peer_, " sent ", m.size(), " bytes but rank ",
-                                        rank_, " expected ", r->bytes);
+      LOOM_CHECK_AS(DistError, m.size() == r->bytes, "rank ", peer_, " sent ", m.size(),
+                    " bytes but rank ", rank_, " expected ", r->bytes);
       if (!m.empty()) std::memcpy(r->data, m.data(), m.size());
       r->done = r->bytes;
       r->complete = true;

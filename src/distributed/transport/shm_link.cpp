@@ -1,12 +1,13 @@
 // Shared-memory link between two ranks on one host.
 //
-// Every rank owns an inbox segment with one single-producer single-consumer byte ring per peer; a peer
-// writes messages into its ring of our inbox, we read them. A message is an 8-byte header (size, top
-// bit = "by address") and either the bytes themselves, padded to 8, streamed through the ring as space
-// frees, or, for large messages when the kernel allows it, the sender's address: the receiver copies
-// straight from the sender's memory with process_vm_readv (one copy instead of two) and bumps an
-// acknowledgement counter that completes the send. A sender with nothing else to do helps with that
-// copy, writing pieces straight into the receiver's memory (Note [Cooperative copies]).
+// Every rank owns an inbox segment with one single-producer single-consumer byte ring per peer; a
+// peer writes messages into its ring of our inbox, we read them. A message is an 8-byte header
+// (size, top bit = "by address") and either the bytes themselves, padded to 8, streamed through the
+// ring as space frees, or, for large messages when the kernel allows it, the sender's address: the
+// receiver copies straight from the sender's memory with process_vm_readv (one copy instead of two)
+// and bumps an acknowledgement counter that completes the send. A sender with nothing else to do
+// helps with that copy, writing pieces straight into the receiver's memory (Note [Cooperative
+// copies]).
 //
 // Liveness: a stalled link checks every so often that the peer's process still exists and that it
 // has not closed its side; either failure is a DistError naming the peer.
@@ -42,8 +43,8 @@ constexpr uint64_t kOffsetMask = (uint64_t{1} << (64 - kTicketBits)) - 1;
 
 // Note [Cooperative copies]
 // A message sent by address is copied by its receiver, one process_vm_readv at a time, while the
-// sender waits for the acknowledgement, often with nothing else to do: a broadcast root, a rank that
-// finished its own receives first. So the receiver publishes its destination and claims the
+// sender waits for the acknowledgement, often with nothing else to do: a broadcast root, a rank
+// that finished its own receives first. So the receiver publishes its destination and claims the
 // message's pieces (kCoopPiece bytes) from a shared counter; a sender that is idle in wait() claims
 // pieces from the same counter (help()) and writes them into the receiver's memory with
 // process_vm_writev. Whoever runs copies; on two ranks a broadcast moves up to twice as fast, and
@@ -85,12 +86,15 @@ struct SegHeader {
   int32_t slots;
   int32_t owner_pid;
   uint64_t ring_bytes;
-  Doorbell bell;  // rung by the peers that write into this inbox (Note [Doorbells] in communicator.h)
+  Doorbell
+      bell;  // rung by the peers that write into this inbox (Note [Doorbells] in communicator.h)
   char pad[32];
 };
 static_assert(sizeof(SegHeader) == 64);
 
-size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
+size_t round8(size_t n) {
+  return (n + 7) & ~size_t{7};
+}
 
 }  // namespace
 
@@ -100,7 +104,8 @@ class ShmSegment {
   ~ShmSegment() { ::munmap(base_, bytes_); }
   SegHeader* header() const { return reinterpret_cast<SegHeader*>(base_); }
   Ring* ring(int slot) const {
-    return reinterpret_cast<Ring*>(base_ + 64 + static_cast<size_t>(slot) * (sizeof(Ring) + header()->ring_bytes));
+    return reinterpret_cast<Ring*>(
+        base_ + 64 + static_cast<size_t>(slot) * (sizeof(Ring) + header()->ring_bytes));
   }
   char* ring_data(int slot) const { return reinterpret_cast<char*>(ring(slot)) + sizeof(Ring); }
   uint64_t ring_bytes() const { return header()->ring_bytes; }
@@ -120,8 +125,12 @@ class ShmLink final : public Link {
  public:
   ShmLink(int rank, int peer, int peer_pid, std::shared_ptr<ShmSegment> inbox,
           std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min, bool coop)
-      : rank_(rank), peer_(peer), peer_pid_(peer_pid), inbox_(std::move(inbox)),
-        outbox_(std::move(peer_inbox)), coop_(coop) {
+      : rank_(rank),
+        peer_(peer),
+        peer_pid_(peer_pid),
+        inbox_(std::move(inbox)),
+        outbox_(std::move(peer_inbox)),
+        coop_(coop) {
     in_ = inbox_->ring(peer);
     in_data_ = inbox_->ring_data(peer);
     in_cap_ = inbox_->ring_bytes();
@@ -136,7 +145,8 @@ class ShmLink final : public Link {
   const char* kind() const override { return "shm"; }
   bool has_pending() const override { return !sends_.empty() || !recvs_.empty(); }
   // Every move is published in a ring: message bytes (head), space freed (tail), a by-address read
-  // done (acks). The peer may sleep waiting for any of them, so each progress() that moved rings it.
+  // done (acks). The peer may sleep waiting for any of them, so each progress() that moved rings
+  // it.
   Doorbell* doorbell() const override { return &inbox_->header()->bell; }
   void check_alive() override { check_peer(); }
   uint64_t bytes_helped() const override { return helped_; }
@@ -153,7 +163,8 @@ class ShmLink final : public Link {
       if ((cur >> (64 - kTicketBits)) != ticket) return moved;
       const uint64_t off = cur & kOffsetMask;
       if (off >= r->bytes) return moved;
-      if (!out_->claim.compare_exchange_weak(cur, cur + kCoopPiece, std::memory_order_acq_rel)) continue;
+      if (!out_->claim.compare_exchange_weak(cur, cur + kCoopPiece, std::memory_order_acq_rel))
+        continue;
       // The piece is ours, so the receiver waits for it: dst is this message's.
       const uint64_t dst = out_->dst.load(std::memory_order_relaxed);
       const size_t n = std::min<uint64_t>(kCoopPiece, r->bytes - off);
@@ -197,8 +208,10 @@ class ShmLink final : public Link {
 
  private:
   void check_peer() {
-    LOOM_CHECK_AS(DistError, !(in_->producer_closed.load() || out_->consumer_closed.load()), "rank ", peer_, " closed its shared-memory link (it aborted)");
-    LOOM_CHECK_AS(DistError, !(::kill(peer_pid_, 0) != 0 && errno == ESRCH), "rank ", peer_, " (pid ", peer_pid_, ") has exited");
+    LOOM_CHECK_AS(DistError, !(in_->producer_closed.load() || out_->consumer_closed.load()),
+                  "rank ", peer_, " closed its shared-memory link (it aborted)");
+    LOOM_CHECK_AS(DistError, !(::kill(peer_pid_, 0) != 0 && errno == ESRCH), "rank ", peer_,
+                  " (pid ", peer_pid_, ") has exited");
   }
 
   // ---- producer side ----
@@ -291,7 +304,8 @@ class ShmLink final : public Link {
         return h;
       }
     }
-    return Held{std::make_unique_for_overwrite<char[]>(std::max<size_t>(n, 1)), n, std::max<size_t>(n, 1)};
+    return Held{std::make_unique_for_overwrite<char[]>(std::max<size_t>(n, 1)), n,
+                std::max<size_t>(n, 1)};
   }
 
   void give_back(Held h) {
@@ -303,16 +317,16 @@ class ShmLink final : public Link {
     bool by_addr = false;
     uint64_t total = 0;
     uint64_t addr = 0;
-    size_t got = 0;  // payload bytes consumed, padding included
+    size_t got = 0;       // payload bytes consumed, padding included
     bool shared = false;  // a shared copy was published (Note [Cooperative copies])
     Request* req = nullptr;
     Held buf;  // holds the message when no receive was posted for it
   };
 
   void check_size(Request* r, uint64_t total) const {
-    LOOM_CHECK_AS(DistError, total == r->bytes, "rank ", peer_, " sent a message of ", total, " bytes but rank ",
-                                      rank_, " expected ", r->bytes,
-                                      " (the ranks called different collectives or sizes)");
+    LOOM_CHECK_AS(DistError, total == r->bytes, "rank ", peer_, " sent a message of ", total,
+                  " bytes but rank ", rank_, " expected ", r->bytes,
+                  " (the ranks called different collectives or sizes)");
   }
 
   void match_unexpected() {
@@ -386,8 +400,9 @@ class ShmLink final : public Link {
       if (in_msg_.req) {
         in_msg_.req->complete = true;
         recvs_.pop_front();
-        // The link was busy: a next message already here waits for its receive (kStallBeforeBuffering
-        // counts from now), rather than being copied aside at once because of waits before this one.
+        // The link was busy: a next message already here waits for its receive
+        // (kStallBeforeBuffering counts from now), rather than being copied aside at once because
+        // of waits before this one.
         stall_ = 0;
       } else {
         unexpected_.push_back(std::move(in_msg_.buf));
@@ -407,7 +422,7 @@ class ShmLink final : public Link {
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
         LOOM_THROW(DistError, "reading ", end - begin, " bytes from rank ", peer_, " (pid ",
-                                        peer_pid_, ") failed: ", r == 0 ? "no data" : std::strerror(errno));
+                   peer_pid_, ") failed: ", r == 0 ? "no data" : std::strerror(errno));
       }
       off += static_cast<size_t>(r);
     }
@@ -423,7 +438,7 @@ class ShmLink final : public Link {
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
         LOOM_THROW(DistError, "writing ", n, " bytes into rank ", peer_, " (pid ", peer_pid_,
-                                        ") failed: ", r == 0 ? "no data" : std::strerror(errno));
+                   ") failed: ", r == 0 ? "no data" : std::strerror(errno));
       }
       off += static_cast<size_t>(r);
     }
@@ -436,15 +451,16 @@ class ShmLink final : public Link {
     const uint64_t total = in_msg_.total;
     if (!in_msg_.shared) {
       in_msg_.shared = true;
-      const uint64_t ticket = (in_->acks.load(std::memory_order_relaxed) + 1) &
-                              ((uint64_t{1} << kTicketBits) - 1);
+      const uint64_t ticket =
+          (in_->acks.load(std::memory_order_relaxed) + 1) & ((uint64_t{1} << kTicketBits) - 1);
       in_->dst.store(reinterpret_cast<uint64_t>(dst), std::memory_order_relaxed);
       in_->copied.store(0, std::memory_order_relaxed);
       in_->claim.store(ticket << (64 - kTicketBits), std::memory_order_release);
       outbox_->header()->bell.notify();  // a sleeping sender may come and help
       uint64_t mine = 0;
       for (;;) {
-        const uint64_t off = in_->claim.fetch_add(kCoopPiece, std::memory_order_acq_rel) & kOffsetMask;
+        const uint64_t off =
+            in_->claim.fetch_add(kCoopPiece, std::memory_order_acq_rel) & kOffsetMask;
         if (off >= total) break;
         const uint64_t end = std::min(total, off + kCoopPiece);
         read_remote(dst, in_msg_.addr, off, end);
@@ -471,8 +487,8 @@ class ShmLink final : public Link {
   uint64_t out_tail_ = 0;  // cached consumer position
   uint64_t acks_expected_ = 0;
   size_t cma_min_;
-  bool coop_;             // this rank may write into the peer's memory (Note [Cooperative copies])
-  uint64_t helped_ = 0;   // bytes this rank wrote into the peer's receives
+  bool coop_;            // this rank may write into the peer's memory (Note [Cooperative copies])
+  uint64_t helped_ = 0;  // bytes this rank wrote into the peer's receives
   std::deque<Request*> sends_;
   std::deque<Request*> recvs_;
   Incoming in_msg_;
@@ -491,14 +507,14 @@ std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, 
   LOOM_INTERNAL_ASSERT((ring_bytes & (ring_bytes - 1)) == 0 && ring_bytes >= 4096, "ring size");
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   LOOM_CHECK_AS(DistError, fd >= 0, "[dist] cannot create shared-memory segment ", name, ": ",
-                                    std::strerror(errno));
+                std::strerror(errno));
   size_t bytes = segment_bytes(size, ring_bytes);
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     int e = errno;
     ::close(fd);
     ::shm_unlink(name.c_str());
     LOOM_THROW(DistError, "[dist] cannot size shared-memory segment ", name, " to ", bytes,
-                                    " bytes: ", std::strerror(e), " (is /dev/shm full?)");
+               " bytes: ", std::strerror(e), " (is /dev/shm full?)");
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
@@ -527,7 +543,7 @@ std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, 
 std::shared_ptr<ShmSegment> shm_open_inbox(const std::string& name) {
   int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
   LOOM_CHECK_AS(DistError, fd >= 0, "[dist] cannot open shared-memory segment ", name, ": ",
-                                    std::strerror(errno));
+                std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < sizeof(SegHeader)) {
     ::close(fd);
@@ -539,15 +555,22 @@ std::shared_ptr<ShmSegment> shm_open_inbox(const std::string& name) {
   LOOM_CHECK_AS(DistError, p != MAP_FAILED, "[dist] cannot map ", name, ": ", std::strerror(errno));
   auto seg = std::make_shared<ShmSegment>(p, bytes);
   SegHeader* h = seg->header();
-  LOOM_CHECK_AS(DistError, !(reinterpret_cast<std::atomic<uint32_t>*>(&h->magic)->load(std::memory_order_acquire) != kMagic ||
-      h->version != kVersion || segment_bytes(h->slots, h->ring_bytes) != bytes), "[dist] shared-memory segment ", name,
-                                    " has an unexpected layout (another loom version?)");
+  LOOM_CHECK_AS(
+      DistError,
+      !(reinterpret_cast<std::atomic<uint32_t>*>(&h->magic)->load(std::memory_order_acquire) !=
+            kMagic ||
+        h->version != kVersion || segment_bytes(h->slots, h->ring_bytes) != bytes),
+      "[dist] shared-memory segment ", name, " has an unexpected layout (another loom version?)");
   return seg;
 }
 
-void shm_unlink(const std::string& name) { ::shm_unlink(name.c_str()); }
+void shm_unlink(const std::string& name) {
+  ::shm_unlink(name.c_str());
+}
 
-uint64_t cma_probe_address() { return reinterpret_cast<uint64_t>(&g_cma_probe); }
+uint64_t cma_probe_address() {
+  return reinterpret_cast<uint64_t>(&g_cma_probe);
+}
 
 bool cma_probe(int pid, uint64_t addr) {
   uint64_t v = 0;
@@ -568,7 +591,8 @@ void shm_mark_cma(ShmSegment& inbox, int peer, bool ok) {
   inbox.ring(peer)->producer_pid.store(0);
 }
 
-std::unique_ptr<Link> make_shm_link(int rank, int peer, int peer_pid, std::shared_ptr<ShmSegment> inbox,
+std::unique_ptr<Link> make_shm_link(int rank, int peer, int peer_pid,
+                                    std::shared_ptr<ShmSegment> inbox,
                                     std::shared_ptr<ShmSegment> peer_inbox, size_t cma_min_bytes,
                                     bool coop_writes) {
   return std::make_unique<ShmLink>(rank, peer, peer_pid, std::move(inbox), std::move(peer_inbox),

@@ -1,5 +1,5 @@
-// Names and cleanup of the shared-memory segments of process groups (distributed layer, internal). See
-// Note [Orphaned segments] in shm_segments.cpp.
+// Names and cleanup of the shared-memory segments of process groups (distributed layer, internal).
+// See Note [Orphaned segments] in shm_segments.cpp.
 //
 // Thread-safety: every function may be called from any thread; the sweep only reads /proc and
 // removes files whose owner is dead.

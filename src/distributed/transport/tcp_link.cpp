@@ -2,8 +2,9 @@
 //
 // Wire format, per channel: for every message part, an 8-byte little-endian header holding the
 // message's total size, then the part's bytes. Messages below kSplitMin bytes travel whole on
-// channel 0; larger ones are cut into one contiguous slice per channel. Both sides slice the same way
-// because sizes must match; the header lets the receiver detect a mismatch instead of misreading.
+// channel 0; larger ones are cut into one contiguous slice per channel. Both sides slice the same
+// way because sizes must match; the header lets the receiver detect a mismatch instead of
+// misreading.
 //
 // Sends write straight from the caller's memory (sendmsg with an iovec of header + data). Receives
 // read straight into the destination when it is posted; data that arrives for a receive not yet
@@ -129,8 +130,9 @@ class TcpLink final : public Link {
   }
 
   [[noreturn]] void broken(const Channel& c, const char* what, int err) {
-    std::string why = err == 0 ? std::string("the peer closed the connection (it exited or aborted)")
-                               : std::string(std::strerror(err));
+    std::string why = err == 0
+                          ? std::string("the peer closed the connection (it exited or aborted)")
+                          : std::string(std::strerror(err));
     LOOM_THROW(DistError, "tcp channel ", c.index, " to rank ", peer_, ": ", what, ": ", why);
   }
 
@@ -180,9 +182,9 @@ class TcpLink final : public Link {
   }
 
   void check_size(const Channel&, const Part& p, uint64_t total) const {
-    LOOM_CHECK_AS(DistError, total == p.r->bytes, "rank ", peer_, " sent a message of ", total, " bytes but rank ",
-                                      rank_, " expected ", p.r->bytes,
-                                      " (the ranks called different collectives or sizes)");
+    LOOM_CHECK_AS(DistError, total == p.r->bytes, "rank ", peer_, " sent a message of ", total,
+                  " bytes but rank ", rank_, " expected ", p.r->bytes,
+                  " (the ranks called different collectives or sizes)");
   }
 
   void match_unexpected(Channel& c) {

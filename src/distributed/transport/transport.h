@@ -1,11 +1,11 @@
-// Transports (distributed layer, internal): how a group's ranks get connected. connect_links() publishes this
-// rank's addresses in the store, reads its peers', and returns one Link per peer:
+// Transports (distributed layer, internal): how a group's ranks get connected. connect_links()
+// publishes this rank's addresses in the store, reads its peers', and returns one Link per peer:
 //   - shared memory (shm_link.cpp) for peers on the same host: byte rings in a segment owned by the
 //     receiver; large messages move in one copy straight from the sender's memory
 //     (process_vm_readv) when the kernel allows it;
 //   - TCP (tcp_link.cpp) for the others, or for every peer with LOOM_TRANSPORT=tcp: several
-//     connections per peer (channels) that split large messages, non-blocking, writing straight from
-//     tensor memory.
+//     connections per peer (channels) that split large messages, non-blocking, writing straight
+//     from tensor memory.
 // Setup is bounded by the deadline; a missing peer is a TimeoutError naming it.
 #pragma once
 
@@ -25,7 +25,7 @@ struct TransportOptions {
   int tcp_channels = 2;            // LOOM_TCP_CHANNELS
   size_t shm_ring_bytes = 1u << 20;
   size_t cma_min_bytes = 64u << 10;  // LOOM_SHM_CMA_MIN; messages this large go by process_vm_readv
-  std::string bind_host;             // address to listen on (default: the one that reaches the store)
+  std::string bind_host;  // address to listen on (default: the one that reaches the store)
   Clock::time_point deadline;
 };
 
@@ -36,8 +36,8 @@ TransportOptions transport_options_from_env();
 // summary such as "shm x3, tcp x4 (2 channels)".
 // `local_ranks` receives how many ranks of the group (this one included) share this host.
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
-                                                 const TransportOptions& opts, std::string* describe,
-                                                 int* local_ranks = nullptr);
+                                                 const TransportOptions& opts,
+                                                 std::string* describe, int* local_ranks = nullptr);
 
 // Host identity used to decide which peers share memory: hostname + boot id.
 std::string host_identity();
@@ -51,7 +51,7 @@ std::unique_ptr<Link> make_tcp_link(int rank, TcpPeer peer);
 
 class ShmSegment;  // this rank's inbox (rings written by local peers)
 struct ShmSetup {
-  std::shared_ptr<ShmSegment> inbox;             // mapped here; one ring per local peer
+  std::shared_ptr<ShmSegment> inbox;                  // mapped here; one ring per local peer
   std::vector<std::shared_ptr<ShmSegment>> outboxes;  // peers' inboxes, by peer
 };
 std::shared_ptr<ShmSegment> shm_create_inbox(const std::string& name, int size, size_t ring_bytes);

@@ -80,14 +80,14 @@ struct MinimumOp {
     return a < b ? a : b;
   }
 };
-#define LOOM_CMP_OP(Name, str, expr)                         \
-  struct Name {                                              \
-    static constexpr const char* name = str;                 \
+#define LOOM_CMP_OP(Name, str, expr)                                \
+  struct Name {                                                     \
+    static constexpr const char* name = str;                        \
     static constexpr bool int_to_float = false, bool_output = true; \
-    template <class T>                                       \
-    static bool apply(T a, T b, T) {                         \
-      return expr;                                           \
-    }                                                        \
+    template <class T>                                              \
+    static bool apply(T a, T b, T) {                                \
+      return expr;                                                  \
+    }                                                               \
   };
 LOOM_CMP_OP(EqOp, "eq", a == b)
 LOOM_CMP_OP(NeOp, "ne", a != b)
@@ -100,12 +100,11 @@ LOOM_CMP_OP(LogicalOrOp, "logical_or", (a != T(0)) || (b != T(0)))
 LOOM_CMP_OP(LogicalXorOp, "logical_xor", (a != T(0)) != (b != T(0)))
 #undef LOOM_CMP_OP
 
-
 // Note [Streaming stores for large outputs]
 // A large elementwise kernel is bound by memory traffic. A normal store first reads the output's
 // cache line (read-for-ownership), so `out = a + b` moves 4 streams, not 3. For outputs much larger
-// than the caches we compute a block into an L1-resident buffer with the vectorised loop and copy it
-// out with non-temporal stores, which skip that read.
+// than the caches we compute a block into an L1-resident buffer with the vectorised loop and copy
+// it out with non-temporal stores, which skip that read.
 constexpr int64_t kStreamingMin = int64_t{1} << 20;  // elements (4 MiB of float32)
 
 inline void stream_copy(float* dst, const float* src, int64_t n) {
@@ -163,16 +162,17 @@ void run_loop(TensorIterator& it, const Scalar& alpha) {
 void check_alpha(const char* op, DType dt, const Scalar& alpha) {
   LOOM_CHECK_TYPE(is_floating(dt) || !alpha.is_floating(), "[", op,
                   "] for integral input tensors, argument alpha must not be a floating point "
-                  "number (got ", alpha, ")");
+                  "number (got ",
+                  alpha, ")");
 }
 
 // out may be undefined (functional), self (in-place) or a caller's tensor (out=).
 template <class Op>
 Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, const Scalar& alpha,
                    bool inplace) {
-  // self and other are defined: the dispatcher rejects undefined arguments (Note [undefined tensors]).
-  // Large float32 operands of one shape: streaming stores (Note [Streaming stores for large
-  // outputs]), into a fresh output, self (in place) or a matching contiguous out=.
+  // self and other are defined: the dispatcher rejects undefined arguments (Note [undefined
+  // tensors]). Large float32 operands of one shape: streaming stores (Note [Streaming stores for
+  // large outputs]), into a fresh output, self (in place) or a matching contiguous out=.
   if (!Op::bool_output && self.dtype() == kFloat32 && other.dtype() == kFloat32 && self.is_cpu() &&
       other.is_cpu() && self.is_contiguous() && other.is_contiguous() &&
       self.sizes() == other.sizes() && self.numel() >= kStreamingMin &&
@@ -183,20 +183,19 @@ Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, c
                            !partial_overlap(out.data_ptr(), bytes, other.data_ptr(), bytes))) {
       check_alpha(Op::name, kFloat32, alpha);
       Tensor result = out.defined() ? out : empty_tensor(self.sizes(), kFloat32, kCPU);
-      streaming_binary_f32<Op>(static_cast<float*>(result.data_ptr()),
-                               static_cast<const float*>(self.data_ptr()),
-                               static_cast<const float*>(other.data_ptr()), alpha.to<float>(),
-                               self.numel());
+      streaming_binary_f32<Op>(
+          static_cast<float*>(result.data_ptr()), static_cast<const float*>(self.data_ptr()),
+          static_cast<const float*>(other.data_ptr()), alpha.to<float>(), self.numel());
       if (out.defined()) result.storage()->bump_version();
       return result;
     }
   }
-  // Fast path: same dtype, same shape, both contiguous, a fresh output. Not for two wrapped numbers:
-  // their result takes the default dtype (TensorIterator's promotion), not their own.
+  // Fast path: same dtype, same shape, both contiguous, a fresh output. Not for two wrapped
+  // numbers: their result takes the default dtype (TensorIterator's promotion), not their own.
   const bool both_wrapped = self.impl()->is_wrapped_number() && other.impl()->is_wrapped_number();
-  if (!out.defined() && !both_wrapped && self.dtype() == other.dtype() && self.is_cpu() && other.is_cpu() &&
-      self.is_contiguous() && other.is_contiguous() && self.sizes() == other.sizes() &&
-      !(Op::int_to_float && !is_floating(self.dtype())) &&
+  if (!out.defined() && !both_wrapped && self.dtype() == other.dtype() && self.is_cpu() &&
+      other.is_cpu() && self.is_contiguous() && other.is_contiguous() &&
+      self.sizes() == other.sizes() && !(Op::int_to_float && !is_floating(self.dtype())) &&
       !(std::is_same_v<Op, SubOp> && self.dtype() == kBool)) {
     const DType dt = self.dtype();
     Tensor result = empty_tensor(self.sizes(), Op::bool_output ? kBool : dt, kCPU);
@@ -229,15 +228,18 @@ Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, c
   }
   TensorIteratorConfig cfg;
   cfg.op = Op::name;
-  if (out.defined()) cfg.outputs = {out};
-  else cfg.outputs = {Tensor()};
+  if (out.defined())
+    cfg.outputs = {out};
+  else
+    cfg.outputs = {Tensor()};
   cfg.inputs = {self, other};
   cfg.int_to_float = Op::int_to_float;
   cfg.is_inplace = inplace;
   if (Op::bool_output) cfg.output_dtype = kBool;
   TensorIterator it(std::move(cfg));
   const DType dt = it.common_dtype();
-  LOOM_CHECK_TYPE(!(std::is_same_v<Op, SubOp> && dt == kBool), "[sub] subtraction with two bool "
+  LOOM_CHECK_TYPE(!(std::is_same_v<Op, SubOp> && dt == kBool),
+                  "[sub] subtraction with two bool "
                   "tensors is not supported; use logical_xor instead");
   if (!Op::bool_output) check_alpha(Op::name, dt, alpha);
   LOOM_DISPATCH_ALL_TYPES(dt, Op::name, [&] {
@@ -295,8 +297,10 @@ Tensor where_kernel(const Tensor& cond, const Tensor& self, const Tensor& other)
             d, s, n, [](C c, scalar_t a, scalar_t b) { return c ? a : b; });
       });
     };
-    if (cdt == kBool) run(bool{});
-    else run(uint8_t{});
+    if (cdt == kBool)
+      run(bool{});
+    else
+      run(uint8_t{});
   });
   return it.output(0);
 }
@@ -310,9 +314,9 @@ LOOM_LIBRARY_IMPL(loom, CPU, m) {
   m.impl("sub", functional_alpha<SubOp>);
   m.impl("sub_", inplace_alpha<SubOp>);
   m.impl("sub.out", out_alpha<SubOp>);
-#define LOOM_BINARY_CPU(name, Op)              \
-  m.impl(#name, functional<Op>);               \
-  m.impl(#name "_", inplace<Op>);              \
+#define LOOM_BINARY_CPU(name, Op) \
+  m.impl(#name, functional<Op>);  \
+  m.impl(#name "_", inplace<Op>); \
   m.impl(#name ".out", out_variant<Op>);
   LOOM_BINARY_CPU(mul, MulOp)
   LOOM_BINARY_CPU(div, DivOp)

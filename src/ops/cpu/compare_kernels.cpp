@@ -8,7 +8,6 @@
 namespace loom {
 namespace {
 
-
 void check_pair(const char* op, const Tensor& self, const Tensor& other) {
   check_defined(self, op, "self");
   check_defined(other, op, "other");

@@ -158,7 +158,6 @@ void conv2d_cpu(const T* in, const T* w, const T* bias, T* out, const ConvGeomet
   }
 }
 
-
 void conv2d_loop(const Tensor& out, const Tensor& input, const Tensor& weight,
                  const std::optional<Tensor>& bias_opt, IntArrayRef stride, IntArrayRef padding,
                  IntArrayRef dilation, int64_t groups) {
@@ -258,7 +257,6 @@ void conv2d_backward_cpu(const T* gout, const T* in, const T* w, T* gin, T* gw, 
     }
   }
 }
-
 
 void convolution_backward_loop(const std::array<Tensor, 3>& grads, const Tensor& grad_output,
                                const Tensor& input, const Tensor& weight, IntArrayRef stride,

@@ -76,7 +76,8 @@ Tensor fill_kernel(const Tensor& self, const Scalar& value) {
 
 // The destination device is an argument: the result is allocated there, and the CPU kernel
 // copies only when that is the CPU (a Meta destination receives the geometry alone).
-Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype, std::optional<Device> device) {
+Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype,
+                      std::optional<Device> device) {
   const TensorMeta m = to_copy_shape(self, dtype, device);
   const Device dev = device.value_or(self.device());
   if (dev != kCPU) return meta_output(m);
@@ -85,8 +86,9 @@ Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype, std::optio
   return out;
 }
 
-void clone_loop(const Tensor& out, const Tensor& self) { copy_(out, self); }
-
+void clone_loop(const Tensor& out, const Tensor& self) {
+  copy_(out, self);
+}
 
 }  // namespace
 

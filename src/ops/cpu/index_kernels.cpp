@@ -387,7 +387,8 @@ LOOM_LIBRARY_IMPL(loom, CPU, m) {
   Structured<&scatter_value_shape, &scatter_value_loop>::register_cpu(m, "scatter.value");
   Structured<&scatter_add_shape, &scatter_add_loop>::register_cpu(m, "scatter_add");
   Structured<&embedding_shape, &embedding_loop>::register_cpu(m, "embedding");
-  Structured<&embedding_dense_backward_shape, &embedding_dense_backward_loop>::register_cpu(m, "embedding_dense_backward");
+  Structured<&embedding_dense_backward_shape, &embedding_dense_backward_loop>::register_cpu(
+      m, "embedding_dense_backward");
   m.impl("scatter_.src", scatter_inplace_cpu<ScatterKind::Src>);
   m.impl("scatter_add_", scatter_inplace_cpu<ScatterKind::Add>);
   m.impl("masked_fill.Scalar", masked_fill_kernel);

@@ -12,7 +12,9 @@ namespace loom {
 namespace {
 
 // A 1-D tensor of size 0, which cat skips whatever the other shapes are (as cat_shape does).
-bool is_legacy_empty(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+bool is_legacy_empty(const Tensor& t) {
+  return t.dim() == 1 && t.size(0) == 0;
+}
 
 // Copies each contiguous input into its slab of a contiguous output of the same dtype: for each of
 // `outer` rows, input i contributes sizes[dim] * inner elements.
@@ -79,6 +81,8 @@ void cat_loop(const Tensor& out, TensorList tensors, int64_t dim) {
 
 }  // namespace
 
-LOOM_LIBRARY_IMPL(loom, CPU, m) { Structured<&cat_shape, &cat_loop>::register_cpu(m, "cat"); }
+LOOM_LIBRARY_IMPL(loom, CPU, m) {
+  Structured<&cat_shape, &cat_loop>::register_cpu(m, "cat");
+}
 
 }  // namespace loom

@@ -381,11 +381,14 @@ void nll_loss_backward_loop(const Tensor& gi, const Tensor& grad_output, const T
 }  // namespace
 
 LOOM_LIBRARY_IMPL(loom, CPU, m) {
-  Structured<&native_layer_norm_shape, &native_layer_norm_loop>::register_cpu(m, "native_layer_norm");
-  Structured<&native_layer_norm_backward_shape, &native_layer_norm_backward_loop>::register_cpu(m, "native_layer_norm_backward");
+  Structured<&native_layer_norm_shape, &native_layer_norm_loop>::register_cpu(m,
+                                                                              "native_layer_norm");
+  Structured<&native_layer_norm_backward_shape, &native_layer_norm_backward_loop>::register_cpu(
+      m, "native_layer_norm_backward");
   Structured<&native_dropout_shape, &native_dropout_loop>::register_cpu(m, "native_dropout");
   Structured<&nll_loss_shape, &nll_loss_loop>::register_cpu(m, "nll_loss");
-  Structured<&nll_loss_backward_shape, &nll_loss_backward_loop>::register_cpu(m, "nll_loss_backward");
+  Structured<&nll_loss_backward_shape, &nll_loss_backward_loop>::register_cpu(m,
+                                                                              "nll_loss_backward");
   m.impl("native_dropout_backward", native_dropout_backward_kernel);
 }
 

@@ -85,8 +85,8 @@ void max_pool_cpu(const T* in, T* out, int64_t* ind, const PoolGeometry& geom) {
 }
 
 void max_pool2d_with_indices_loop(const std::array<Tensor, 2>& outs, const Tensor& self,
-                                  IntArrayRef kernel_size, IntArrayRef stride,
-                                  IntArrayRef padding, IntArrayRef dilation, bool ceil_mode) {
+                                  IntArrayRef kernel_size, IntArrayRef stride, IntArrayRef padding,
+                                  IntArrayRef dilation, bool ceil_mode) {
   const Tensor &out = outs[0], &ind = outs[1];
   if (out.numel() == 0) return;
   const PoolGeometry g =
@@ -127,7 +127,8 @@ void max_pool2d_with_indices_backward_loop(const Tensor& gi, const Tensor& grad_
                                            IntArrayRef dilation, bool ceil_mode,
                                            const Tensor& indices) {
   constexpr const char* op = "max_pool2d_with_indices_backward";
-  const PoolGeometry g = pool2d_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode);
+  const PoolGeometry g =
+      pool2d_geometry(op, self, kernel_size, stride, padding, dilation, ceil_mode);
   const Tensor go = grad_output.contiguous(), ind = indices.contiguous();
   const int64_t* ip = ind.data_ptr<int64_t>();
   const int64_t HW = g.H * g.W, out_plane = g.Ho * g.Wo;
@@ -264,10 +265,13 @@ void avg_pool2d_backward_loop(const Tensor& gi, const Tensor& grad_output, const
 }  // namespace
 
 LOOM_LIBRARY_IMPL(loom, CPU, m) {
-  Structured<&max_pool2d_with_indices_shape, &max_pool2d_with_indices_loop>::register_cpu(m, "max_pool2d_with_indices");
-  Structured<&max_pool2d_with_indices_backward_shape, &max_pool2d_with_indices_backward_loop>::register_cpu(m, "max_pool2d_with_indices_backward");
+  Structured<&max_pool2d_with_indices_shape, &max_pool2d_with_indices_loop>::register_cpu(
+      m, "max_pool2d_with_indices");
+  Structured<&max_pool2d_with_indices_backward_shape, &max_pool2d_with_indices_backward_loop>::
+      register_cpu(m, "max_pool2d_with_indices_backward");
   Structured<&avg_pool2d_shape, &avg_pool2d_loop>::register_cpu(m, "avg_pool2d");
-  Structured<&avg_pool2d_backward_shape, &avg_pool2d_backward_loop>::register_cpu(m, "avg_pool2d_backward");
+  Structured<&avg_pool2d_backward_shape, &avg_pool2d_backward_loop>::register_cpu(
+      m, "avg_pool2d_backward");
 }
 
 }  // namespace loom

@@ -110,7 +110,8 @@ struct ExtremeR {
     if constexpr (std::is_same_v<acc_t, bool>) {
       return !kMax;
     } else if constexpr (std::is_floating_point_v<acc_t>) {
-      return kMax ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::infinity();
+      return kMax ? -std::numeric_limits<acc_t>::infinity()
+                  : std::numeric_limits<acc_t>::infinity();
     } else {
       return kMax ? std::numeric_limits<acc_t>::lowest() : std::numeric_limits<acc_t>::max();
     }
@@ -123,9 +124,7 @@ struct ExtremeR {
     }
   }
   static acc_t combine(acc_t a, acc_t b) { return step(a, b); }
-  static acc_t reduce_contig(const T* x, int64_t n, int64_t)
-    requires std::is_same_v<T, float>
-  {
+  static acc_t reduce_contig(const T* x, int64_t n, int64_t) requires std::is_same_v<T, float> {
     return kMax ? reduce::max_contig_f32(x, n) : reduce::min_contig_f32(x, n);
   }
   static void store(void* const* outs, int64_t off, acc_t a, int64_t) { put<T>(outs, off, a); }
@@ -150,7 +149,9 @@ struct ArgExtremeR {
     }
     return kMax ? x > a : x < a;
   }
-  static acc_t step(acc_t a, v_t x, int64_t i) { return (a.i < 0 || better(x, a.v)) ? acc_t{x, i} : a; }
+  static acc_t step(acc_t a, v_t x, int64_t i) {
+    return (a.i < 0 || better(x, a.v)) ? acc_t{x, i} : a;
+  }
   static acc_t combine(acc_t a, acc_t b) {
     if (a.i < 0) return b;
     if (b.i < 0) return a;
@@ -226,8 +227,9 @@ struct VarR {
     Welford acc = init();
     for (int64_t i = 0; i < n; i += kBlock) {
       const int64_t len = std::min(kBlock, n - i);
-      const double mean = lane_sum<double>(x + i, len, [](auto v) { return static_cast<double>(v); }) /
-                          static_cast<double>(len);
+      const double mean =
+          lane_sum<double>(x + i, len, [](auto v) { return static_cast<double>(v); }) /
+          static_cast<double>(len);
       const double m2 = lane_sum<double>(x + i, len, [mean](auto v) {
         const double d = static_cast<double>(v) - mean;
         return d * d;
@@ -385,7 +387,6 @@ struct AllAnyR {
   static void store(void* const* outs, int64_t off, acc_t a, int64_t) { put<bool>(outs, off, a); }
 };
 
-
 // ---- CPU loops: outputs are sized by the shape functions ----
 
 Tensor cast_to(const Tensor& t, std::optional<DType> dtype) {
@@ -435,9 +436,8 @@ template <bool kMax>
 void extreme_loop(const char* op, const Tensor& out, const Tensor& self,
                   std::optional<IntArrayRef> dim) {
   auto mask = reduce::make_mask(op, self, dim);
-  LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-    reduce::run(ExtremeR<scalar_t, kMax>{}, self, mask, out);
-  });
+  LOOM_DISPATCH_ALL_TYPES(self.dtype(), op,
+                          [&] { reduce::run(ExtremeR<scalar_t, kMax>{}, self, mask, out); });
 }
 void amax_loop(const Tensor& out, const Tensor& self, IntArrayRef dim, bool) {
   extreme_loop<true>("amax", out, self, dim);
@@ -480,9 +480,8 @@ void var_loop(const Tensor& out, const Tensor& self, std::optional<IntArrayRef> 
 void logsumexp_loop(const Tensor& out, const Tensor& self, IntArrayRef dim, bool) {
   auto mask = reduce::make_mask("logsumexp", self, dim);
   const Tensor in = is_floating(self.dtype()) ? self : self.to(default_dtype());
-  LOOM_DISPATCH_FLOAT_TYPES(in.dtype(), "logsumexp", [&] {
-    reduce::run(LogSumExpR<scalar_t>{}, in, mask, out);
-  });
+  LOOM_DISPATCH_FLOAT_TYPES(in.dtype(), "logsumexp",
+                            [&] { reduce::run(LogSumExpR<scalar_t>{}, in, mask, out); });
 }
 void norm_loop(const Tensor& out, const Tensor& self, const Scalar& p,
                std::optional<IntArrayRef> dim, bool) {
@@ -519,9 +518,8 @@ void all_any_loop(const Tensor& out, const Tensor& self, std::optional<IntArrayR
   const char* op = kAll ? "all" : "any";
   auto mask = reduce::make_mask(op, self, dim);
   const Tensor acc = acc_target(out, kBool);
-  LOOM_DISPATCH_ALL_TYPES(self.dtype(), op, [&] {
-    reduce::run(AllAnyR<scalar_t, kAll>{}, self, mask, acc);
-  });
+  LOOM_DISPATCH_ALL_TYPES(self.dtype(), op,
+                          [&] { reduce::run(AllAnyR<scalar_t, kAll>{}, self, mask, acc); });
   finish_acc(out, acc);
 }
 

@@ -189,7 +189,6 @@ void softmax_cpu(const Tensor& in, const Tensor& out, int64_t dim) {
   });
 }
 
-
 template <bool kLog>
 void softmax_loop(const Tensor& out, const Tensor& self, int64_t dim, std::optional<DType> dtype) {
   const char* op = kLog ? "log_softmax" : "softmax";
@@ -293,7 +292,6 @@ void softmax_backward_cpu(const Tensor& grad, const Tensor& output, const Tensor
     }
   });
 }
-
 
 template <bool kLog>
 void softmax_backward_loop(const Tensor& out, const Tensor& grad_output, const Tensor& output,

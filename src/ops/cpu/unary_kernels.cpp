@@ -30,18 +30,18 @@ T wrapping_neg(T x) {
 // ---- the functors: `M operator()(M x)` with M the compute type ----
 
 // Floating math ops. F32 is the float32 body (x is a float), F64 the one for double.
-#define LOOM_FLOAT_OP(Name, str, F32, F64)                           \
-  struct Name {                                                      \
-    static constexpr const char* name = str;                         \
-    static constexpr Dtypes dtypes = Dtypes::IntToFloat;             \
-    template <class T>                                               \
-    LOOM_ALWAYS_INLINE T operator()(T x) const {                     \
-      if constexpr (std::is_same_v<T, float>) {                      \
-        return F32;                                                  \
-      } else {                                                       \
-        return F64;                                                  \
-      }                                                              \
-    }                                                                \
+#define LOOM_FLOAT_OP(Name, str, F32, F64)               \
+  struct Name {                                          \
+    static constexpr const char* name = str;             \
+    static constexpr Dtypes dtypes = Dtypes::IntToFloat; \
+    template <class T>                                   \
+    LOOM_ALWAYS_INLINE T operator()(T x) const {         \
+      if constexpr (std::is_same_v<T, float>) {          \
+        return F32;                                      \
+      } else {                                           \
+        return F64;                                      \
+      }                                                  \
+    }                                                    \
   };
 LOOM_FLOAT_OP(ExpOp, "exp", fastmath::exp_f32(x), std::exp(x))
 LOOM_FLOAT_OP(LogOp, "log", fastmath::log_f32(x), std::log(x))
@@ -167,8 +167,9 @@ struct LogicalNotOp {
 template <class T>
 using compute_t = opmath_t<T>;
 
-// y[i] = op(x[i]) over contiguous arrays (x may equal y: each element is read before it is written).
-// 16-bit floats are widened to float in blocks so the float loop in the middle still vectorises.
+// y[i] = op(x[i]) over contiguous arrays (x may equal y: each element is read before it is
+// written). 16-bit floats are widened to float in blocks so the float loop in the middle still
+// vectorises.
 template <class T, class Out, class Op>
 LOOM_WIDE_VECTOR_LOOP void map_contiguous(const Op& op, const T* x, Out* y, int64_t n) {
   if constexpr (is_reduced_float_v<T>) {
@@ -238,7 +239,6 @@ void run_map(TensorIterator& it, const Op& op) {
   });
 }
 
-
 // out: undefined (functional), self (in-place) or the caller's out= tensor.
 template <class Op>
 Tensor unary_impl(const Tensor& out, const Tensor& self, bool inplace, const Op& op = Op{}) {
@@ -296,7 +296,8 @@ bool gelu_is_tanh(std::string_view approximate) {
              "'");
   return approximate == "tanh";
 }
-Tensor gelu_impl(const Tensor& out, const Tensor& self, std::string_view approximate, bool inplace) {
+Tensor gelu_impl(const Tensor& out, const Tensor& self, std::string_view approximate,
+                 bool inplace) {
   if (gelu_is_tanh(approximate)) return unary_impl<GeluTanhOp>(out, self, inplace);
   return unary_impl<GeluErfOp>(out, self, inplace);
 }
@@ -367,7 +368,8 @@ struct PowScalarOp {
   }
 };
 
-Tensor pow_scalar_impl(const Tensor& out, const Tensor& self, const Scalar& exponent, bool inplace) {
+Tensor pow_scalar_impl(const Tensor& out, const Tensor& self, const Scalar& exponent,
+                       bool inplace) {
   check_defined(self, "pow", "self");
   TensorIteratorConfig cfg;
   cfg.op = "pow";
@@ -415,7 +417,8 @@ Tensor pow_scalar_impl(const Tensor& out, const Tensor& self, const Scalar& expo
   return it.output(0);
 }
 
-Tensor pow_tensor_impl(const Tensor& out, const Tensor& self, const Tensor& exponent, bool inplace) {
+Tensor pow_tensor_impl(const Tensor& out, const Tensor& self, const Tensor& exponent,
+                       bool inplace) {
   check_defined(self, "pow", "self");
   check_defined(exponent, "pow", "exponent");
   TensorIteratorConfig cfg;
@@ -446,14 +449,18 @@ Tensor pow_tensor_impl(const Tensor& out, const Tensor& self, const Tensor& expo
   return it.output(0);
 }
 
-Tensor pow_ts_kernel(const Tensor& self, const Scalar& e) { return pow_scalar_impl({}, self, e, false); }
+Tensor pow_ts_kernel(const Tensor& self, const Scalar& e) {
+  return pow_scalar_impl({}, self, e, false);
+}
 Tensor pow_ts_inplace_kernel(const Tensor& self, const Scalar& e) {
   return pow_scalar_impl(self, self, e, true);
 }
 Tensor pow_ts_out_kernel(const Tensor& self, const Scalar& e, const Tensor& out) {
   return pow_scalar_impl(out, self, e, false);
 }
-Tensor pow_tt_kernel(const Tensor& self, const Tensor& e) { return pow_tensor_impl({}, self, e, false); }
+Tensor pow_tt_kernel(const Tensor& self, const Tensor& e) {
+  return pow_tensor_impl({}, self, e, false);
+}
 Tensor pow_tt_inplace_kernel(const Tensor& self, const Tensor& e) {
   return pow_tensor_impl(self, self, e, true);
 }
@@ -513,9 +520,7 @@ Tensor clamp_impl(const Tensor& out, const Tensor& self, const std::optional<Sca
       ClampOp<M> op;
       op.lo = min ? bound(*min) : lowest;
       op.hi = max ? bound(*max) : highest;
-      it.for_each([&op](char** d, const int64_t* s, int64_t n) {
-        map_strided<T, T>(op, d, s, n);
-      });
+      it.for_each([&op](char** d, const int64_t* s, int64_t n) { map_strided<T, T>(op, d, s, n); });
     }
   });
   it.finish();
@@ -538,9 +543,9 @@ Tensor clamp_out_kernel(const Tensor& self, const std::optional<Scalar>& min,
 }  // namespace
 
 LOOM_LIBRARY_IMPL(loom, CPU, m) {
-#define LOOM_UNARY_CPU(name, Op)                 \
-  m.impl(#name, functional<Op>);                 \
-  m.impl(#name "_", inplace<Op>);                \
+#define LOOM_UNARY_CPU(name, Op)  \
+  m.impl(#name, functional<Op>);  \
+  m.impl(#name "_", inplace<Op>); \
   m.impl(#name ".out", out_variant<Op>);
   LOOM_UNARY_CPU(neg, NegOp)
   LOOM_UNARY_CPU(abs, AbsOp)
