@@ -19,8 +19,10 @@ jobs=$(nproc)
   cmake -S . -B "$build" -G Ninja -DLOOM_CUDA=ON -DLOOM_ANCHORS=OFF -DLOOM_BUILD_TESTS=$tests 2>&1 | grep -E 'loom:|Error|error' || true
   echo "== build ($jobs jobs)"
   start=$(date +%s)
-  cmake --build "$build" -- -j"$jobs" 2>&1 | grep -E 'FAILED|error|warning: .*\.cu' | head -50
-  echo "build status ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+  cmake --build "$build" -- -j"$jobs" >"$out/build.log" 2>&1
+  status=$?
+  echo "build status $status in $(( $(date +%s) - start )) s"
+  if [ $status -ne 0 ]; then grep -E -A25 'FAILED|error' "$out/build.log" | head -80; fi
   echo "== loom info"; "$build/loom" info 2>&1 | head -16
   echo "== loom info --cuda-check"; "$build/loom" info --cuda-check; echo "status $?"
   if [ "$tests" = ON ]; then
