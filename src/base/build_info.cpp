@@ -30,8 +30,9 @@ std::vector<BuildPart> build_parts() {
   std::vector<BuildPart> parts;
   const std::string archs = LOOM_BUILD_CUDA_ARCHS;
   parts.push_back({"cuda", LOOM_BUILD_CUDA != 0,
-                   LOOM_BUILD_CUDA ? "architectures " + archs
-                                   : "configure with the CUDA toolkit installed (-DLOOM_CUDA=ON)"});
+                   LOOM_BUILD_CUDA
+                       ? "architectures " + archs
+                       : "install the CUDA toolkit, then reconfigure with -DLOOM_CUDA=ON"});
   const std::vector<std::string> found = split_commas(LOOM_BUILD_CUDA_PARTS);
   for (const char* lib : {"cublasLt", "cudnn", "cupti", "nvrtc", "nccl"}) {
     bool built = false;
@@ -43,7 +44,7 @@ std::vector<BuildPart> build_parts() {
   }
   parts.push_back(
       {"io_uring", LOOM_BUILD_URING != 0,
-       LOOM_BUILD_URING ? "found" : "install liburing-dev and reconfigure (-DLOOM_URING=ON)"});
+       LOOM_BUILD_URING ? "found" : "install liburing-dev, then reconfigure with -DLOOM_URING=ON"});
   return parts;
 }
 
