@@ -130,7 +130,8 @@ TEST(DistDebug, NamesTheRankThatDidNotJoin) {
       report,
       "rank 1 did not join allreduce(float32[32], count=32, op=sum) #2; ranks 0,2 waited in it");
   EXPECT_CONTAINS(report, "rank 1 wrote no record");
-  EXPECT_CONTAINS(report, "rank 0: last allreduce(float32[32], count=32, op=sum) #2 failed");
+  EXPECT_CONTAINS(
+      report, "rank 0: last allreduce(float32[32], count=32, op=sum) #2 failed on the cpu backend");
   // A corrupt record is a DataError naming the file and line.
   std::ofstream(dir + "/flight-world-rank1.json")
       << "{\"group\":\"world\",\"rank\":1,\"size\":3}\n{not json\n";

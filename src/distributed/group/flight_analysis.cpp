@@ -95,6 +95,8 @@ std::string analyze_flight_records(const std::string& dir) {
       }
       const Json& last = r.by_seq.rbegin()->second;
       out << "last " << entry_text(last) << " " << last.at("state").as_string();
+      if (const Json* backend = last.find("backend"))
+        out << " on the " << backend->as_string() << " backend";
       if (const Json* err = last.find("error"))
         out << " (" << err->as_string().substr(0, 160) << ")";
       out << "\n";
