@@ -49,30 +49,22 @@ def main(argv):
     names = [n for n in results["new"][0] if all(n in r for r in results["old"] + results["new"])]
     print(f"suite {suite}: {pairs} pairs, old = {old}, new = {new}")
     print(f"{'measurement':48} {'unit':>8} {'old':>12} {'new':>12} {'new/old':>8}  pairwise range")
-    worse = []
+    worse, ratios = [], []
     for n in names:
         unit, better = results["new"][0][n][2], results["new"][0][n][1]
         o = [r[n][0] for r in results["old"]]
         w = [r[n][0] for r in results["new"]]
         if any(v is None or v <= 0 for v in o + w):
             continue
-
-        def ratio(a, b):  # > 1 means new is worse
-            return a / b if better == "lower" else b / a
-
+        # Oriented so that > 1 means new is worse.
+        ratio = (lambda a, b: a / b) if better == "lower" else (lambda a, b: b / a)
         med = ratio(statistics.median(w), statistics.median(o))
         pair = sorted(ratio(a, b) for a, b in zip(w, o))
         print(f"{n[:48]:48} {unit:>8} {statistics.median(o):12.4g} {statistics.median(w):12.4g} "
               f"{med:8.3f}  {pair[0]:.3f}-{pair[-1]:.3f}")
+        ratios.append(med)
         if pair[0] > 1.0:
             worse.append(n)
-    ratios = []
-    for n in names:
-        better = results["new"][0][n][1]
-        o = statistics.median(r[n][0] for r in results["old"])
-        w = statistics.median(r[n][0] for r in results["new"])
-        if o and w and o > 0 and w > 0:
-            ratios.append(w / o if better == "lower" else o / w)
     if ratios:
         print(f"geometric mean new/old (> 1 is worse): {statistics.geometric_mean(ratios):.3f} "
               f"over {len(ratios)} measurements")
