@@ -1,11 +1,24 @@
-// CUDA availability (base layer seam). The CUDA backend is chosen in CMake (LOOM_CUDA); in a build
-// without it these report no devices and device work throws NotImplementedError saying how to
-// enable it. Thread-safe.
+// CUDA runtime (base layer seam). The CUDA backend is chosen in CMake (LOOM_CUDA); in a build
+// without it these report no devices, and calls that need a device throw NotImplementedError saying
+// how to enable it. With it, they wrap the CUDA runtime API: devices and their properties, the
+// stream pool, peer access, and the one place where runtime error codes become loom errors.
+//
+// Streams: a CUDA Stream (loom/stream.h) has id 0 for the device's legacy default stream, and ids
+// from 1 for streams made by new_stream() or handed out by the pool. The pool holds, per device and
+// priority, kStreamPoolSize streams created on first use and handed out round-robin, as PyTorch's
+// getStreamFromPool: side streams cost nothing to ask for and are never destroyed.
+//
+// Thread-safety: every function is thread-safe. Nothing here initialises CUDA before it is called
+// (loading libloom never touches the driver, which must not happen before a fork).
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
+#include "loom/device.h"
 #include "loom/export.h"
+#include "loom/stream.h"
 
 namespace loom {
 class DeviceInterface;
@@ -19,11 +32,54 @@ LOOM_API int device_count();
 // True when this build was compiled with the CUDA backend (devices may still be absent).
 LOOM_API bool is_built();
 
+struct DeviceProperties {
+  int index = 0;
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  size_t total_memory = 0;   // bytes
+  int multiprocessors = 0;
+  int max_threads_per_block = 0;
+  int max_threads_per_multiprocessor = 0;
+  int warp_size = 0;
+  size_t shared_memory_per_block = 0;  // opt-in maximum, bytes
+  int l2_cache_bytes = 0;
+  int memory_bus_width = 0;  // bits
+  int memory_clock_khz = 0;
+  std::string pci_bus_id;  // "0000:19:00.0"
+};
+// DeviceError / ValueError naming the index when there is no such device.
+LOOM_API DeviceProperties device_properties(int device);
+// The driver's and runtime's CUDA versions as 1000 * major + 10 * minor (0 when unknown).
+LOOM_API int driver_version();
+LOOM_API int runtime_version();
+// Whether `device` can read and write `peer`'s memory directly (false for device == peer).
+LOOM_API bool can_access_peer(int device, int peer);
+
+constexpr int kStreamPoolSize = 32;
+// A side stream of `device` from its pool (Note above); high priority streams are scheduled first.
+LOOM_API Stream stream_from_pool(DeviceIndex device, bool high_priority = false);
+// A new stream of `device`, owned by the runtime interface for the process's lifetime.
+// priority: 0 normal, -1 high (CUDA's lower numbers are higher priorities; clamped to the range).
+LOOM_API Stream new_stream(DeviceIndex device, int priority);
+// The runtime's handle (a cudaStream_t) of a CUDA stream, for kernel launches and libraries.
+// ValueError for a stream that is not CUDA or not known.
+LOOM_API void* raw_stream(const Stream& stream);
+// raw_stream(current_stream(cuda:device)) of the calling thread.
+LOOM_API void* current_raw_stream(DeviceIndex device);
+
+// Throws DeviceError "[cuda] <call> failed[ in <context>]: <description> (<error name>)" and clears
+// the runtime's last error. `code` is a cudaError_t; context is the operator or component (may be
+// null). Out of line so that checks stay small.
+[[noreturn]] LOOM_API void throw_error(int code, const char* call, const char* context);
+
 // Page-locks host memory [p, p + n) for asynchronous copies (cudaHostRegister). False when no
 // device is present or the runtime refuses; the memory is then left as it was.
 LOOM_API bool host_register(void* p, size_t n);
 // Undoes host_register (no-op for memory that was not registered).
 LOOM_API void host_unregister(void* p);
+
+// What `loom info` prints: one line per device, then driver, runtime and libraries found.
+LOOM_API std::vector<std::string> describe();
 
 namespace detail {
 // The CUDA runtime's DeviceInterface (loom/device_interface.h) when this build has the CUDA backend
@@ -33,3 +89,10 @@ LOOM_API loom::DeviceInterface* runtime_interface();
 }  // namespace detail
 
 }  // namespace loom::cuda
+
+// Checks a CUDA runtime call: LOOM_CUDA_CHECK(cudaMemcpyAsync(...), "loom::copy_").
+#define LOOM_CUDA_CHECK(call, context)                                                  \
+  do {                                                                                  \
+    const int loom_cuda_err_ = static_cast<int>(call);                                  \
+    if (loom_cuda_err_ != 0) ::loom::cuda::throw_error(loom_cuda_err_, #call, context); \
+  } while (0)

@@ -37,6 +37,9 @@ LOOM_DECLARE_ERROR(DistError)
 LOOM_DECLARE_ERROR(TimeoutError)
 LOOM_DECLARE_ERROR(DataError)
 LOOM_DECLARE_ERROR(CompileError)
+// An accelerator's runtime or library refused a call (CUDA, cuBLAS, cuDNN): the message names the
+// call, the operator running and the runtime's own error name.
+LOOM_DECLARE_ERROR(DeviceError)
 LOOM_DECLARE_ERROR(InternalError)
 #undef LOOM_DECLARE_ERROR
 

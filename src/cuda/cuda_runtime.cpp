@@ -1,10 +1,15 @@
-// Built when CMake found the CUDA toolkit. Kernels come with the CUDA backend; this file answers
-// whether devices exist and provides CUDA's DeviceInterface over the runtime API: the current
-// device, streams (created on demand, ids from 1; 0 is the legacy default stream), events,
-// copies and memory information.
+// Built when CMake found the CUDA toolkit: whether devices exist, their properties, and CUDA's
+// DeviceInterface over the runtime API: the current device, streams (ids from 1, made on demand or
+// by the pool; 0 is the legacy default stream), events, copies and memory information. Every
+// failing runtime call becomes a DeviceError through throw_error.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "loom/cuda.h"
@@ -45,13 +50,23 @@ void host_unregister(void* p) {
   if (is_available() && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
+void throw_error(int code, const char* call, const char* context) {
+  cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
+  const auto e = static_cast<cudaError_t>(code);
+  std::string name(call);
+  if (auto paren = name.find('('); paren != std::string::npos) name.resize(paren);
+  if (e == cudaErrorMemoryAllocation) {
+    LOOM_THROW(OutOfMemoryError, "[cuda] ", name, " failed", context ? " in " : "",
+               context ? context : "", ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+  }
+  LOOM_THROW(DeviceError, "[cuda] ", name, " failed", context ? " in " : "", context ? context : "",
+             ": ", cudaGetErrorString(e), " (", cudaGetErrorName(e), ")");
+}
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    LOOM_THROW(Error, "[cuda] ", what, " failed: ", cudaGetErrorString(e));
-  }
+  if (e != cudaSuccess) throw_error(static_cast<int>(e), what, nullptr);
 }
 
 // Sets the device for the scope of a call that needs it (streams and events belong to one).
@@ -94,16 +109,32 @@ class CudaInterface final : public DeviceInterface {
     check_index(index);
     check(cudaSetDevice(index), "cudaSetDevice");
   }
-  Stream new_stream(DeviceIndex index) override {
+  Stream new_stream(DeviceIndex index) override { return create_stream(index, 0); }
+  Stream create_stream(DeviceIndex index, int priority) {
     check_index(index);
     ScopedDevice scope(index);
+    int least = 0, greatest = 0;
+    check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    // Loom's priority 0 is CUDA's least (default) priority; negative ones go towards greatest.
+    const int p = std::clamp(least + priority, greatest, least);
     cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, p),
+          "cudaStreamCreateWithPriority");
     std::lock_guard<std::mutex> lock(mutex_);
     auto& v = streams_[static_cast<size_t>(index)];
     v.push_back(s);
     return Stream(Device(DeviceType::CUDA, index), static_cast<StreamId>(v.size()));
   }
+  Stream pool_stream(DeviceIndex index, bool high) {
+    check_index(index);
+    Pool& pool = pools_[static_cast<size_t>(index)][high ? 1 : 0];
+    std::call_once(pool.once, [&] {
+      for (auto& id : pool.ids) id = create_stream(index, high ? -1 : 0).id();
+    });
+    const uint32_t k = pool.next.fetch_add(1, std::memory_order_relaxed) % kStreamPoolSize;
+    return Stream(Device(DeviceType::CUDA, index), pool.ids[k]);
+  }
+  void* handle(const Stream& s) const { return raw(s); }
   void check_stream(const Stream& s) const override { (void)raw(s); }
   bool query_stream(const Stream& s) override {
     cudaError_t e = cudaStreamQuery(raw(s));
@@ -190,10 +221,23 @@ class CudaInterface final : public DeviceInterface {
     return v[static_cast<size_t>(s.id() - 1)];
   }
 
+  struct Pool {
+    std::once_flag once;
+    std::array<StreamId, kStreamPoolSize> ids{};
+    std::atomic<uint32_t> next{0};
+  };
+
   const int count_;
   mutable std::mutex mutex_;
   std::vector<std::vector<cudaStream_t>> streams_;  // per device; guarded by mutex_; never freed
+  std::vector<std::array<Pool, 2>> pools_{static_cast<size_t>(count_)};  // [device][high]
 };
+
+CudaInterface* interface_or_throw() {
+  auto* i = static_cast<CudaInterface*>(detail::runtime_interface());
+  LOOM_CHECK_AS(NotImplementedError, i != nullptr, "[cuda] no CUDA device is visible");
+  return i;
+}
 
 }  // namespace
 
@@ -201,6 +245,95 @@ loom::DeviceInterface* detail::runtime_interface() {
   if (!is_available()) return nullptr;
   static CudaInterface instance(device_count());
   return &instance;
+}
+
+Stream stream_from_pool(DeviceIndex device, bool high_priority) {
+  return interface_or_throw()->pool_stream(device, high_priority);
+}
+
+Stream new_stream(DeviceIndex device, int priority) {
+  return interface_or_throw()->create_stream(device, priority);
+}
+
+void* raw_stream(const Stream& stream) {
+  return interface_or_throw()->handle(stream);
+}
+
+void* current_raw_stream(DeviceIndex device) {
+  return raw_stream(current_stream(Device(DeviceType::CUDA, device)));
+}
+
+DeviceProperties device_properties(int device) {
+  LOOM_CHECK(device >= 0 && device < device_count(), "[cuda] no device ", device, " (",
+             device_count(), " visible)");
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+  DeviceProperties d;
+  d.index = device;
+  d.name = p.name;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.total_memory = p.totalGlobalMem;
+  d.multiprocessors = p.multiProcessorCount;
+  d.max_threads_per_block = p.maxThreadsPerBlock;
+  d.max_threads_per_multiprocessor = p.maxThreadsPerMultiProcessor;
+  d.warp_size = p.warpSize;
+  d.shared_memory_per_block = p.sharedMemPerBlockOptin;
+  d.l2_cache_bytes = p.l2CacheSize;
+  d.memory_bus_width = p.memoryBusWidth;
+  int clock = 0;
+  if (cudaDeviceGetAttribute(&clock, cudaDevAttrMemoryClockRate, device) == cudaSuccess)
+    d.memory_clock_khz = clock;
+  else
+    cudaGetLastError();
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), device) == cudaSuccess)
+    d.pci_bus_id = bus;
+  else
+    cudaGetLastError();
+  return d;
+}
+
+int driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+int runtime_version() {
+  int v = 0;
+  if (cudaRuntimeGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+bool can_access_peer(int device, int peer) {
+  if (device == peer || device < 0 || peer < 0 || device >= device_count() ||
+      peer >= device_count())
+    return false;
+  int ok = 0;
+  check(cudaDeviceCanAccessPeer(&ok, device, peer), "cudaDeviceCanAccessPeer");
+  return ok != 0;
+}
+
+namespace {
+std::string version_string(int v) {
+  if (v <= 0) return "unknown";
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+}  // namespace
+
+std::vector<std::string> describe() {
+  std::vector<std::string> lines;
+  const int n = device_count();
+  lines.push_back("driver " + version_string(driver_version()) + ", runtime " +
+                  version_string(runtime_version()) + ", " + std::to_string(n) + " device(s)");
+  for (int i = 0; i < n; ++i) {
+    const DeviceProperties p = device_properties(i);
+    lines.push_back("cuda:" + std::to_string(i) + " " + p.name + ", sm_" + std::to_string(p.major) +
+                    std::to_string(p.minor) + ", " + std::to_string(p.total_memory >> 20) +
+                    " MiB, " + std::to_string(p.multiprocessors) + " SMs, bus " + p.pci_bus_id);
+  }
+  return lines;
 }
 
 }  // namespace loom::cuda

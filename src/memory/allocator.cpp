@@ -4,6 +4,7 @@
 
 #include "loom/error.h"
 #include "loom/memory.h"
+#include "loom/memory/cuda_memory.h"
 
 namespace loom {
 namespace {
@@ -40,20 +41,34 @@ class MetaAllocator final : public Allocator {
   DataPtr allocate(size_t) override { return DataPtr(nullptr, nullptr, nullptr, kMeta); }
 };
 
-class MissingCudaAllocator final : public Allocator {
+// A CUDA device's slot starts with this: the first allocation asks the CUDA memory layer for the
+// device's allocator (the caching allocator's adapter, or one that says CUDA is not in this build)
+// and puts it in the slot, so later allocations go straight to it.
+class LazyCudaAllocator final : public Allocator {
  public:
-  DataPtr allocate(size_t) override {
-    LOOM_THROW(NotImplementedError,
-               "[cuda allocator] CUDA is not available in this build (configure with "
-               "-DLOOM_CUDA=ON on a machine with the CUDA toolkit)");
+  DataPtr allocate(size_t nbytes) override { return resolve()->allocate(nbytes); }
+  DataPtr allocate_on(size_t nbytes, const Stream& stream) override {
+    return resolve()->allocate_on(nbytes, stream);
   }
+
+ private:
+  Allocator* resolve();
 };
 
 CpuAllocator g_cpu;
 MetaAllocator g_meta;
-MissingCudaAllocator g_missing_cuda;
+LazyCudaAllocator g_lazy_cuda[kMaxDeviceIndex];
 
-Allocator* const g_builtin[kNumDeviceTypes] = {&g_cpu, &g_missing_cuda, &g_meta};
+Allocator* builtin(int type, int index) {
+  switch (static_cast<DeviceType>(type)) {
+    case DeviceType::CPU:
+      return &g_cpu;
+    case DeviceType::CUDA:
+      return &g_lazy_cuda[index];
+    default:
+      return &g_meta;
+  }
+}
 
 // The allocator of every (type, index), each slot starting with its type's built-in one:
 // constant-initialised (so allocations during static initialisation work) and read with one
@@ -65,12 +80,21 @@ constexpr AllocatorTable builtin_table() {
   AllocatorTable t{};
   for (int i = 0; i < kMaxDeviceIndex; ++i) {
     t.slot[static_cast<int>(DeviceType::CPU)][i] = &g_cpu;
-    t.slot[static_cast<int>(DeviceType::CUDA)][i] = &g_missing_cuda;
+    t.slot[static_cast<int>(DeviceType::CUDA)][i] = &g_lazy_cuda[i];
     t.slot[static_cast<int>(DeviceType::Meta)][i] = &g_meta;
   }
   return t;
 }
 constinit AllocatorTable g_table = builtin_table();
+
+Allocator* LazyCudaAllocator::resolve() {
+  const auto index = static_cast<DeviceIndex>(this - g_lazy_cuda);
+  Allocator* real = memory::detail::builtin_cuda_allocator(index);
+  Allocator* expected = this;
+  std::atomic_ref<Allocator*>(g_table.slot[static_cast<int>(DeviceType::CUDA)][index])
+      .compare_exchange_strong(expected, real, std::memory_order_acq_rel);
+  return real;
+}
 
 }  // namespace
 
@@ -82,7 +106,8 @@ Allocator* get_allocator(Device device) {
 void set_allocator(Device device, Allocator* allocator) {
   const int type = static_cast<int>(device.type());
   std::atomic_ref<Allocator*>(g_table.slot[type][device.index()])
-      .store(allocator != nullptr ? allocator : g_builtin[type], std::memory_order_release);
+      .store(allocator != nullptr ? allocator : builtin(type, device.index()),
+             std::memory_order_release);
 }
 
 }  // namespace loom

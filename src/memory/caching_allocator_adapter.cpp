@@ -44,3 +44,16 @@ DataPtr CachingAllocatorAdapter::allocate_on(size_t nbytes, const Stream& stream
 }
 
 }  // namespace loom::memory
+
+namespace loom::memory {
+
+DeleterFn CachingAllocatorAdapter::raw_deleter() const {
+  return &adapter_delete;
+}
+
+CachingAllocator* CachingAllocatorAdapter::allocator_of(const DataPtr& data) {
+  if (data.deleter() != &adapter_delete) return nullptr;
+  return static_cast<AdapterAllocation*>(data.context())->allocator;
+}
+
+}  // namespace loom::memory

@@ -202,6 +202,7 @@ void TensorIterator::serial_for_each(Loop1d loop, void* ctx, int64_t begin, int6
 
 void TensorIterator::for_each(Loop1d loop, void* ctx, int64_t grain) {
   if (numel_ == 0) return;
+  LOOM_INTERNAL_ASSERT(device_.is_cpu(), "[", cfg_.op, "] a CPU loop over tensors on ", device_);
   if (numel_ < 2 * grain || in_parallel_region() || get_num_threads() == 1) {
     serial_for_each(loop, ctx, 0, numel_);
     return;

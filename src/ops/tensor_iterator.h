@@ -56,8 +56,13 @@ class TensorIterator {
   IntArrayRef shape() const { return shape_.ref(); }
   // The operand is a 0-stride broadcast in every dimension (a scalar for the loop).
   bool is_scalar_operand(int i) const;
+  // The coalesced loop: sizes innermost first, and each operand's byte strides in the same order
+  // (what a device backend turns into its own loop; src/ops/cuda/cuda_ops.h).
+  IntArrayRef loop_shape() const { return loop_shape_.ref(); }
+  IntArrayRef loop_strides(int i) const { return loop_strides_[static_cast<size_t>(i)].ref(); }
 
-  // Runs `loop` over every element, in parallel chunks of at least `grain` elements.
+  // Runs `loop` over every element, in parallel chunks of at least `grain` elements. CPU only:
+  // InternalError when the operands are on another device (a device kernel runs its own loop).
   void for_each(Loop1d loop, void* ctx, int64_t grain = 32768);
   template <class F>
   void for_each(const F& f, int64_t grain = 32768) {

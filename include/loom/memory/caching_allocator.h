@@ -354,6 +354,9 @@ class LOOM_API CachingAllocatorAdapter final : public Allocator {
   CachingAllocatorAdapter(CachingAllocator& a, Device device);
   DataPtr allocate(size_t nbytes) override;
   DataPtr allocate_on(size_t nbytes, const Stream& stream) override;
+  DeleterFn raw_deleter() const override;
+  // The caching allocator behind memory an adapter handed out, else nullptr.
+  static CachingAllocator* allocator_of(const DataPtr& data);
 
  private:
   CachingAllocator& a_;

@@ -74,14 +74,14 @@ Tensor fill_kernel(const Tensor& self, const Scalar& value) {
   return self;
 }
 
-// The destination device is an argument: the result is allocated there, and the CPU kernel
-// copies only when that is the CPU (a Meta destination receives the geometry alone).
+// The destination device is an argument: the result is allocated there and copy_ fills it (its
+// kernel for another device handles the transfer); a Meta destination receives the geometry alone.
 Tensor to_copy_kernel(const Tensor& self, std::optional<DType> dtype,
                       std::optional<Device> device) {
   const TensorMeta m = to_copy_shape(self, dtype, device);
   const Device dev = device.value_or(self.device());
-  if (dev != kCPU) return meta_output(m);
-  Tensor out = allocate_output(m, kCPU);
+  if (dev.is_meta()) return meta_output(m);
+  Tensor out = allocate_output(m, dev);
   copy_(out, self);
   return out;
 }
