@@ -60,4 +60,10 @@ OpCase binary_case(const std::string& name, std::function<Tensor(const Tensor&, 
 // A strided (non-contiguous) tensor with the same values as t.
 Tensor noncontiguous_copy(const Tensor& t);
 
+// The inputs of case c for dtype dt (random ones from seed unless c.make_inputs), on the CPU.
+std::vector<Tensor> random_inputs(const OpCase& c, DType dt, uint32_t seed);
+// Asserts that `got` matches the reference within c's tolerances for dt (variant names the run).
+void compare(const OpCase& c, const std::vector<Tensor>& got, const std::vector<Ref>& want,
+             DType dt, const std::string& variant);
+
 }  // namespace loom::testing

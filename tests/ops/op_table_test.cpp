@@ -49,8 +49,6 @@ OpCase binary_case(const std::string& name, std::function<Tensor(const Tensor&, 
   return c;
 }
 
-namespace {
-
 std::vector<Tensor> random_inputs(const OpCase& c, DType dt, uint32_t seed) {
   if (c.make_inputs) return c.make_inputs(dt);
   std::mt19937 rng(seed);
@@ -98,6 +96,8 @@ void compare(const OpCase& c, const std::vector<Tensor>& got, const std::vector<
     }
   }
 }
+
+namespace {
 
 class OpTable : public ::testing::TestWithParam<size_t> {};
 
