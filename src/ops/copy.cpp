@@ -49,15 +49,14 @@ Tensor zero_kernel(const Tensor& self) {
 
 }  // namespace
 
-// _to_copy crosses devices: a Meta source can only go to Meta (it has no data), and any tensor
-// can go to Meta (only its geometry travels).
+// _to_copy crosses devices: a Meta source can only go to Meta (it has no data), any tensor can go
+// to Meta (only its geometry travels), and between CPU and CUDA the data travels (a build without
+// CUDA says so when it allocates the destination).
 TensorMeta to_copy_shape(TensorMetaRef self, std::optional<DType> dtype,
                          std::optional<Device> device) {
   const Device dev = device.value_or(self.device);
   LOOM_CHECK(!self.device.is_meta() || dev.is_meta(), "[_to_copy] a meta tensor (shape ",
              self.sizes, ") has no data to copy to ", dev);
-  LOOM_CHECK(dev == self.device || dev.is_meta(), "[_to_copy] copies from ", self.device, " to ",
-             dev, " need the CUDA backend, which is not in this build yet");
   return TensorMeta(self.sizes, dtype.value_or(self.dtype));
 }
 
