@@ -8,6 +8,7 @@
 
 #include <array>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -358,5 +359,10 @@ inline Tensor operator-(const Tensor& a) {
 LOOM_API bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8,
                        bool equal_nan = false);
 LOOM_API bool equal(const Tensor& a, const Tensor& b);  // same shape and elements
+
+// Why operator `op` (e.g. "loom::softmax") has no kernel for `backend` although it has a CPU one:
+// the reason the backend gives (`loom ops --missing cuda` prints it). "" for backends that keep no
+// such list.
+LOOM_API std::string missing_kernel_reason(const std::string& op, DispatchKey backend);
 
 }  // namespace loom

@@ -89,6 +89,10 @@ int run_info(const std::vector<std::string>& argv) {
   std::printf("loom 0.1.0\n");
   std::printf("CPU: %s\n", cpu_line().c_str());
   std::printf("CUDA backend: %s\n", cuda_line().c_str());
+  if (cuda::is_available()) {
+    // Devices, driver and runtime (the libraries found at build time are in "build parts").
+    for (const std::string& line : cuda::describe()) std::printf("  %s\n", line.c_str());
+  }
   std::printf("build parts:%s\n", build_line().c_str());
   // The pool first: creating it is what sets OpenBLAS to one thread, so what follows is what
   // every matrix product of this process sees.

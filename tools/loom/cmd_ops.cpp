@@ -12,16 +12,33 @@ namespace loom::cli {
 namespace {
 
 int run_ops(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "names"}, {"explain"});
+  Args args(argv, {"help", "names"}, {"explain", "missing"});
   if (args.flag("help")) {
     std::printf(
-        "usage: loom ops [FILTER] [--names] [--explain NAME]\n"
+        "usage: loom ops [FILTER] [--names] [--explain NAME] [--missing cuda]\n"
         "  Lists operators whose name contains FILTER: schema and the keys with kernels.\n"
         "  --names          only the names\n"
-        "  --explain NAME   the dispatch table of one operator (e.g. loom::add)\n");
+        "  --explain NAME   the dispatch table of one operator (e.g. loom::add)\n"
+        "  --missing cuda   operators with a CPU kernel but none for CUDA, and why\n");
     return 0;
   }
   Dispatcher& d = Dispatcher::singleton();
+  if (auto backend = args.get("missing")) {
+    const DispatchKey key = parse_dispatch_key(*backend == "cuda" ? "CUDA" : *backend);
+    LOOM_CHECK(key == DispatchKey::CUDA, "[loom ops] --missing takes a device backend (cuda), got '",
+               *backend, "'");
+    int with_cpu = 0, missing = 0;
+    for (const OperatorHandle& op : d.all_operators()) {
+      if (op.kernel_source(DispatchKey::CPU).empty()) continue;
+      ++with_cpu;
+      if (!op.kernel_source(key).empty()) continue;
+      ++missing;
+      std::printf("%-40s %s\n", op.name().c_str(), missing_kernel_reason(op.name(), key).c_str());
+    }
+    std::printf("%d of %d operators with a CPU kernel have no %s kernel\n", missing, with_cpu,
+                dispatch_key_name(key));
+    return 0;
+  }
   if (auto name = args.get("explain")) {
     std::string n = name->find("::") == std::string::npos ? "loom::" + *name : *name;
     OperatorHandle op = d.find_or_throw(n);
