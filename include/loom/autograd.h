@@ -74,6 +74,9 @@ class LOOM_API Node {
     DimVector sizes;
     DType dtype = DType::Float32;
     Device device = kCPU;
+    // The stream that was current on `device` when the forward produced it (CUDA only; 0 on the
+    // CPU): the node's backward runs there (Note [Streams in backward] in engine.cpp).
+    StreamId stream = 0;
   };
   // Most nodes have one or two differentiable inputs and one output: those lists live inside the
   // node (one allocation per node instead of three; see loom/detail/small_vector.h).

@@ -16,6 +16,17 @@
 // runs its post-accumulate-grad hooks (data-parallel bucketing still sees every gradient). The
 // in-place add bumps .grad()'s version counter as add_ would. grads_accumulated_in_place() counts
 // the gradients that took this path.
+//
+// Note [Streams in backward]
+// A node's backward runs on the CUDA stream its forward ran on (the stream recorded with its
+// outputs' metadata), as PyTorch does, so that a model that used side streams in forward gets the
+// same overlap in backward. A gradient produced on one stream and consumed by a node of another
+// crosses with an event: the producer's stream records it, the consumer's waits on it, the
+// accumulation into the consumer's input buffer runs on the consumer's stream, and the gradient's
+// memory is marked used by that stream (record_stream) so that the caching allocator does not hand
+// it out again while the consumer may still read it. When the pass ends, the caller's current
+// stream waits for every other stream the pass used, so that reading .grad() on the caller's stream
+// is ordered after the whole backward. CPU tensors take none of these steps (one branch per node).
 #include <atomic>
 #include <cmath>
 #include <queue>
@@ -26,8 +37,10 @@
 #include "autograd/autograd_meta.h"
 #include "loom/derivatives.h"
 #include "loom/error.h"
+#include "loom/memory/cuda_memory.h"
 #include "loom/ops.h"
 #include "loom/record_function.h"
+#include "loom/stream.h"
 
 namespace loom::autograd {
 namespace {
@@ -92,7 +105,30 @@ struct GraphTask {
   std::unordered_map<Node*, InputBuffer> buffers;
   // AccumulateGrad nodes whose gradient a producer already added into .grad().
   std::unordered_set<Node*> pre_accumulated;
+  // CUDA streams the pass ran nodes on (Note [Streams in backward]).
+  std::vector<Stream> cuda_streams;
 };
+
+// The CUDA stream a node's forward ran on, if its outputs were CUDA tensors.
+std::optional<Stream> node_stream(const Node& n) {
+  for (const Node::InputMeta& m : n.input_meta())
+    if (LOOM_UNLIKELY(m.device.is_cuda())) return Stream(m.device, m.stream);
+  return std::nullopt;
+}
+
+void note_stream(GraphTask& task, const Stream& s) {
+  for (const Stream& x : task.cuda_streams)
+    if (x == s) return;
+  task.cuda_streams.push_back(s);
+}
+
+// Orders `g`, produced on `from`, before work on `to` (Note [Streams in backward]).
+void cross_streams(const Tensor& g, const Stream& from, const Stream& to) {
+  Event e(DeviceType::CUDA);
+  e.record(from);
+  e.block(to);
+  cuda::record_stream(g.storage()->data_ptr(), to);
+}
 
 std::atomic<uint64_t> g_accumulated_in_place{0};
 
@@ -215,6 +251,12 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
     bool any_input = node == root.get();
     for (const Tensor& t : inputs) any_input = any_input || t.defined();
 
+    const std::optional<Stream> stream = node_stream(*node);
+    std::optional<StreamGuard> stream_scope;
+    if (LOOM_UNLIKELY(stream.has_value())) {
+      note_stream(task, *stream);
+      stream_scope.emplace(*stream);
+    }
     std::vector<Tensor> outputs;
     GradSinkOffer offer;
     if (any_input) {
@@ -249,12 +291,29 @@ void execute(GraphTask& task, const std::shared_ptr<Node>& root) {
         g_accumulated_in_place.fetch_add(1, std::memory_order_relaxed);
       } else if (i < outputs.size() && outputs[i].defined()) {
         Tensor g = validate_grad(*node, i, std::move(outputs[i]), next->input_meta()[e.input_nr]);
+        std::optional<StreamGuard> consumer_scope;
+        if (LOOM_UNLIKELY(g.is_cuda())) {
+          const std::optional<Stream> to = node_stream(*next);
+          const Stream from = stream ? *stream : current_stream(g.device());
+          if (to.has_value() && *to != from) {
+            cross_streams(g, from, *to);
+            consumer_scope.emplace(*to);
+          }
+        }
         auto [it, fresh] = task.buffers.try_emplace(next);
         if (fresh) it->second.grads.resize(next->num_inputs());
         it->second.add(e.input_nr, std::move(g));
       }
       if (--task.dependencies[next] == 0) ready.push({next, next->sequence_nr()});
     }
+  }
+  // The caller's streams wait for the streams the pass ran on.
+  for (const Stream& s : task.cuda_streams) {
+    const Stream caller = current_stream(s.device());
+    if (caller == s) continue;
+    Event e(DeviceType::CUDA);
+    e.record(s);
+    e.block(caller);
   }
 }
 

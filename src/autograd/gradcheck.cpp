@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "loom/autograd.h"
+#include "loom/device_interface.h"
 #include "loom/error.h"
 #include "loom/ops.h"
 
@@ -20,6 +21,21 @@ double* element(const Tensor& t, int64_t k) {
     k /= s;
   }
   return static_cast<double*>(t.data_ptr()) + off;
+}
+
+// Reads and writes one element where it lives (a device tensor's through a copy to the host).
+double read_element(const Tensor& t, double* p) {
+  if (t.is_cpu()) return *p;
+  double v = 0;
+  copy_bytes(&v, kCPU, p, t.device(), sizeof v);
+  return v;
+}
+void write_element(const Tensor& t, double* p, double v) {
+  if (t.is_cpu()) {
+    *p = v;
+    return;
+  }
+  copy_bytes(p, t.device(), &v, kCPU, sizeof v);
 }
 
 std::vector<Tensor> float_outputs(const std::vector<Tensor>& outs) {
@@ -51,12 +67,12 @@ Jacobian numeric(const Fn& fn, const std::vector<Tensor>& inputs, const std::vec
     for (size_t o = 0; o < outs0.size(); ++o) J[a][o].assign(outs0[o].numel() * x.numel(), 0.0);
     for (int64_t k = 0; k < x.numel(); ++k) {
       double* p = element(x, k);
-      const double orig = *p;
-      *p = orig + eps;
+      const double orig = read_element(x, p);
+      write_element(x, p, orig + eps);
       auto plus = output_values(fn, inputs);
-      *p = orig - eps;
+      write_element(x, p, orig - eps);
       auto minus = output_values(fn, inputs);
-      *p = orig;
+      write_element(x, p, orig);
       for (size_t o = 0; o < outs0.size(); ++o) {
         auto vp = to_vector<double>(plus[o]);
         auto vm = to_vector<double>(minus[o]);

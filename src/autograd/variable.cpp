@@ -38,6 +38,7 @@ uint32_t Node::add_input_meta(const Tensor& t) {
     m.sizes.assign(t.sizes());
     m.dtype = t.dtype();
     m.device = t.device();
+    if (LOOM_UNLIKELY(m.device.is_cuda())) m.stream = current_stream(m.device).id();
   }
   return static_cast<uint32_t>(input_meta_.size() - 1);
 }

@@ -25,8 +25,8 @@ int run_ops(const std::vector<std::string>& argv) {
   Dispatcher& d = Dispatcher::singleton();
   if (auto backend = args.get("missing")) {
     const DispatchKey key = parse_dispatch_key(*backend == "cuda" ? "CUDA" : *backend);
-    LOOM_CHECK(key == DispatchKey::CUDA, "[loom ops] --missing takes a device backend (cuda), got '",
-               *backend, "'");
+    LOOM_CHECK(key == DispatchKey::CUDA,
+               "[loom ops] --missing takes a device backend (cuda), got '", *backend, "'");
     int with_cpu = 0, missing = 0;
     for (const OperatorHandle& op : d.all_operators()) {
       if (op.kernel_source(DispatchKey::CPU).empty()) continue;
