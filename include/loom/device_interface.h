@@ -46,6 +46,11 @@ class LOOM_API DeviceInterface {
   virtual bool query_event(void* event) = 0;
   virtual void synchronize_event(void* event) = 0;
   virtual void destroy_event(void* event) noexcept = 0;
+  // Optional, for Event::timed: makes *event a handle that records timestamps (record_event then
+  // reuses it), and the milliseconds between two recorded ones once both passed. Types without
+  // timing keep these defaults, which throw NotImplementedError naming the type.
+  virtual void create_timing_event(void** event, DeviceIndex index);
+  virtual double elapsed_ms(void* start, void* end);
 
   // Copies n bytes from src (on src_device) to dst (on dst_device), one of which is of this type,
   // ordered on `stream` (of this type). Returns when done unless non_blocking.

@@ -66,6 +66,12 @@ LOOM_API Stream new_stream(Device device);
 class LOOM_API Event {
  public:
   explicit Event(DeviceType type = DeviceType::CPU) : type_(type), device_(type) {}
+  // An event that records a timestamp, for elapsed_ms (device types whose interface supports it).
+  static Event timed(DeviceType type) {
+    Event e(type);
+    e.timing_ = true;
+    return e;
+  }
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -82,6 +88,8 @@ class LOOM_API Event {
   // Waits until the event has passed.
   void synchronize() const;
   bool was_recorded() const { return recorded_; }
+  // Milliseconds from this event to `end` (both timed, recorded and passed; ValueError otherwise).
+  double elapsed_ms(const Event& end) const;
   DeviceType device_type() const { return type_; }
   Device device() const { return device_; }  // of the last record
 
@@ -90,6 +98,7 @@ class LOOM_API Event {
   Device device_;
   void* handle_ = nullptr;  // the DeviceInterface's event (null for types that need none)
   bool recorded_ = false;
+  bool timing_ = false;
 };
 
 // Sets the calling thread's current device of device.type() for a scope; restores the previous one.

@@ -158,4 +158,14 @@ DeviceIndex current_device_index(DeviceType type) {
 }
 }  // namespace detail
 
+void DeviceInterface::create_timing_event(void**, DeviceIndex) {
+  LOOM_THROW(NotImplementedError, "[event] timing events are not supported on ",
+             device_type_name(type()));
+}
+
+double DeviceInterface::elapsed_ms(void*, void*) {
+  LOOM_THROW(NotImplementedError, "[event] timing events are not supported on ",
+             device_type_name(type()));
+}
+
 }  // namespace loom

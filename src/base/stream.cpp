@@ -52,7 +52,8 @@ Event::Event(Event&& o) noexcept
     : type_(o.type_),
       device_(o.device_),
       handle_(std::exchange(o.handle_, nullptr)),
-      recorded_(std::exchange(o.recorded_, false)) {}
+      recorded_(std::exchange(o.recorded_, false)),
+      timing_(o.timing_) {}
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {
@@ -61,6 +62,7 @@ Event& Event::operator=(Event&& o) noexcept {
     device_ = o.device_;
     handle_ = std::exchange(o.handle_, nullptr);
     recorded_ = std::exchange(o.recorded_, false);
+    timing_ = o.timing_;
   }
   return *this;
 }
@@ -70,9 +72,19 @@ void Event::record(const Stream& stream) {
              " cannot be recorded on ", stream);
   LOOM_CHECK(handle_ == nullptr || stream.device() == device_, "[event] an event created on ",
              device_, " cannot be recorded on ", stream);
+  if (timing_ && handle_ == nullptr)
+    device_interface(type_).create_timing_event(&handle_, stream.device_index());
   device_interface(type_).record_event(&handle_, stream);
   device_ = stream.device();
   recorded_ = true;
+}
+
+double Event::elapsed_ms(const Event& end) const {
+  LOOM_CHECK(timing_ && end.timing_, "[event] elapsed_ms needs two events made by Event::timed");
+  LOOM_CHECK(recorded_ && end.recorded_, "[event] elapsed_ms of an event that was not recorded");
+  LOOM_CHECK(type_ == end.type_ && device_ == end.device_, "[event] elapsed_ms between ", device_,
+             " and ", end.device_);
+  return device_interface(type_).elapsed_ms(handle_, end.handle_);
 }
 
 void Event::block(const Stream& stream) const {

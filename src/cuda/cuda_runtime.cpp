@@ -166,6 +166,24 @@ class CudaInterface final : public DeviceInterface {
     }
     check(cudaEventRecord(static_cast<CudaEvent*>(*event)->event, raw(s)), "cudaEventRecord");
   }
+  void create_timing_event(void** event, DeviceIndex index) override {
+    check_index(index);
+    ScopedDevice scope(index);
+    auto* e = new CudaEvent{nullptr, index};
+    cudaError_t r = cudaEventCreateWithFlags(&e->event, cudaEventDefault);
+    if (r != cudaSuccess) {
+      delete e;
+      check(r, "cudaEventCreateWithFlags");
+    }
+    *event = e;
+  }
+  double elapsed_ms(void* start, void* end) override {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, static_cast<CudaEvent*>(start)->event,
+                               static_cast<CudaEvent*>(end)->event),
+          "cudaEventElapsedTime");
+    return ms;
+  }
   void block_stream(void* event, const Stream& s) override {
     ScopedDevice scope(s.device_index());
     check(cudaStreamWaitEvent(raw(s), static_cast<CudaEvent*>(event)->event, 0),

@@ -3,13 +3,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
 
 #include "data/read_engine.h"
+#include "loom/cuda.h"
+#include "loom/device_interface.h"
 #include "loom/error.h"
+#include "loom/memory/cuda_memory.h"
 #include "loom/parallel.h"
 #include "loom/record_function.h"
 
@@ -449,16 +453,114 @@ std::string Loader::describe() const {
   return s.str();
 }
 
-DeviceStage::DeviceStage(Source source, Device device)
-    : source_(std::move(source)), device_(device) {
-  if (!device_.is_cpu()) {
-    LOOM_THROW(NotImplementedError, "[data.DeviceStage] copies to ", device_.str(),
-               " come with the CUDA backend; this build stages batches on the CPU only");
+struct DeviceStage::InFlight {
+  Batch host;
+  Batch device;
+  std::vector<Tensor> keep;  // contiguous copies of strided host fields, read by the copies
+  Event start = Event::timed(DeviceType::CUDA);
+  Event done = Event::timed(DeviceType::CUDA);
+};
+
+DeviceStage::DeviceStage(Source source, Device device, int depth)
+    : source_(std::move(source)), device_(device), depth_(depth < 1 ? 1 : depth) {
+  if (device_.is_cpu()) return;
+  LOOM_CHECK_AS(NotImplementedError, device_.is_cuda(), "[data.DeviceStage] copies to ",
+                device_.str(), " are not supported (cpu or cuda)");
+  LOOM_CHECK_AS(NotImplementedError, cuda::is_built(), "[data.DeviceStage] copies to ",
+                device_.str(),
+                " need the CUDA backend, which is not in this build (configure with "
+                "-DLOOM_CUDA=ON on a machine with the CUDA toolkit)");
+  LOOM_CHECK(device_.index() >= 0 && device_.index() < cuda::device_count(),
+             "[data.DeviceStage] no device ", device_.str(), " (", cuda::device_count(),
+             " visible)");
+  copy_stream_ = cuda::stream_from_pool(device_.index());
+  m_.pinned = true;
+}
+
+DeviceStage::~DeviceStage() {
+  // Host buffers go back to their pool only after the copies reading them have finished.
+  try {
+    for (auto& f : in_flight_) f->done.synchronize();
+    retire(/*wait=*/true);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[data.DeviceStage] %s\n", e.what());
   }
 }
 
+// Queues the copies of the source's next batch on the copy stream.
+void DeviceStage::start_copy() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<Batch> host = source_();
+  m_.source_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!host) {
+    exhausted_ = true;
+    return;
+  }
+  auto f = std::make_unique<InFlight>();
+  f->host = std::move(*host);
+  f->device.names = f->host.names;
+  f->device.ids = f->host.ids;
+  f->device.epoch = f->host.epoch;
+  f->device.index = f->host.index;
+  DeviceInterface& cuda_if = device_interface(DeviceType::CUDA);
+  StreamGuard on_copy_stream(copy_stream_);  // device memory is allocated for the copy stream
+  f->start.record(copy_stream_);
+  for (const Tensor& h : f->host.fields) {
+    const Tensor src = h.is_contiguous() ? h : h.contiguous();
+    Tensor d = empty_tensor(src.sizes(), src.dtype(), device_);
+    if (src.numel() > 0) {
+      m_.pinned = m_.pinned && cuda::is_pinned(src.data_ptr());
+      cuda_if.copy(d.data_ptr(), device_, src.data_ptr(), kCPU, src.nbytes(), copy_stream_,
+                   /*non_blocking=*/true);
+      m_.bytes += src.nbytes();
+    }
+    if (!src.is_same(h)) f->keep.push_back(src);
+    f->device.fields.push_back(std::move(d));
+  }
+  f->done.record(copy_stream_);
+  in_flight_.push_back(std::move(f));
+}
+
+// Drops the host batches whose copies have finished (all of them when `wait`).
+void DeviceStage::retire(bool wait) {
+  for (size_t i = 0; i < retiring_.size();) {
+    if (wait) retiring_[i]->done.synchronize();
+    if (!retiring_[i]->done.query()) {
+      ++i;
+      continue;
+    }
+    m_.copy_ms += retiring_[i]->start.elapsed_ms(retiring_[i]->done);
+    retiring_[i] = std::move(retiring_.back());
+    retiring_.pop_back();
+  }
+}
+
+DeviceStageMetrics DeviceStage::metrics() {
+  if (!device_.is_cpu()) retire(/*wait=*/false);
+  return m_;
+}
+
 std::optional<Batch> DeviceStage::next() {
-  return source_();
+  if (device_.is_cpu()) return source_();
+  const auto t0 = std::chrono::steady_clock::now();
+  retire(/*wait=*/false);
+  while (!exhausted_ && static_cast<int>(in_flight_.size()) < depth_) start_copy();
+  if (in_flight_.empty()) return std::nullopt;
+  std::unique_ptr<InFlight> f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (!f->done.query()) ++m_.copies_waited;
+  // The consumer's stream waits for the copies; the memory they filled is now used there too.
+  const Stream consumer = current_stream(device_);
+  f->done.block(consumer);
+  for (const Tensor& d : f->device.fields)
+    if (d.numel() > 0) cuda::record_stream(d.storage()->data_ptr(), consumer);
+  Batch out = std::move(f->device);
+  retiring_.push_back(std::move(f));
+  // Start the next copy now, so that it overlaps the consumer's work on this batch.
+  while (!exhausted_ && static_cast<int>(in_flight_.size()) < depth_) start_copy();
+  ++m_.batches;
+  m_.next_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
 }
 
 }  // namespace loom::data

@@ -47,6 +47,7 @@
 #include "loom/device.h"
 #include "loom/export.h"
 #include "loom/json.h"
+#include "loom/stream.h"
 #include "loom/tensor.h"
 
 namespace loom::data {
@@ -164,22 +165,56 @@ class LOOM_API Loader {
 };
 
 // Note [device stage]: wraps a batch source and returns batches whose tensors live on `device`. For
-// an accelerator it copies batch k + 1 asynchronously on a side stream, recording an event, while
-// the consumer computes on batch k (two device buffers: double buffering); the consumer's stream
-// waits on the event before using a batch. On the CPU it passes batches through. The CUDA
-// implementation comes with the CUDA backend; until then a CUDA device throws NotImplementedError
-// saying so.
+// CUDA it keeps `depth` batches in flight (2: double buffering): each host batch (collated into
+// page-locked pool buffers, staging.h) is copied with asynchronous host-to-device copies on a side
+// stream from the device's pool, into device memory allocated for that stream, and an event is
+// recorded after its copies. next() hands out the oldest: the consumer's current stream waits on
+// its event (no host synchronisation), its device memory is marked used by the consumer's stream
+// (record_stream), and its host batch is kept until the event has passed, so a worker never
+// overwrites a buffer that a copy still reads. Then it starts the next copy, which overlaps the
+// consumer's compute on the batch just handed out. On the CPU it passes batches through.
+struct DeviceStageMetrics {
+  int64_t batches = 0;
+  uint64_t bytes = 0;         // copied host -> device
+  double copy_ms = 0;         // device time of the copies (timed events on the copy stream)
+  double source_seconds = 0;  // host time next() spent taking batches from the source
+  double next_seconds = 0;    // host time in next() altogether (what the step waited)
+  int64_t copies_waited = 0;  // batches handed out before their copy had finished
+  bool pinned = false;        // every host batch was page-locked
+  // Host-to-device bandwidth of the copies while they ran, in GB/s (0 before any).
+  double copy_gbps() const {
+    return copy_ms > 0 ? static_cast<double>(bytes) / (copy_ms * 1e-3) / 1e9 : 0.0;
+  }
+};
+
 class LOOM_API DeviceStage {
  public:
   using Source = std::function<std::optional<Batch>()>;
-  DeviceStage(Source source, Device device);
+  // NotImplementedError for a device type without a copy engine in this build (CUDA without the
+  // backend), ValueError for a device that does not exist.
+  DeviceStage(Source source, Device device, int depth = 2);
+  ~DeviceStage();
+  DeviceStage(const DeviceStage&) = delete;
+  DeviceStage& operator=(const DeviceStage&) = delete;
   // The next batch with every tensor on the device; nullopt when the source is exhausted.
   std::optional<Batch> next();
   Device device() const { return device_; }
+  // The counts so far (copies that have finished since the last call are added first).
+  DeviceStageMetrics metrics();
 
  private:
+  struct InFlight;
+  void start_copy();
+  void retire(bool wait);
+
   Source source_;
   Device device_;
+  int depth_;
+  bool exhausted_ = false;
+  Stream copy_stream_;
+  std::deque<std::unique_ptr<InFlight>> in_flight_;
+  std::vector<std::unique_ptr<InFlight>> retiring_;  // handed out; host batch kept until copied
+  DeviceStageMetrics m_;
 };
 
 }  // namespace loom::data
