@@ -19,6 +19,19 @@ __device__ __forceinline__ bool is_nan(M x) {
   }
 }
 
+// alpha * b rounded on its own, so that a + alpha * b is two roundings as on the CPU (nvcc would
+// fuse it into one multiply-add).
+template <class M>
+__device__ __forceinline__ M mul_rn(M a, M b) {
+  if constexpr (std::is_same_v<M, float>) {
+    return __fmul_rn(a, b);
+  } else if constexpr (std::is_same_v<M, double>) {
+    return __dmul_rn(a, b);
+  } else {
+    return a * b;
+  }
+}
+
 template <class T>
 struct Arith {
   using M = opmath_t<T>;
@@ -43,10 +56,10 @@ struct Arith {
       M r;
       switch (op) {
         case BinaryOp::Add:
-          r = a + alpha * b;
+          r = a + mul_rn(alpha, b);
           break;
         case BinaryOp::Sub:
-          r = a - alpha * b;
+          r = a - mul_rn(alpha, b);
           break;
         case BinaryOp::Mul:
           r = a * b;

@@ -89,10 +89,10 @@ LOOM_HOST_DEVICE int64_t randint_value(const Block& b, uint64_t i, int64_t low, 
 LOOM_HOST_DEVICE void randn_pair(const Block& b, double* z0, double* z1) {
   const double u1 = unit_double(join(b.v[0], b.v[1]));
   const double u2 = unit_double(join(b.v[2], b.v[3]));
-  const double r = sqrt(-2.0 * log(1.0 - u1));  // 1 - u1 is in (0, 1]
+  const double r = ::sqrt(-2.0 * ::log(1.0 - u1));  // 1 - u1 is in (0, 1]
   const double theta = 2.0 * 3.14159265358979323846 * u2;
-  *z0 = r * cos(theta);
-  *z1 = r * sin(theta);
+  *z0 = r * ::cos(theta);
+  *z1 = r * ::sin(theta);
 }
 
 }  // namespace loom::cuda_ops::philox
