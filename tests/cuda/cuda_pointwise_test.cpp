@@ -361,6 +361,30 @@ TEST(CudaBinary, MixingDevicesNamesTheOpAndBothDevices) {
   EXPECT_CONTAINS(testing::error_of<ValueError>([&] { add_out(out, dev, dev); }), "[add]");
 }
 
+TEST(CudaBinary, AllcloseAndEqualAnswerAsTheCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kInt32, kBool}) {
+    const Tensor a = special_values(dt);
+    const Tensor b = special_values(dt, /*reversed=*/true);
+    const Tensor ad = a.to(kCuda), bd = b.to(kCuda);
+    const std::string n = dtype_name(dt);
+    EXPECT_EQ(equal(a, a), equal(ad, ad)) << n;  // NaN != NaN for floats
+    EXPECT_EQ(equal(a, b), equal(ad, bd)) << n;
+    EXPECT_EQ(allclose(a, a, 1e-5, 1e-8, true), allclose(ad, ad, 1e-5, 1e-8, true)) << n;
+    EXPECT_EQ(allclose(a, a), allclose(ad, ad)) << n;
+    EXPECT_EQ(allclose(a, b), allclose(ad, bd)) << n;
+  }
+  const Tensor x = randn({300, 7});
+  const Tensor y = add(x, 1e-4);
+  EXPECT_TRUE(equal(x.to(kCuda), x.to(kCuda).t().contiguous().t()));
+  EXPECT_FALSE(allclose(x.to(kCuda), y.to(kCuda), 0, 1e-5));
+  EXPECT_TRUE(allclose(x.to(kCuda), y.to(kCuda), 0, 1e-3));
+  // Broadcasting, as the CPU kernel.
+  EXPECT_EQ(allclose(x, x.select(0, 0)), allclose(x.to(kCuda), x.select(0, 0).to(kCuda)));
+  EXPECT_CONTAINS(testing::error_of<ValueError>([&] { equal(x.to(kCuda), x); }),
+                  "[equal] expected both tensors on one device");
+}
+
 // ---- activation backwards ----
 
 TEST(CudaActivationBackward, EveryOpEqualsCpu) {

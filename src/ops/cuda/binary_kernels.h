@@ -27,4 +27,12 @@ cudaError_t launch_where(const IterArgs& a, cudaStream_t stream);
 // self's dtype (its first element-size bytes).
 cudaError_t launch_masked_fill(const IterArgs& a, uint64_t value_bits, cudaStream_t stream);
 
+// allclose and equal: clears *flag (a device int the caller set nonzero) when some pair of
+// operands 0 and 1 (one dtype, no output) fails the predicate; Close is isclose(rtol, atol,
+// equal_nan) in double as the CPU kernel (cpu/compare_kernels.cpp), Equal is == in the compute
+// type.
+enum class PairPredicate : int8_t { Equal, Close };
+cudaError_t launch_all_pairs(PairPredicate pred, const IterArgs& a, double rtol, double atol,
+                             bool equal_nan, int* flag, cudaStream_t stream);
+
 }  // namespace loom::cuda_ops
