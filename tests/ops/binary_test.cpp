@@ -8,6 +8,11 @@
 namespace loom::testing {
 namespace {
 
+OpCase with_dtypes(OpCase c, std::vector<DType> dtypes) {
+  c.dtypes = std::move(dtypes);
+  return c;
+}
+
 const RegisterOpCases kBinaryCases({
     binary_case(
         "add/broadcast", [](const Tensor& a, const Tensor& b) { return add(a, b); },
@@ -48,6 +53,41 @@ const RegisterOpCases kBinaryCases({
     binary_case(
         "add/zero_size", [](const Tensor& a, const Tensor& b) { return add(a, b); },
         [](double x, double y) { return x + y; }, {0, 3}, {1, 3}),
+    binary_case(
+        "ne", [](const Tensor& a, const Tensor& b) { return ne(a, b); },
+        [](double x, double y) { return double(x != y); }),
+    binary_case(
+        "le", [](const Tensor& a, const Tensor& b) { return le(a, b); },
+        [](double x, double y) { return double(x <= y); }),
+    binary_case(
+        "gt", [](const Tensor& a, const Tensor& b) { return gt(a, b); },
+        [](double x, double y) { return double(x > y); }),
+    binary_case(
+        "logical_and", [](const Tensor& a, const Tensor& b) { return logical_and(a, b); },
+        [](double x, double y) { return double((x != 0) && (y != 0)); }),
+    binary_case(
+        "logical_or", [](const Tensor& a, const Tensor& b) { return logical_or(a, b); },
+        [](double x, double y) { return double((x != 0) || (y != 0)); }),
+    binary_case(
+        "where/broadcast", [](const Tensor& a, const Tensor& b) { return where(gt(a, 0.5), a, b); },
+        [](double x, double y) { return x > 0.5 ? x : y; }),
+    with_dtypes(binary_case(
+                    "add/int_alpha", [](const Tensor& a, const Tensor& b) { return add(a, b, 3); },
+                    [](double x, double y) { return x + 3 * y; }),
+                {kInt32, kInt64, kInt16}),
+    with_dtypes(binary_case(
+                    "mul/int", [](const Tensor& a, const Tensor& b) { return mul(a, b); },
+                    [](double x, double y) { return x * y; }),
+                {kInt32, kInt64, kInt8}),
+    with_dtypes(binary_case(
+                    "maximum/reduced_float",
+                    [](const Tensor& a, const Tensor& b) { return maximum(a, b); },
+                    [](double x, double y) { return std::max(x, y); }),
+                {kFloat16, kBFloat16}),
+    with_dtypes(binary_case(
+                    "sub/reduced_float", [](const Tensor& a, const Tensor& b) { return sub(a, b); },
+                    [](double x, double y) { return x - y; }),
+                {kFloat16, kBFloat16}),
 });
 
 TEST(Binary, WhereBroadcasts) {

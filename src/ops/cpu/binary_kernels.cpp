@@ -200,8 +200,9 @@ Tensor binary_impl(const Tensor& out, const Tensor& self, const Tensor& other, c
     const DType dt = self.dtype();
     Tensor result = empty_tensor(self.sizes(), Op::bool_output ? kBool : dt, kCPU);
     const int64_t n = self.numel();
+    // As the general path: integral inputs refuse a floating alpha.
+    if (!Op::bool_output) check_alpha(Op::name, dt, alpha);
     if (dt == kFloat32 && !Op::bool_output) {
-      check_alpha(Op::name, dt, alpha);
       const float a = alpha.to<float>();
       const float* __restrict x = static_cast<const float*>(self.data_ptr());
       const float* __restrict y = static_cast<const float*>(other.data_ptr());

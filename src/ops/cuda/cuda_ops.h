@@ -33,6 +33,18 @@ inline void check_launch(cudaError_t e, const char* op) {
   if (e != cudaSuccess) cuda::throw_error(static_cast<int>(e), "kernel launch", op);
 }
 
+// Runs a family's launcher over the iterator's loop: `launch(IterArgs& a, cudaStream_t s)` returns
+// the launch's cudaError_t (it may trim `a` first, IterArgs::keep_operands). The iterator's device
+// is current during the launch and its current stream runs it; an empty loop launches nothing (its
+// operands may then sit on different devices, which TensorIterator allows for empty outputs).
+template <class F>
+void launch_iter(const TensorIterator& it, const char* op, const F& launch) {
+  if (it.numel() == 0) return;
+  const DeviceGuard guard(it.device());
+  IterArgs a = make_iter_args(it);
+  check_launch(launch(a, stream_of(it.device())), op);
+}
+
 // Makes the tensor's device current for the scope of a kernel (a no-op on one GPU, where it is
 // already current).
 class KernelGuard {

@@ -50,6 +50,12 @@ struct IterArgs {
   bool is_contiguous() const;
   // Every byte offset and the element count fit 32-bit indexing.
   bool can_use_32bit_indexing() const;
+  // Keeps the first n operands: the others took part in the iterator's dtype promotion only (pow's
+  // exponent, clamp's bounds) and the loop does not read them.
+  void keep_operands(int n) {
+    ntensors = n;
+    cpu_scalar_mask &= (1u << n) - 1u;
+  }
 };
 
 inline int scalar_size(ScalarCode c) {

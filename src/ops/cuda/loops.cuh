@@ -302,37 +302,39 @@ cudaError_t gpu_elementwise(const IterArgs& a, const F& f, cudaStream_t stream) 
 
 }  // namespace loom::cuda_ops
 
-// Runs the statement with scalar_t bound to the device storage type of a ScalarCode.
-#define LOOM_CUDA_CASE(code, type, ...) \
-  case ::loom::cuda_ops::ScalarCode::code: {  \
+// LOOM_CUDA_DISPATCH_*(code, [&] { ... }) runs the lambda with scalar_t bound to the device storage
+// type of a ScalarCode; the lambda returns a cudaError_t (a launcher's result), and a code outside
+// the macro's set gives cudaErrorInvalidValue (the host side refuses those dtypes first).
+#define LOOM_CUDA_CASE(code, type, ...)      \
+  case ::loom::cuda_ops::ScalarCode::code: { \
     using scalar_t = type;                   \
     return __VA_ARGS__();                    \
   }
-#define LOOM_CUDA_DISPATCH_ALL(code, ...)                     \
-  [&] {                                                       \
-    switch (code) {                                           \
-      LOOM_CUDA_CASE(Bool, bool, __VA_ARGS__)                 \
-      LOOM_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Int8, int8_t, __VA_ARGS__)               \
-      LOOM_CUDA_CASE(Int16, int16_t, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Int32, int32_t, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Int64, int64_t, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)            \
-      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)    \
-      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)            \
-    }                                                         \
-    return decltype(__VA_ARGS__())();                         \
+#define LOOM_CUDA_DISPATCH_ALL(code, ...)                  \
+  [&]() -> cudaError_t {                                   \
+    switch (code) {                                        \
+      LOOM_CUDA_CASE(Bool, bool, __VA_ARGS__)              \
+      LOOM_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Int8, int8_t, __VA_ARGS__)            \
+      LOOM_CUDA_CASE(Int16, int16_t, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Int32, int32_t, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Int64, int64_t, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
+      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
+      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)         \
+    }                                                      \
+    return cudaErrorInvalidValue;                          \
   }()
-#define LOOM_CUDA_DISPATCH_FLOAT(code, ...)                   \
-  [&] {                                                       \
-    switch (code) {                                           \
-      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)            \
-      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__)    \
-      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)             \
-      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)            \
-      default:                                                \
-        break;                                                \
-    }                                                         \
-    return decltype(__VA_ARGS__())();                         \
+#define LOOM_CUDA_DISPATCH_FLOAT(code, ...)                \
+  [&]() -> cudaError_t {                                   \
+    switch (code) {                                        \
+      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
+      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
+      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)          \
+      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)         \
+      default:                                             \
+        break;                                             \
+    }                                                      \
+    return cudaErrorInvalidValue;                          \
   }()
