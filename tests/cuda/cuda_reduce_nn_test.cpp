@@ -164,9 +164,9 @@ TEST(CudaReduce, DotEqualAllclose) {
                1e-10, 1e-10, "dot double");
   const Tensor ia = randint(-100, 100, {5000}), ib = randint(-100, 100, {5000});
   expect_equal(dot(dev(ia), dev(ib)), dot(ia, ib), "dot int64");
-  expect_close(dot(dev(a).slice(0, 0, std::nullopt, 3), dev(b).slice(0, 1, std::nullopt, 3)),
-               dot(a.slice(0, 0, std::nullopt, 3), b.slice(0, 1, std::nullopt, 3)), 1e-4, 1e-3,
-               "dot strided");
+  // Every third element, from two offsets: 33333 each.
+  expect_close(dot(dev(a).slice(0, 0, 99999, 3), dev(b).slice(0, 1, 100000, 3)),
+               dot(a.slice(0, 0, 99999, 3), b.slice(0, 1, 100000, 3)), 1e-4, 1e-3, "dot strided");
   EXPECT_TRUE(equal(dev(a), dev(a.clone())));
   Tensor c = a.clone();
   c.narrow(0, 99999, 1).fill_(7.0);
@@ -355,6 +355,22 @@ std::string error_of(const F& f) {
     return e.what();
   }
   return "no error";
+}
+
+TEST(CudaIndex, MaskedFillAndOneHot) {
+  REQUIRE_GPU();
+  const Tensor x = randn({6, 5});
+  const Tensor mask = gt(randn({5}), 0.0);
+  expect_equal(masked_fill(dev(x), dev(mask), -3.5), masked_fill(x, mask, -3.5), "masked_fill");
+  Tensor inplace = dev(x.clone()), want = x.clone();
+  masked_fill_(inplace, dev(mask), 2);
+  masked_fill_(want, mask, 2);
+  expect_equal(inplace, want, "masked_fill_");
+  const Tensor classes = randint(0, 7, {4, 9});
+  expect_equal(one_hot(dev(classes)), one_hot(classes), "one_hot inferred");
+  expect_equal(one_hot(dev(classes), 10), one_hot(classes, 10), "one_hot explicit");
+  EXPECT_NE(error_of<IndexError>([&] { one_hot(dev(classes), 3); }).find("[one_hot] class value"),
+            std::string::npos);
 }
 
 TEST(CudaIndex, BadIndicesAreTypedErrorsAndWriteNothing) {

@@ -11,6 +11,7 @@
 #include "ops/cuda/index_kernels.h"
 #include "ops/op_call.h"
 #include "ops/shapes.h"
+#include "ops/tensor_iterator.h"
 
 namespace loom {
 namespace {
@@ -171,6 +172,74 @@ Tensor scatter_inplace_cuda(const Tensor& self, int64_t dim, const Tensor& index
   return self;
 }
 
+// ---- masked_fill ----
+
+// out undefined: a new tensor of the broadcast shape of self and mask; else out is self (in place).
+Tensor masked_fill_impl(const char* op, const char* name, const Tensor& self, const Tensor& mask,
+                        const Scalar& value, bool inplace) {
+  LOOM_CHECK_TYPE(mask.dtype() == kBool, "[", op, "] expected mask to have dtype bool but got ",
+                  mask.dtype());
+  cuda_ops::KernelGuard guard(self);
+  TensorIteratorConfig cfg;
+  cfg.op = op;
+  cfg.outputs = {inplace ? self : Tensor()};
+  cfg.inputs = {self, mask};
+  cfg.promote_inputs = false;
+  cfg.compute_dtype = self.dtype();
+  cfg.output_dtype = self.dtype();
+  cfg.is_inplace = inplace;
+  TensorIterator it(std::move(cfg));
+  const cuda_ops::IterArgs a = cuda_ops::make_iter_args(it);
+  cuda_ops::check_launch(
+      cuda_ops::launch_masked_fill(a, value_bits(value, self.dtype()), cuda_ops::stream_of(self)),
+      name);
+  it.finish();
+  return it.output(0);
+}
+
+Tensor masked_fill_cuda(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  return masked_fill_impl("masked_fill", "loom::masked_fill", self, mask, value, false);
+}
+Tensor masked_fill_inplace_cuda(const Tensor& self, const Tensor& mask, const Scalar& value) {
+  return masked_fill_impl("masked_fill_", "loom::masked_fill_", self, mask, value, true);
+}
+
+// ---- one_hot: its size may come from the data (Note [Data-dependent sizes]) ----
+
+Tensor one_hot_cuda(const Tensor& self, int64_t num_classes) {
+  one_hot_check(self, num_classes);
+  cuda_ops::KernelGuard guard(self);
+  if (num_classes == -1) {
+    LOOM_CHECK(self.numel() > 0,
+               "[one_hot] cannot infer the number of classes from an empty tensor; "
+               "pass num_classes explicitly");
+    num_classes = amax(self).item<int64_t>() + 1;  // a host read, as on the CPU
+  }
+  const Tensor idx =
+      cuda_ops::checked_indices("loom::one_hot", self, num_classes, std::nullopt, [&](int64_t v) {
+        LOOM_THROW(IndexError, "[one_hot] class value ", v, " is out of range for num_classes ",
+                   num_classes, " (values must be in [0, num_classes))");
+      });
+  DimVector shape(self.sizes());
+  shape.push_back(num_classes);
+  Tensor out = empty_tensor(shape, kInt64, self.device());
+  if (out.numel() == 0) return out;
+  cudaStream_t stream = cuda_ops::stream_of(self);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream), "loom::one_hot");
+  // out[..., idx[...]] = 1: a scatter of the value 1 along the last dim, one index per row.
+  DimVector index_shape(self.sizes());
+  index_shape.push_back(1);
+  const int64_t last = static_cast<int64_t>(index_shape.size()) - 1;
+  cuda_ops::IndexGeometry g = index_geometry("one_hot", index_shape, last);
+  copy_dims(out.strides(), g.self_strides);
+  copy_dims(IntArrayRef(g.idx_strides, index_shape.size()), g.src_strides);
+  cuda_ops::check_launch(
+      cuda_ops::launch_scatter(g, ScatterMode::Value, cuda_ops::ScalarCode::Int64, out.data_ptr(),
+                               nullptr, int64_ptr(idx), 1, stream),
+      "loom::one_hot");
+  return out;
+}
+
 }  // namespace
 
 LOOM_LIBRARY_IMPL(loom, CUDA, m) {
@@ -185,6 +254,9 @@ LOOM_LIBRARY_IMPL(loom, CUDA, m) {
       m, "embedding_dense_backward");
   m.impl("scatter_.src", scatter_inplace_cuda<ScatterMode::Src>);
   m.impl("scatter_add_", scatter_inplace_cuda<ScatterMode::Add>);
+  m.impl("masked_fill.Scalar", masked_fill_cuda);
+  m.impl("masked_fill_.Scalar", masked_fill_inplace_cuda);
+  m.impl("one_hot", one_hot_cuda);
 }
 
 }  // namespace loom

@@ -157,6 +157,12 @@ __global__ void iota_kernel(int64_t* p, int64_t n) {
     p[i] = i;
 }
 
+template <class E>
+struct MaskedFill {
+  E value;
+  __device__ E operator()(E x, bool m) const { return m ? value : x; }
+};
+
 size_t align_up(size_t n) {
   return (n + 255) / 256 * 256;
 }
@@ -280,6 +286,15 @@ cudaError_t launch_embedding_backward(ScalarCode dt, const void* grad, const int
     embedding_backward_kernel<T><<<static_cast<unsigned>(num_weights), threads, 0, stream>>>(
         static_cast<const T*>(grad), keys, positions, n, dim, padding_idx, static_cast<T*>(out));
     return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_masked_fill(const IterArgs& a, uint64_t value_bits, cudaStream_t stream) {
+  return by_size(scalar_size(a.dtype[0]), [&](auto tag) {
+    using E = decltype(tag);
+    MaskedFill<E> f;
+    memcpy(&f.value, &value_bits, sizeof(E));
+    return gpu_elementwise<E, E, bool>(a, f, stream);
   });
 }
 

@@ -57,4 +57,8 @@ cudaError_t launch_embedding_backward(ScalarCode dt, const void* grad, const int
                                       int64_t padding_idx, void* out, void* workspace,
                                       size_t workspace_bytes, cudaStream_t stream);
 
+// masked_fill: out = mask ? value : self over a TensorIterator's (out, self, bool mask) operands,
+// one dtype moved by element size; value_bits holds the value in that dtype.
+cudaError_t launch_masked_fill(const IterArgs& a, uint64_t value_bits, cudaStream_t stream);
+
 }  // namespace loom::cuda_ops
