@@ -301,6 +301,126 @@ const RegisterOpCases kNNCases({
         kFloatTypes),
 });
 
+// ---- backward kernels without a forward case above: float64 formulas ----
+
+// Row r of the result sums the rows of g whose index is r (none for padding).
+Ref ref_embedding_backward(const Ref& g, const Ref& idx, int64_t num_weights, int64_t padding) {
+  const int64_t dim = g.shape.back();
+  Ref out = Ref::filled({num_weights, dim}, 0.0);
+  for (int64_t i = 0; i < idx.numel(); ++i) {
+    const auto r = static_cast<int64_t>(idx.v[at(i)]);
+    if (r == padding) continue;
+    for (int64_t j = 0; j < dim; ++j) out.v[at(r * dim + j)] += g.v[at(i * dim + j)];
+  }
+  return out;
+}
+
+// The gradient of nll_loss over (N, C) log-probabilities for grad_output g (N values for none,
+// one otherwise).
+Ref ref_nll_backward(const Ref& g, const Ref& logp, const Ref& target, const Ref& w,
+                     int reduction) {
+  const int64_t n = logp.shape[0], classes = logp.shape[1];
+  Ref out = Ref::filled(logp.shape, 0.0);
+  double wsum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto t = static_cast<int64_t>(target.v[at(i)]);
+    if (t != -100) wsum += w.v[at(t)];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const auto t = static_cast<int64_t>(target.v[at(i)]);
+    if (t == -100) continue;
+    const double gi = reduction == 0 ? g.v[at(i)] : (reduction == 1 ? g.v[0] / wsum : g.v[0]);
+    out.v[at(i * classes + t)] = -w.v[at(t)] * gi;
+  }
+  return out;
+}
+
+// softmax: y (g - sum(g y)); log_softmax: g - exp(y) sum(g); sums along `dim` of a 2-D shape.
+Ref ref_softmax_backward(const Ref& g, const Ref& y, int64_t dim, bool log) {
+  const int64_t rows = g.shape[0], cols = g.shape[1];
+  Ref out = g;
+  const int64_t lines = dim == 1 ? rows : cols, len = dim == 1 ? cols : rows;
+  for (int64_t a = 0; a < lines; ++a) {
+    auto idx = [&](int64_t k) { return at(dim == 1 ? a * cols + k : k * cols + a); };
+    double s = 0;
+    for (int64_t k = 0; k < len; ++k) s += log ? g.v[idx(k)] : g.v[idx(k)] * y.v[idx(k)];
+    for (int64_t k = 0; k < len; ++k) {
+      out.v[idx(k)] =
+          log ? g.v[idx(k)] - std::exp(y.v[idx(k)]) * s : y.v[idx(k)] * (g.v[idx(k)] - s);
+    }
+  }
+  return out;
+}
+
+const RegisterOpCases kNNBackwardCases({
+    nn_case(
+        "embedding_dense_backward/repeated",
+        [](DType dt) {
+          return std::vector<Tensor>{uniform({7, 3}, dt, 40), longs({2, 0, 2, 4, 2, 1, 0}, {7})};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(embedding_dense_backward(in[0], in[1], 5, -1));
+        },
+        [](const std::vector<Ref>& in) {
+          return one(ref_embedding_backward(in[0], in[1], 5, -1));
+        }),
+    nn_case(
+        "embedding_dense_backward/padding_2d_indices",
+        [](DType dt) {
+          return std::vector<Tensor>{uniform({2, 3, 4}, dt, 41), longs({2, 0, 2, 3, 2, 1}, {2, 3})};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(embedding_dense_backward(in[0], in[1], 4, 2));
+        },
+        [](const std::vector<Ref>& in) { return one(ref_embedding_backward(in[0], in[1], 4, 2)); }),
+    nn_case(
+        "nll_loss_backward/mean_weighted_ignore",
+        [](DType dt) {
+          std::vector<Tensor> v = nll_inputs(dt);
+          return std::vector<Tensor>{uniform({}, dt, 42), v[0], v[1], v[2]};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(nll_loss_backward(in[0], in[1], in[2], in[3], Reduction::Mean, -100));
+        },
+        [](const std::vector<Ref>& in) {
+          return one(ref_nll_backward(in[0], in[1], in[2], in[3], 1));
+        }),
+    nn_case(
+        "nll_loss_backward/none_weighted",
+        [](DType dt) {
+          std::vector<Tensor> v = nll_inputs(dt);
+          return std::vector<Tensor>{uniform({6}, dt, 43), v[0], v[1], v[2]};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(nll_loss_backward(in[0], in[1], in[2], in[3], Reduction::None, -100));
+        },
+        [](const std::vector<Ref>& in) {
+          return one(ref_nll_backward(in[0], in[1], in[2], in[3], 0));
+        }),
+    nn_case(
+        "_softmax_backward_data/last",
+        [](DType dt) {
+          return std::vector<Tensor>{uniform({4, 7}, dt, 44), uniform({4, 7}, dt, 45, 0, 1)};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(_softmax_backward_data(in[0], in[1], 1, in[0].dtype()));
+        },
+        [](const std::vector<Ref>& in) {
+          return one(ref_softmax_backward(in[0], in[1], 1, false));
+        }),
+    nn_case(
+        "_log_softmax_backward_data/dim0",
+        [](DType dt) {
+          return std::vector<Tensor>{uniform({5, 3}, dt, 46), uniform({5, 3}, dt, 47, -3, 0)};
+        },
+        [](const std::vector<Tensor>& in) {
+          return one(_log_softmax_backward_data(in[0], in[1], 0, in[0].dtype()));
+        },
+        [](const std::vector<Ref>& in) {
+          return one(ref_softmax_backward(in[0], in[1], 0, true));
+        }),
+});
+
 bool has(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }

@@ -200,63 +200,6 @@ Tensor masked_fill_inplace_kernel(const Tensor& self, const Tensor& mask, const 
   return masked_fill_impl("masked_fill_", self, mask, value, true);
 }
 
-// ---- allclose and equal: a device pass over the pairs, one flag read back ----
-
-void check_pair(const char* op, const Tensor& self, const Tensor& other) {
-  check_defined(self, op, "self");
-  check_defined(other, op, "other");
-  LOOM_CHECK_TYPE(self.dtype() == other.dtype(), "[", op,
-                  "] expected both tensors to have the "
-                  "same dtype but got ",
-                  self.dtype(), " and ", other.dtype());
-  LOOM_CHECK(self.device() == other.device(), "[", op,
-             "] expected both tensors on one device but "
-             "got ",
-             self.device(), " and ", other.device());
-}
-
-// True when the predicate holds for every pair of the broadcast of self and other (same dtype).
-// Synchronises the stream: the answer is a host bool.
-bool all_pairs(const char* op, const Tensor& self, const Tensor& other,
-               cuda_ops::PairPredicate pred, double rtol = 0, double atol = 0,
-               bool equal_nan = false) {
-  TensorIteratorConfig cfg;
-  cfg.op = op;
-  cfg.inputs = {self, other};
-  cfg.promote_inputs = false;
-  cfg.compute_dtype = self.dtype();
-  TensorIterator it(std::move(cfg));
-  if (it.numel() == 0) return true;
-  cuda_ops::KernelGuard guard(self);
-  cudaStream_t stream = cuda_ops::stream_of(self);
-  Tensor flag = empty_tensor({1}, kInt32, self.device());
-  LOOM_CUDA_CHECK(cudaMemsetAsync(flag.data_ptr(), 1, sizeof(int), stream), op);
-  const cuda_ops::IterArgs a = cuda_ops::make_iter_args(it);
-  cuda_ops::check_launch(cuda_ops::launch_all_pairs(pred, a, rtol, atol, equal_nan,
-                                                    static_cast<int*>(flag.data_ptr()), stream),
-                         op);
-  int host = 0;
-  LOOM_CUDA_CHECK(
-      cudaMemcpyAsync(&host, flag.data_ptr(), sizeof(int), cudaMemcpyDeviceToHost, stream), op);
-  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream), op);
-  return host != 0;
-}
-
-bool allclose_kernel(const Tensor& self, const Tensor& other, double rtol, double atol,
-                     bool equal_nan) {
-  check_pair("allclose", self, other);
-  LOOM_CHECK(rtol >= 0, "[allclose] rtol must be greater than or equal to zero but got ", rtol);
-  LOOM_CHECK(atol >= 0, "[allclose] atol must be greater than or equal to zero but got ", atol);
-  return all_pairs("allclose", self, other, cuda_ops::PairPredicate::Close, rtol, atol, equal_nan);
-}
-
-bool equal_kernel(const Tensor& self, const Tensor& other) {
-  check_pair("equal", self, other);
-  if (self.sizes() != other.sizes()) return false;
-  if (self.is_same(other) && !is_floating(self.dtype())) return true;
-  return all_pairs("equal", self, other, cuda_ops::PairPredicate::Equal);
-}
-
 }  // namespace
 
 LOOM_LIBRARY_IMPL(loom, CUDA, m) {
@@ -292,8 +235,6 @@ LOOM_LIBRARY_IMPL(loom, CUDA, m) {
   m.impl("where", where_kernel);
   m.impl("masked_fill.Scalar", masked_fill_kernel);
   m.impl("masked_fill_.Scalar", masked_fill_inplace_kernel);
-  m.impl("allclose", allclose_kernel);
-  m.impl("equal", equal_kernel);
 }
 
 }  // namespace loom

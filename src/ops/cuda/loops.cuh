@@ -302,39 +302,71 @@ cudaError_t gpu_elementwise(const IterArgs& a, const F& f, cudaStream_t stream) 
 
 }  // namespace loom::cuda_ops
 
-// LOOM_CUDA_DISPATCH_*(code, [&] { ... }) runs the lambda with scalar_t bound to the device storage
-// type of a ScalarCode; the lambda returns a cudaError_t (a launcher's result), and a code outside
-// the macro's set gives cudaErrorInvalidValue (the host side refuses those dtypes first).
-#define LOOM_CUDA_CASE(code, type, ...)      \
-  case ::loom::cuda_ops::ScalarCode::code: { \
-    using scalar_t = type;                   \
-    return __VA_ARGS__();                    \
+// Dtype dispatch: LOOM_CUDA_DISPATCH_*(code, [&] { ... }) runs the lambda with scalar_t bound to the
+// device storage type of a ScalarCode and returns its result; a code outside the list returns
+// cudaErrorInvalidValue where the result is a cudaError_t (a launcher's), else a value-initialised
+// result (the host side refuses those dtypes first). A function, not a switch in the macro: C++17
+// allows no lambda inside the decltype a macro would need for the fallback.
+namespace loom::cuda_ops {
+template <class R>
+R unhandled_dtype() {
+  if constexpr (std::is_same_v<R, cudaError_t>) {
+    return cudaErrorInvalidValue;
+  } else {
+    return R();
   }
-#define LOOM_CUDA_DISPATCH_ALL(code, ...)                  \
-  [&]() -> cudaError_t {                                   \
-    switch (code) {                                        \
-      LOOM_CUDA_CASE(Bool, bool, __VA_ARGS__)              \
-      LOOM_CUDA_CASE(UInt8, uint8_t, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Int8, int8_t, __VA_ARGS__)            \
-      LOOM_CUDA_CASE(Int16, int16_t, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Int32, int32_t, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Int64, int64_t, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
-      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
-      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)         \
-    }                                                      \
-    return cudaErrorInvalidValue;                          \
-  }()
-#define LOOM_CUDA_DISPATCH_FLOAT(code, ...)                \
-  [&]() -> cudaError_t {                                   \
-    switch (code) {                                        \
-      LOOM_CUDA_CASE(Float16, __half, __VA_ARGS__)         \
-      LOOM_CUDA_CASE(BFloat16, __nv_bfloat16, __VA_ARGS__) \
-      LOOM_CUDA_CASE(Float32, float, __VA_ARGS__)          \
-      LOOM_CUDA_CASE(Float64, double, __VA_ARGS__)         \
-      default:                                             \
-        break;                                             \
-    }                                                      \
-    return cudaErrorInvalidValue;                          \
-  }()
+}
+template <class F>
+auto dispatch_all_types(ScalarCode code, const F& f) {
+  switch (code) {
+    case ScalarCode::Bool:
+      return f(TypeTag<bool>{});
+    case ScalarCode::UInt8:
+      return f(TypeTag<uint8_t>{});
+    case ScalarCode::Int8:
+      return f(TypeTag<int8_t>{});
+    case ScalarCode::Int16:
+      return f(TypeTag<int16_t>{});
+    case ScalarCode::Int32:
+      return f(TypeTag<int32_t>{});
+    case ScalarCode::Int64:
+      return f(TypeTag<int64_t>{});
+    case ScalarCode::Float16:
+      return f(TypeTag<__half>{});
+    case ScalarCode::BFloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case ScalarCode::Float32:
+      return f(TypeTag<float>{});
+    case ScalarCode::Float64:
+      return f(TypeTag<double>{});
+  }
+  return unhandled_dtype<decltype(f(TypeTag<float>{}))>();
+}
+template <class F>
+auto dispatch_float_types(ScalarCode code, const F& f) {
+  switch (code) {
+    case ScalarCode::Float16:
+      return f(TypeTag<__half>{});
+    case ScalarCode::BFloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case ScalarCode::Float32:
+      return f(TypeTag<float>{});
+    case ScalarCode::Float64:
+      return f(TypeTag<double>{});
+    default:
+      break;
+  }
+  return unhandled_dtype<decltype(f(TypeTag<float>{}))>();
+}
+}  // namespace loom::cuda_ops
+
+#define LOOM_CUDA_DISPATCH_ALL(code, ...)                                    \
+  ::loom::cuda_ops::dispatch_all_types((code), [&](auto loom_dispatch_tag) { \
+    using scalar_t = typename decltype(loom_dispatch_tag)::type;             \
+    return __VA_ARGS__();                                                    \
+  })
+#define LOOM_CUDA_DISPATCH_FLOAT(code, ...)                                    \
+  ::loom::cuda_ops::dispatch_float_types((code), [&](auto loom_dispatch_tag) { \
+    using scalar_t = typename decltype(loom_dispatch_tag)::type;               \
+    return __VA_ARGS__();                                                      \
+  })

@@ -1,0 +1,237 @@
+// CUDA kernels of softmax, log_softmax and their backwards along one dim of a contiguous
+// [outer, d, inner] tensor.
+//
+// Note [Device softmax]
+//   Rows (inner == 1): threadIdx.x of a block row walks one row of d elements keeping an online
+//   (max, sum of exp(x - max)) pair, rescaling the sum when the max grows; the pairs are combined
+//   across the row's threads (warp shuffles, then shared memory), and a second pass writes
+//   exp(x - max) / sum (softmax) or (x - max) - log(sum) (log_softmax). A row of up to 1024
+//   elements takes one warp (8 rows per block), longer rows 128 or 512 threads.
+//   Columns (inner > 1): each block owns 32 adjacent columns, its 16 thread rows share the d
+//   elements of each column, and the pairs meet in shared memory in a fixed order.
+//   The CPU's special values are kept: a NaN, or a +inf, anywhere in a row makes the row NaN, and a
+//   row whose max is -inf gives NaN. 16-bit floats compute in float.
+#include <limits>
+
+#include "ops/cuda/block_reduce.cuh"
+#include "ops/cuda/loops.cuh"
+#include "ops/cuda/softmax_kernels.h"
+
+namespace loom::cuda_ops {
+namespace {
+
+template <class V>
+struct MaxSum {
+  V m, s;
+};
+
+template <class V>
+__device__ __forceinline__ V inf_v() {
+  return std::numeric_limits<V>::infinity();
+}
+
+template <class V>
+__device__ __forceinline__ MaxSum<V> online_step(MaxSum<V> a, V x) {
+  if (x == -inf_v<V>()) return a;  // exp(-inf - max) adds nothing
+  if (x > a.m) return {x, a.s * exp(a.m - x) + V(1)};
+  a.s += exp(x - a.m);  // NaN x makes the sum NaN
+  return a;
+}
+
+template <class V>
+__device__ __forceinline__ MaxSum<V> online_combine(MaxSum<V> a, MaxSum<V> b) {
+  if (b.m == -inf_v<V>()) return a;
+  if (a.m == -inf_v<V>()) return b;
+  if (a.m >= b.m) return {a.m, a.s + b.s * exp(b.m - a.m)};
+  return {b.m, b.s + a.s * exp(a.m - b.m)};
+}
+
+// The per-row constants of the output pass: y = exp(x - m) * inv_s, or (x - m) - log_s.
+template <class V>
+__device__ __forceinline__ MaxSum<V> finish_stats(MaxSum<V> a, bool log) {
+  // +inf anywhere: exp(inf - inf) is NaN on the CPU, so the whole row is NaN.
+  if (a.m == inf_v<V>()) a.s = std::numeric_limits<V>::quiet_NaN();
+  return {a.m, log ? V(::log(a.s)) : V(1) / a.s};
+}
+
+template <class T, class V>
+__device__ __forceinline__ T softmax_value(V x, const MaxSum<V>& st, bool log) {
+  return convert<T>(log ? (x - st.m) - st.s : exp(x - st.m) * st.s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(512)
+    softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t d, bool log) {
+  using V = opmath_t<T>;
+  LOOM_SHARED_ARRAY(MaxSum<V>, smem, 32);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const T* xr = x + (row < rows ? row : 0) * d;
+  MaxSum<V> st{-inf_v<V>(), V(0)};
+  if (row < rows) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      st = online_step(st, convert<V>(xr[j]));
+    }
+  }
+  const auto combine = [](const MaxSum<V>& a, const MaxSum<V>& b) { return online_combine(a, b); };
+  st = block_reduce_x(st, combine, MaxSum<V>{-inf_v<V>(), V(0)}, smem);
+  // Thread 0 of each row holds the row's pair: hand it to the others.
+  if (threadIdx.x == 0) smem[threadIdx.y] = finish_stats(st, log);
+  __syncthreads();
+  if (row >= rows) return;
+  const MaxSum<V> fin = smem[threadIdx.y];
+  T* yr = y + row * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    yr[j] = softmax_value<T>(convert<V>(xr[j]), fin, log);
+  }
+}
+
+constexpr int kColRows = 16;  // thread rows per column block
+
+template <class T>
+__global__ void __launch_bounds__(32 * kColRows)
+    softmax_cols_kernel(const T* x, T* y, int64_t outer, int64_t d, int64_t inner, bool log) {
+  using V = opmath_t<T>;
+  LOOM_SHARED_ARRAY(MaxSum<V>, smem, 32 * kColRows);
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const bool valid = col < outer * inner;
+  const int64_t base = valid ? (col / inner) * d * inner + col % inner : 0;
+  MaxSum<V> st{-inf_v<V>(), V(0)};
+  if (valid) {
+    for (int64_t k = threadIdx.y; k < d; k += kColRows) {
+      st = online_step(st, convert<V>(x[base + k * inner]));
+    }
+  }
+  const int slot = threadIdx.y * 32 + threadIdx.x;
+  smem[slot] = st;
+  __syncthreads();
+#pragma unroll
+  for (int s = kColRows / 2; s > 0; s >>= 1) {
+    if (static_cast<int>(threadIdx.y) < s)
+      smem[slot] = online_combine(smem[slot], smem[slot + s * 32]);
+    __syncthreads();
+  }
+  if (!valid) return;
+  const MaxSum<V> fin = finish_stats(smem[threadIdx.x], log);
+  for (int64_t k = threadIdx.y; k < d; k += kColRows) {
+    y[base + k * inner] = softmax_value<T>(convert<V>(x[base + k * inner]), fin, log);
+  }
+}
+
+// ---- backward: s = sum(g * y) (softmax) or sum(g) (log_softmax) along the dim ----
+
+template <class V>
+__device__ __forceinline__ V backward_term(V g, V y, bool log) {
+  return log ? g : g * y;
+}
+template <class T, class V>
+__device__ __forceinline__ T backward_value(V g, V y, V s, bool log) {
+  return convert<T>(log ? g - exp(y) * s : y * (g - s));
+}
+
+template <class T>
+__global__ void __launch_bounds__(512)
+    softmax_backward_rows_kernel(const T* g, const T* y, T* out, int64_t rows, int64_t d,
+                                 bool log) {
+  using V = opmath_t<T>;
+  LOOM_SHARED_ARRAY(V, smem, 32);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  const int64_t off = (row < rows ? row : 0) * d;
+  V s = 0;
+  if (row < rows) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      s += backward_term(convert<V>(g[off + j]), convert<V>(y[off + j]), log);
+    }
+  }
+  s = block_reduce_x(
+      s, [](V a, V b) { return a + b; }, V(0), smem);
+  if (threadIdx.x == 0) smem[threadIdx.y] = s;
+  __syncthreads();
+  if (row >= rows) return;
+  s = smem[threadIdx.y];
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+    out[off + j] = backward_value<T>(convert<V>(g[off + j]), convert<V>(y[off + j]), s, log);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(32 * kColRows)
+    softmax_backward_cols_kernel(const T* g, const T* y, T* out, int64_t outer, int64_t d,
+                                 int64_t inner, bool log) {
+  using V = opmath_t<T>;
+  LOOM_SHARED_ARRAY(V, smem, 32 * kColRows);
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const bool valid = col < outer * inner;
+  const int64_t base = valid ? (col / inner) * d * inner + col % inner : 0;
+  V s = 0;
+  if (valid) {
+    for (int64_t k = threadIdx.y; k < d; k += kColRows) {
+      const int64_t i = base + k * inner;
+      s += backward_term(convert<V>(g[i]), convert<V>(y[i]), log);
+    }
+  }
+  const int slot = threadIdx.y * 32 + threadIdx.x;
+  smem[slot] = s;
+  __syncthreads();
+#pragma unroll
+  for (int h = kColRows / 2; h > 0; h >>= 1) {
+    if (static_cast<int>(threadIdx.y) < h) smem[slot] += smem[slot + h * 32];
+    __syncthreads();
+  }
+  if (!valid) return;
+  s = smem[threadIdx.x];
+  for (int64_t k = threadIdx.y; k < d; k += kColRows) {
+    const int64_t i = base + k * inner;
+    out[i] = backward_value<T>(convert<V>(g[i]), convert<V>(y[i]), s, log);
+  }
+}
+
+// Block shape for rows of d elements: (threads per row, rows per block).
+dim3 row_block(int64_t d) {
+  const int tx = d <= 1024 ? 32 : (d <= 4096 ? 128 : 512);
+  return dim3(tx, tx == 512 ? 1 : 256 / tx);
+}
+
+}  // namespace
+
+cudaError_t launch_softmax(ScalarCode dt, bool log, const void* x, void* y, int64_t outer,
+                           int64_t d, int64_t inner, cudaStream_t stream) {
+  if (outer * d * inner == 0) return cudaSuccess;
+  return LOOM_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    if (inner == 1) {
+      const dim3 block = row_block(d);
+      const auto blocks = static_cast<unsigned>((outer + block.y - 1) / block.y);
+      softmax_rows_kernel<T><<<blocks, block, 0, stream>>>(static_cast<const T*>(x),
+                                                           static_cast<T*>(y), outer, d, log);
+    } else {
+      const auto blocks = static_cast<unsigned>((outer * inner + 31) / 32);
+      softmax_cols_kernel<T><<<blocks, dim3(32, kColRows), 0, stream>>>(
+          static_cast<const T*>(x), static_cast<T*>(y), outer, d, inner, log);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_softmax_backward(ScalarCode dt, bool log, const void* g, const void* y,
+                                    void* grad_input, int64_t outer, int64_t d, int64_t inner,
+                                    cudaStream_t stream) {
+  if (outer * d * inner == 0) return cudaSuccess;
+  return LOOM_CUDA_DISPATCH_FLOAT(dt, [&] {
+    using T = scalar_t;
+    const T* gp = static_cast<const T*>(g);
+    const T* yp = static_cast<const T*>(y);
+    T* op = static_cast<T*>(grad_input);
+    if (inner == 1) {
+      const dim3 block = row_block(d);
+      const auto blocks = static_cast<unsigned>((outer + block.y - 1) / block.y);
+      softmax_backward_rows_kernel<T><<<blocks, block, 0, stream>>>(gp, yp, op, outer, d, log);
+    } else {
+      const auto blocks = static_cast<unsigned>((outer * inner + 31) / 32);
+      softmax_backward_cols_kernel<T>
+          <<<blocks, dim3(32, kColRows), 0, stream>>>(gp, yp, op, outer, d, inner, log);
+    }
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace loom::cuda_ops
