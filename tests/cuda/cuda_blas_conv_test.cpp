@@ -9,6 +9,7 @@
 
 #include "loom/config.h"
 #include "loom/cuda.h"
+#include "loom/dispatch.h"
 #include "loom/ops.h"
 #include "loom/tensor.h"
 
@@ -267,6 +268,239 @@ TEST(CudaGemm, ShapeErrorsAreTheCpus) {
   EXPECT_THROW(mm(ones({2, 2}, TensorOptions(kBool)).to(kCuda),
                   ones({2, 2}, TensorOptions(kBool)).to(kCuda)),
                TypeError);
+}
+
+// ---------------------------------------------------------------- convolution (cuDNN)
+
+struct ConvConfig {
+  std::vector<int64_t> input, weight;
+  std::vector<int64_t> stride, padding, dilation;
+  int64_t groups;
+  bool bias;
+};
+
+std::vector<ConvConfig> conv_configs() {
+  return {
+      {{2, 3, 9, 11}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
+      {{2, 4, 10, 10}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2, true},     // groups
+      {{1, 6, 12, 9}, {6, 1, 3, 2}, {2, 1}, {0, 2}, {2, 1}, 6, false},     // depthwise, dilation
+      {{3, 8, 7, 7}, {16, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},      // pointwise
+      {{2, 5, 17, 13}, {7, 5, 5, 5}, {3, 2}, {2, 1}, {1, 2}, 1, true},     // uneven output
+      {{3, 9, 8}, {4, 3, 2, 2}, {1, 1}, {1, 0}, {1, 1}, 1, true},          // unbatched
+      {{4, 32, 16, 16}, {64, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},  // a real layer
+  };
+}
+
+std::string conv_name(const ConvConfig& c, DType dt) {
+  std::string s = std::string(dtype_name(dt)) + " input [";
+  for (int64_t v : c.input) s += std::to_string(v) + " ";
+  s += "] weight [";
+  for (int64_t v : c.weight) s += std::to_string(v) + " ";
+  return s + "] groups " + std::to_string(c.groups);
+}
+
+// Tolerance for a sum over `terms` unit-scale products.
+Tol conv_tol(DType dt, int64_t terms, bool tf32 = false) {
+  return gemm_tol(dt, terms, tf32);
+}
+
+void check_conv(DType dt, bool tf32) {
+  Tf32Scope scope(tf32);
+  for (const ConvConfig& c : conv_configs()) {
+    const Tensor x = rand_t(c.input, dt), w = rand_t(c.weight, dt);
+    const std::optional<Tensor> b =
+        c.bias ? std::optional<Tensor>(rand_t({c.weight[0]}, dt)) : std::nullopt;
+    const std::optional<Tensor> db = b ? std::optional<Tensor>(b->to(kCuda)) : std::nullopt;
+    const std::string n = conv_name(c, dt);
+    const Tensor want = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+    const Tensor got =
+        conv2d(x.to(kCuda), w.to(kCuda), db, c.stride, c.padding, c.dilation, c.groups);
+    EXPECT_TRUE(got.is_cuda()) << n;
+    const int64_t k = c.weight[1] * c.weight[2] * c.weight[3];
+    const Tol t = conv_tol(dt, k, tf32);
+    expect_close(got, want, t.rtol, t.atol, "conv2d " + n);
+
+    const Tensor go = rand_t(want.sizes().vec(), dt);
+    const auto [gi, gw, gb] = convolution_backward(go, x, w, c.stride, c.padding, c.dilation,
+                                                   c.groups, {true, true, c.bias});
+    const auto [dgi, dgw, dgb] =
+        convolution_backward(go.to(kCuda), x.to(kCuda), w.to(kCuda), c.stride, c.padding,
+                             c.dilation, c.groups, {true, true, c.bias});
+    const Tol ti = conv_tol(dt, c.weight[0] / c.groups * c.weight[2] * c.weight[3], tf32);
+    expect_close(dgi, gi, ti.rtol, ti.atol, "grad_input " + n);
+    const int64_t spatial = want.numel() / (want.dim() == 4 ? want.size(1) : want.size(0));
+    const Tol tw = conv_tol(dt, spatial, tf32);
+    expect_close(dgw, gw, tw.rtol, tw.atol, "grad_weight " + n);
+    if (c.bias) {
+      expect_close(dgb, gb, tw.rtol, tw.atol, "grad_bias " + n);
+    } else {
+      EXPECT_FALSE(dgb.defined()) << n;
+    }
+  }
+}
+
+TEST(CudaConv, Float32MatchesCpuWithoutTf32) {
+  REQUIRE_GPU();
+  check_conv(kFloat32, false);
+}
+
+TEST(CudaConv, Float32WithTf32IsClose) {
+  REQUIRE_GPU();
+  check_conv(kFloat32, true);
+}
+
+TEST(CudaConv, Float64MatchesCpu) {
+  REQUIRE_GPU();
+  check_conv(kFloat64, false);
+}
+
+TEST(CudaConv, ReducedFloatsAreClose) {
+  REQUIRE_GPU();
+  check_conv(kFloat16, false);
+  check_conv(kBFloat16, false);
+}
+
+TEST(CudaConv, StridedInputsAndMasksAndEmptyBatches) {
+  REQUIRE_GPU();
+  Tf32Scope scope(false);
+  // A channels-sliced input (non-contiguous): made contiguous before cuDNN.
+  const Tensor big = rand_t({2, 6, 8, 8}), w = rand_t({3, 3, 3, 3});
+  const Tensor x = big.slice(1, 0, std::nullopt, 2);
+  const Tol t = conv_tol(kFloat32, 27);
+  expect_close(conv2d(big.to(kCuda).slice(1, 0, std::nullopt, 2), w.to(kCuda)), conv2d(x, w),
+               t.rtol, t.atol, "strided input");
+  // Only grad_weight asked for.
+  const Tensor go = rand_t({2, 3, 6, 6});
+  const auto [gi, gw, gb] = convolution_backward(go.to(kCuda), x.to(kCuda), w.to(kCuda), {1, 1},
+                                                 {0, 0}, {1, 1}, 1, {false, true, false});
+  EXPECT_FALSE(gi.defined());
+  EXPECT_FALSE(gb.defined());
+  const auto cpu = convolution_backward(go, x, w, {1, 1}, {0, 0}, {1, 1}, 1, {false, true, false});
+  const Tol tw = conv_tol(kFloat32, 72);
+  expect_close(gw, std::get<1>(cpu), tw.rtol, tw.atol, "grad_weight only");
+  // An empty batch: an empty output; zero weight and bias gradients.
+  const Tensor e = empty_tensor({0, 3, 5, 5}, kFloat32, kCuda);
+  const Tensor wd = w.to(kCuda), bd = rand_t({3}).to(kCuda);
+  const Tensor out = conv2d(e, wd, bd);
+  EXPECT_EQ(out.sizes(), IntArrayRef({0, 3, 3, 3}));
+  const auto [egi, egw, egb] =
+      convolution_backward(empty_tensor({0, 3, 3, 3}, kFloat32, kCuda), e, wd, {1, 1}, {0, 0},
+                           {1, 1}, 1, {true, true, true});
+  EXPECT_EQ(egi.sizes(), IntArrayRef({0, 3, 5, 5}));
+  EXPECT_TRUE(equal(egw.to(kCPU), zeros({3, 3, 3, 3})));
+  EXPECT_TRUE(equal(egb.to(kCPU), zeros({3})));
+}
+
+TEST(CudaConv, ShapeErrorsAreTheCpus) {
+  REQUIRE_GPU();
+  const Tensor x = rand_t({1, 4, 5, 5}).to(kCuda);
+  EXPECT_THROW(conv2d(x, rand_t({2, 3, 3, 3}).to(kCuda)), ValueError);  // channels
+  EXPECT_THROW(conv2d(x, rand_t({2, 4, 7, 7}).to(kCuda)), ValueError);  // kernel > input
+  EXPECT_THROW(conv2d(x, rand_t({3, 2, 3, 3}).to(kCuda), std::nullopt, {1, 1}, {0, 0}, {1, 1}, 2),
+               ValueError);  // out_channels % groups
+  EXPECT_THROW(conv2d(x, rand_t({2, 4, 3, 3}, kFloat64).to(kCuda)), TypeError);
+}
+
+// ---------------------------------------------------------------- pooling
+
+struct PoolConfig {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> kernel, stride, padding, dilation;
+  bool ceil_mode;
+};
+
+std::vector<PoolConfig> pool_configs() {
+  return {
+      {{2, 3, 8, 8}, {2, 2}, {}, {0, 0}, {1, 1}, false},
+      {{2, 2, 9, 7}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+      {{1, 2, 6, 7}, {3, 2}, {2, 2}, {1, 0}, {1, 1}, true},
+      {{1, 3, 11, 10}, {3, 2}, {1, 2}, {1, 1}, {2, 2}, true},  // dilation
+      {{3, 5, 5}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false},      // unbatched, overlapping
+      {{2, 4, 33, 31}, {5, 3}, {3, 2}, {2, 1}, {1, 1}, true},
+  };
+}
+
+// Values with ties (integers in a small range), a -inf and a NaN, in dtype dt.
+Tensor pool_input(const std::vector<int64_t>& shape, DType dt, bool specials) {
+  Tensor t = randint(-3, 4, shape).to(kFloat64);
+  if (specials && t.numel() > 10) {
+    double* p = t.data_ptr<double>();
+    p[3] = -INFINITY;
+    p[7] = NAN;
+  }
+  return t.to(dt);
+}
+
+TEST(CudaPool, MaxPoolValuesAndIndicesAreTheCpus) {
+  REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8}) {
+    for (const PoolConfig& c : pool_configs()) {
+      const Tensor x = pool_input(c.shape, dt, is_floating(dt));
+      const auto [v, i] =
+          max_pool2d_with_indices(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode);
+      const auto [dv, di] = max_pool2d_with_indices(x.to(kCuda), c.kernel, c.stride, c.padding,
+                                                    c.dilation, c.ceil_mode);
+      ASSERT_TRUE(dv.is_cuda() && di.is_cuda());
+      EXPECT_TRUE(equal(di.to(kCPU), i)) << dtype_name(dt) << " indices";
+      expect_close(dv, v, 0, 0, std::string("max_pool2d values ") + dtype_name(dt));
+      if (!is_floating(dt)) continue;
+      const Tensor go = rand_t(v.sizes().vec(), dt);
+      const Tensor gi = max_pool2d_with_indices_backward(go, x, c.kernel, c.stride, c.padding,
+                                                         c.dilation, c.ceil_mode, i);
+      const Tensor dgi = max_pool2d_with_indices_backward(
+          go.to(kCuda), x.to(kCuda), c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode, di);
+      // The same gradients added in the same order (Note [CUDA pooling loops]).
+      expect_close(dgi, gi, 0, 0, std::string("max_pool2d backward ") + dtype_name(dt));
+    }
+  }
+}
+
+TEST(CudaPool, AvgPoolMatchesCpu) {
+  REQUIRE_GPU();
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64}) {
+    for (const PoolConfig& c : pool_configs()) {
+      if (c.dilation[0] != 1 || c.dilation[1] != 1) continue;  // avg_pool2d has no dilation
+      for (bool include_pad : {true, false}) {
+        for (std::optional<int64_t> divisor :
+             {std::optional<int64_t>(), std::optional<int64_t>(3)}) {
+          const std::string n = std::string(dtype_name(dt)) + (include_pad ? " incl" : " excl") +
+                                (divisor ? " divisor 3" : "");
+          const Tensor x = is_floating(dt) ? rand_t(c.shape, dt) : pool_input(c.shape, dt, false);
+          // Through the dispatcher by name: the public avg_pool2d has no divisor_override.
+          auto run = [&](const Tensor& in) {
+            using Sig = Tensor(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef, bool, bool,
+                               std::optional<int64_t>);
+            return Dispatcher::singleton()
+                .find_typed<Sig>("loom::avg_pool2d")
+                .call(in, c.kernel, c.stride, c.padding, c.ceil_mode, include_pad, divisor);
+          };
+          const Tensor want = run(x);
+          const double tol = is_floating(dt) && dt != kFloat64 ? 1e-6 : 0;
+          expect_close(run(x.to(kCuda)), want, tol, tol, "avg_pool2d " + n);
+          if (!is_floating(dt)) continue;
+          const Tensor go = rand_t(want.sizes().vec(), dt);
+          const Tensor gi = avg_pool2d_backward(go, x, c.kernel, c.stride, c.padding, c.ceil_mode,
+                                                include_pad, divisor);
+          const Tensor dgi = avg_pool2d_backward(go.to(kCuda), x.to(kCuda), c.kernel, c.stride,
+                                                 c.padding, c.ceil_mode, include_pad, divisor);
+          expect_close(dgi, gi, tol, tol, "avg_pool2d backward " + n);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPool, ShapeErrorsAndEmptyInputsAreTheCpus) {
+  REQUIRE_GPU();
+  const Tensor x = rand_t({1, 2, 4, 4}).to(kCuda);
+  EXPECT_THROW(max_pool2d(x, {5, 5}), ValueError);
+  EXPECT_THROW(max_pool2d(x, {2, 2}, {0, 1}), ValueError);
+  EXPECT_THROW(max_pool2d(ones({2, 4, 4}, TensorOptions(kBool)).to(kCuda), {2, 2}), TypeError);
+  const auto [v, i] = max_pool2d_with_indices(empty_tensor({0, 2, 4, 4}, kFloat32, kCuda), {2, 2});
+  EXPECT_EQ(v.sizes(), IntArrayRef({0, 2, 2, 2}));
+  EXPECT_EQ(i.dtype(), kInt64);
+  EXPECT_EQ(avg_pool2d(empty_tensor({0, 2, 4, 4}, kFloat32, kCuda), {2, 2}).sizes(),
+            IntArrayRef({0, 2, 2, 2}));
 }
 
 }  // namespace
