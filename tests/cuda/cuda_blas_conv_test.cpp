@@ -48,7 +48,8 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, double ato
   size_t worst_at = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     const double err = std::abs(g[i] - w[i]);
-    const bool ok = err <= atol + rtol * std::abs(w[i]) || (std::isnan(g[i]) && std::isnan(w[i]));
+    const bool ok = g[i] == w[i] || err <= atol + rtol * std::abs(w[i]) ||
+                    (std::isnan(g[i]) && std::isnan(w[i]));
     if (!ok) {
       ++bad;
       if (err > worst) worst = err, worst_at = i;
@@ -72,6 +73,25 @@ Tol gemm_tol(DType dt, int64_t k, bool tf32 = false) {
   if (dt == kFloat64) return {1e-12, 1e-12 * s};
   if (dt == kFloat32) return tf32 ? Tol{5e-3, 5e-3 * s} : Tol{1e-5, 2e-6 * s};
   return {2e-2, 1e-2 * s};  // float16 / bfloat16: one rounding of a float32 sum, plus inputs
+}
+
+// The kind of loom error `f` throws ("ValueError", ...), or "none".
+template <class F>
+std::string error_kind(const F& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.kind();
+  }
+  return "none";
+}
+
+// Expects f(kCuda) to fail as f(kCPU) does (the same shape functions run on both).
+template <class F>
+void expect_cpu_error(const F& f, const std::string& what) {
+  const std::string cpu = error_kind([&] { f(kCPU); });
+  EXPECT_NE(cpu, "none") << what << ": the CPU accepts it";
+  EXPECT_EQ(error_kind([&] { f(kCuda); }), cpu) << what;
 }
 
 // ---------------------------------------------------------------- settings (no GPU needed)
@@ -260,14 +280,27 @@ TEST(CudaGemm, EmptyProductsFollowTheCpu) {
 
 TEST(CudaGemm, ShapeErrorsAreTheCpus) {
   REQUIRE_GPU();
-  const Tensor a = rand_t({2, 3}).to(kCuda), b = rand_t({4, 5}).to(kCuda);
-  EXPECT_THROW(mm(a, b), ValueError);
-  EXPECT_THROW(bmm(rand_t({2, 3, 4}).to(kCuda), rand_t({3, 4, 5}).to(kCuda)), ValueError);
-  EXPECT_THROW(mm(a, rand_t({3, 2}, kFloat64).to(kCuda)), TypeError);
-  EXPECT_THROW(mm(a, rand_t({3, 2})), ValueError);  // one on the CPU
-  EXPECT_THROW(mm(ones({2, 2}, TensorOptions(kBool)).to(kCuda),
-                  ones({2, 2}, TensorOptions(kBool)).to(kCuda)),
-               TypeError);
+  const Tensor a = rand_t({2, 3}), b = rand_t({4, 5});
+  expect_cpu_error([&](Device d) { mm(a.to(d), b.to(d)); }, "mm mismatch");
+  expect_cpu_error(
+      [&](Device d) {
+        bmm(rand_t({2, 3, 4}).to(d), rand_t({3, 4, 5}).to(d));
+      },
+      "bmm batch");
+  expect_cpu_error([&](Device d) { mm(a.to(d), rand_t({3, 2}, kFloat64).to(d)); }, "mm dtypes");
+  expect_cpu_error(
+      [&](Device d) {
+        const Tensor t = ones({2, 2}, TensorOptions(kBool)).to(d);
+        mm(t, t);
+      },
+      "mm bool");
+  expect_cpu_error(
+      [&](Device d) {
+        const Tensor t = ones({2, 2}, TensorOptions(kInt32)).to(d);
+        addmm(t, t, t, 1.5, 1);
+      },
+      "addmm integer with a floating beta");
+  EXPECT_THROW(mm(a.to(kCuda), rand_t({3, 2})), ValueError);  // one on the CPU
 }
 
 // ---------------------------------------------------------------- convolution (cuDNN)
@@ -299,8 +332,12 @@ std::string conv_name(const ConvConfig& c, DType dt) {
   return s + "] groups " + std::to_string(c.groups);
 }
 
-// Tolerance for a sum over `terms` unit-scale products.
+// Tolerance for a sum over `terms` unit-scale products. cuDNN may pick Winograd or FFT algorithms,
+// whose float32 rounding differs more from the CPU's im2col + gemm than a gemm's does.
 Tol conv_tol(DType dt, int64_t terms, bool tf32 = false) {
+  const double s = std::sqrt(static_cast<double>(std::max<int64_t>(terms, 1)));
+  if (dt == kFloat32 && !tf32) return {1e-4, 1e-5 * s};
+  if (dt == kFloat64) return {1e-10, 1e-10 * s};
   return gemm_tol(dt, terms, tf32);
 }
 
@@ -393,12 +430,29 @@ TEST(CudaConv, StridedInputsAndMasksAndEmptyBatches) {
 
 TEST(CudaConv, ShapeErrorsAreTheCpus) {
   REQUIRE_GPU();
-  const Tensor x = rand_t({1, 4, 5, 5}).to(kCuda);
-  EXPECT_THROW(conv2d(x, rand_t({2, 3, 3, 3}).to(kCuda)), ValueError);  // channels
-  EXPECT_THROW(conv2d(x, rand_t({2, 4, 7, 7}).to(kCuda)), ValueError);  // kernel > input
-  EXPECT_THROW(conv2d(x, rand_t({3, 2, 3, 3}).to(kCuda), std::nullopt, {1, 1}, {0, 0}, {1, 1}, 2),
-               ValueError);  // out_channels % groups
-  EXPECT_THROW(conv2d(x, rand_t({2, 4, 3, 3}, kFloat64).to(kCuda)), TypeError);
+  const Tensor x = rand_t({1, 4, 5, 5});
+  expect_cpu_error([&](Device d) { conv2d(x.to(d), rand_t({2, 3, 3, 3}).to(d)); }, "channels");
+  expect_cpu_error(
+      [&](Device d) {
+        conv2d(x.to(d), rand_t({2, 4, 7, 7}).to(d));
+      },
+      "kernel larger than the input");
+  expect_cpu_error(
+      [&](Device d) {
+        conv2d(x.to(d), rand_t({3, 2, 3, 3}).to(d), std::nullopt, {1, 1}, {0, 0}, {1, 1}, 2);
+      },
+      "out_channels not divisible by groups");
+  expect_cpu_error(
+      [&](Device d) {
+        conv2d(x.to(d), rand_t({2, 4, 3, 3}, kFloat64).to(d));
+      },
+      "dtypes");
+  expect_cpu_error(
+      [&](Device d) {
+        convolution_backward(rand_t({1, 2, 2, 2}).to(d), x.to(d), rand_t({2, 4, 3, 3}).to(d),
+                             {1, 1}, {0, 0}, {1, 1}, 1, {true, true, true});
+      },
+      "grad_output shape");
 }
 
 // ---------------------------------------------------------------- pooling
@@ -492,10 +546,25 @@ TEST(CudaPool, AvgPoolMatchesCpu) {
 
 TEST(CudaPool, ShapeErrorsAndEmptyInputsAreTheCpus) {
   REQUIRE_GPU();
-  const Tensor x = rand_t({1, 2, 4, 4}).to(kCuda);
-  EXPECT_THROW(max_pool2d(x, {5, 5}), ValueError);
-  EXPECT_THROW(max_pool2d(x, {2, 2}, {0, 1}), ValueError);
-  EXPECT_THROW(max_pool2d(ones({2, 4, 4}, TensorOptions(kBool)).to(kCuda), {2, 2}), TypeError);
+  const Tensor x = rand_t({1, 2, 4, 4});
+  expect_cpu_error([&](Device d) { max_pool2d(x.to(d), {5, 5}); }, "kernel larger than input");
+  expect_cpu_error([&](Device d) { max_pool2d(x.to(d), {2, 2}, {0, 1}); }, "zero stride");
+  expect_cpu_error(
+      [&](Device d) {
+        avg_pool2d(x.to(d), {2, 2}, {}, {2, 2});
+      },
+      "padding over half the kernel");
+  expect_cpu_error(
+      [&](Device d) {
+        max_pool2d(ones({2, 4, 4}, TensorOptions(kBool)).to(d), {2, 2});
+      },
+      "bool");
+  expect_cpu_error(
+      [&](Device d) {
+        avg_pool2d_backward(rand_t({1, 2, 3, 3}).to(d), x.to(d), {2, 2}, {2, 2}, {0, 0}, false,
+                            true);
+      },
+      "grad_output shape");
   const auto [v, i] = max_pool2d_with_indices(empty_tensor({0, 2, 4, 4}, kFloat32, kCuda), {2, 2});
   EXPECT_EQ(v.sizes(), IntArrayRef({0, 2, 2, 2}));
   EXPECT_EQ(i.dtype(), kInt64);

@@ -45,10 +45,11 @@ struct GemmArgs {
 // Whether cuBLASLt takes `dtype` (else the caller uses the plain loop).
 bool lt_supports(DType dtype);
 
-// Queues the product on `device`'s current stream. Returns false, having queued nothing, only when
-// an epilogue was asked for and no algorithm has it for this problem (the caller then adds the
-// bias itself). ValueError naming `op` for sizes beyond cuBLASLt's; DeviceError naming the failed
-// call and `op` when cuBLASLt refuses or fails.
+// Queues the product on `device`'s current stream and returns true; returns false, having queued
+// nothing, when cuBLASLt has no algorithm for this problem (an epilogue some configurations lack,
+// or operands whose alignment or leading dimensions no kernel takes): the caller then adds the
+// bias itself or runs its own loop. ValueError naming `op` for sizes beyond cuBLASLt's; DeviceError
+// naming the failed call and `op` when cuBLASLt fails.
 bool gemm(const GemmArgs& args, Device device, const char* op);
 
 }  // namespace loom::cuda_ops

@@ -139,7 +139,12 @@ void product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha, const S
     g.bias = nullptr;
   }
   g.beta = beta_eff.to_double();
-  cuda_ops::gemm(g, out.device(), op);
+  if (cuda_ops::gemm(g, out.device(), op)) return;
+  // Note [When cuBLASLt has no algorithm]
+  // The heuristic may find nothing for operands it cannot read (say, a float16 column slice that
+  // starts 2 bytes past an alignment boundary, with an odd leading dimension). The plain loop then
+  // computes the same product (float32 accumulation for 16-bit floats), slower but never wrong.
+  plain_product(out, a, b, alpha, beta_eff, op);
 }
 
 Tensor mm_cuda(const Tensor& self, const Tensor& mat2) {
@@ -158,6 +163,7 @@ Tensor addmm_cuda(const Tensor& self, const Tensor& mat1, const Tensor& mat2, co
                   const Scalar& alpha) {
   Tensor out = allocate_output(addmm_shape(self, mat1, mat2, beta, alpha), mat1.device());
   const int64_t n = out.size(0), m = out.size(1);
+  if (out.numel() > 0) check_product_dtypes(out.dtype(), alpha, beta, "addmm");
   if (beta == Scalar(1) && !(self.dim() == 2 && self.size(0) != 1 && n != 1)) {
     // A row vector (the bias of a layer): fused into the product when cuBLASLt can.
     product(out.unsqueeze(0), mat1.unsqueeze(0), mat2.unsqueeze(0), alpha, 0, "addmm",
