@@ -78,6 +78,12 @@ LOOM_API bool host_register(void* p, size_t n);
 // Undoes host_register (no-op for memory that was not registered).
 LOOM_API void host_unregister(void* p);
 
+// Whether float32 matrix products and convolutions on CUDA may use TF32 tensor cores (the setting
+// LOOM_ALLOW_TF32, off by default: Note [TF32 is off by default] in src/base/cuda_math.cpp).
+// set_allow_tf32 overrides the environment for the process; later calls see the new value.
+LOOM_API bool allow_tf32();
+LOOM_API void set_allow_tf32(bool allow);
+
 // What `loom info` prints: one line per device, then driver, runtime and libraries found.
 LOOM_API std::vector<std::string> describe();
 

@@ -222,6 +222,26 @@ const RegisterOpCases kLinalgCases({
           return ref_map2(ref_matmul(in[0], ref_t(in[1])), in[2],
                           [](double x, double b) { return x + b; });
         }),
+    // Row-vector biases: fused into the product on CUDA (cuBLASLt's bias epilogue).
+    with_dtypes(mat_case(
+                    "linear/reduced_float", {{6, 8}, {5, 8}, {5}},
+                    [](const auto& in) { return linear(in[0], in[1], in[2]); },
+                    [](const auto& in) {
+                      return ref_map2(ref_mm(in[0], ref_t(in[1])), in[2],
+                                      [](double x, double b) { return x + b; });
+                    }),
+                {kFloat16, kBFloat16}),
+    mat_case(
+        "linear/wide", {{17, 70}, {33, 70}, {33}},
+        [](const auto& in) { return linear(in[0], in[1], in[2]); },
+        [](const auto& in) {
+          return ref_map2(ref_mm(in[0], ref_t(in[1])), in[2],
+                          [](double x, double b) { return x + b; });
+        }),
+    mat_case(
+        "addmm/scalar_self", {{}, {3, 4}, {4, 5}},
+        [](const auto& in) { return addmm(in[0], in[1], in[2], 1.0, 0.5); },
+        [](const auto& in) { return ref_addmm(in[0], in[1], in[2], 1.0, 0.5); }),
     mat_case(
         "dot/basic", {{7}, {7}}, [](const auto& in) { return dot(in[0], in[1]); }, ref_matmul2),
     with_dtypes(mat_case(

@@ -9,6 +9,7 @@
 #include "loom/parallel.h"
 #include "ops/blas.h"
 #include "ops/cpu/linalg_kernels.h"
+#include "ops/cuda/gemm.h"
 #include "ops/op_call.h"
 #include "ops/shapes.h"
 #include "ops/structured.h"
@@ -93,6 +94,10 @@ bool scalar_is_zero(const Scalar& s) {
 // fresh contiguous [B, n, m] of the same dtype, prefilled when beta != 0. All on the CPU.
 void batched_product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha, const Scalar& beta,
                      const char* op) {
+  if (out.is_cuda()) {  // linear's gradient sink on a GPU (cuBLASLt)
+    cuda_ops::batched_product(out, a, b, alpha, beta, op);
+    return;
+  }
   const int64_t B = out.size(0), n = out.size(1), m = out.size(2), k = a.size(2);
   if (out.numel() == 0) return;
   const DType dt = out.dtype();

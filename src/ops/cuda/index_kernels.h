@@ -57,5 +57,4 @@ cudaError_t launch_embedding_backward(ScalarCode dt, const void* grad, const int
                                       int64_t padding_idx, void* out, void* workspace,
                                       size_t workspace_bytes, cudaStream_t stream);
 
-
 }  // namespace loom::cuda_ops
