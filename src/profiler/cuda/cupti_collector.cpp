@@ -216,14 +216,15 @@ void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buff
 }
 
 // Two clock readings back to back (Note [GPU clock]): CUPTI's between two host readings, so the
-// pair's error is half the gap.
-void read_clocks(uint64_t& gpu, int64_t& host) {
+// pair's error is half the gap. False when CUPTI cannot read its clock.
+bool read_clocks(uint64_t& gpu, int64_t& host) {
   const int64_t before = detail::now_ns();
   uint64_t t = 0;
-  if (cuptiGetTimestamp(&t) != CUPTI_SUCCESS) t = 0;
+  const bool ok = cuptiGetTimestamp(&t) == CUPTI_SUCCESS && t != 0;
   const int64_t after = detail::now_ns();
   gpu = t;
   host = before + (after - before) / 2;
+  return ok;
 }
 
 void initialise() {
@@ -272,7 +273,12 @@ void gpu_start() {
     for (size_t i = 0; i < enabled; ++i) cuptiActivityDisable(kKinds[i]);
     throw;
   }
-  read_clocks(g_clock.gpu_start, g_clock.host_start);
+  if (!read_clocks(g_clock.gpu_start, g_clock.host_start)) {
+    for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+    LOOM_THROW(DeviceError,
+               "[profiler] GPU activity tracing: cuptiGetTimestamp failed, so device "
+               "times cannot be placed on the profiler's clock");
+  }
   g_clock.gpu_end = g_clock.gpu_start;
   g_clock.host_end = g_clock.host_start;
   g_on.store(true, std::memory_order_release);
@@ -287,7 +293,10 @@ void gpu_stop() noexcept {
     cuda.synchronize_device(cuda.current_device());
   } catch (...) {
   }
-  read_clocks(g_clock.gpu_end, g_clock.host_end);
+  if (!read_clocks(g_clock.gpu_end, g_clock.host_end)) {  // the start's offset alone
+    g_clock.gpu_end = g_clock.gpu_start;
+    g_clock.host_end = g_clock.host_start;
+  }
   for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
