@@ -120,6 +120,50 @@ std::string per_thread_tables(const Trace& trace, size_t top) {
   return out;
 }
 
+// The device activities grouped by kind and name, by device time (synchronisations are listed but
+// are waits, so they do not count in the share).
+std::string device_table(const Trace& trace, size_t top) {
+  struct Row {
+    EventKind kind;
+    std::string name;
+    int64_t calls = 0, ns = 0;
+  };
+  std::map<std::pair<EventKind, std::string>, Row> by_name;
+  int64_t busy = 0;
+  for (const Event& e : trace.events) {
+    if (e.device < 0) continue;
+    Row& r = by_name[{e.kind, e.name}];
+    r.kind = e.kind;
+    r.name = e.name;
+    ++r.calls;
+    r.ns += e.duration_ns();
+    if (e.kind != EventKind::GpuSync) busy += e.duration_ns();
+  }
+  std::vector<Row> rows;
+  for (auto& [key, r] : by_name) rows.push_back(std::move(r));
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.ns > b.ns; });
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-60s %-12s %7s %14s %8s\n", "Name", "Kind", "Calls",
+                "Device ms", "Share");
+  out += line;
+  out += std::string(std::string(line).size() - 1, '-') + "\n";
+  for (size_t i = 0; i < rows.size() && i < top; ++i) {
+    const Row& r = rows[i];
+    std::string name = r.name.size() > 60 ? r.name.substr(0, 57) + "..." : r.name;
+    char share[16] = "wait";
+    if (r.kind != EventKind::GpuSync)
+      std::snprintf(share, sizeof(share), "%.1f%%", pct(r.ns, busy));
+    std::snprintf(line, sizeof(line), "%-60s %-12s %7lld %14s %8s\n", name.c_str(),
+                  event_kind_category(r.kind), static_cast<long long>(r.calls), ms(r.ns).c_str(),
+                  share);
+    out += line;
+  }
+  if (rows.size() > top) out += "... " + std::to_string(rows.size() - top) + " more\n";
+  return out;
+}
+
 }  // namespace
 
 std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
@@ -295,6 +339,10 @@ std::string summarize(const Trace& trace, size_t top) {
   }
   out += "\nTop " + std::to_string(top) + " by self time, per thread:\n";
   out += per_thread_tables(trace, top);
+  if (device_events > 0) {
+    out += "\nTop " + std::to_string(top) + " device activities by device time:\n";
+    out += device_table(trace, top);
+  }
   if (!trace.memory.empty()) {
     int64_t peak_alloc = 0, peak_res = 0;
     for (const MemorySample& m : trace.memory) {

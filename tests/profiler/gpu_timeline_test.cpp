@@ -182,7 +182,10 @@ TEST(GpuTimeline, StepBreakdownCountsBusyAndIdle) {
   EXPECT_EQ(b.compute_ns, 400);  // the CPU side is unchanged by device events
   const std::string table = format_step_breakdown(steps);
   EXPECT_NE(table.find("GPU busy ms"), std::string::npos) << table;
-  EXPECT_NE(summarize(traced_step()).find("device activities on 2 stream(s)"), std::string::npos);
+  const std::string summary = summarize(traced_step());
+  EXPECT_NE(summary.find("device activities on 2 stream(s)"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("device activities by device time"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("k_outer"), std::string::npos) << summary;
 
   Trace cpu_only;
   cpu_only.events = {cpu(EventKind::Step, "ProfilerStep#0", 0, 10)};
