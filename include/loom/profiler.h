@@ -37,11 +37,19 @@ enum class EventKind : uint8_t {
   Collective,  // a ProcessGroup collective ("dist::allreduce"), on the thread that ran it
   DataStage,   // "data.read" / "data.decode" (loader workers) and "data.wait" (the consumer)
   Step,        // "ProfilerStep#N", emitted by Profile::step()
-  Kernel,      // device activity from an ActivitySource (CUPTI, later)
+  Kernel,      // a device kernel (CUPTI, or another ActivitySource)
   CommWait,    // a thread blocked on communication it started ("ddp::wait_allreduce"): not compute
+  Memcpy,      // a device copy (host to device, device to host, device to device)
+  Memset,      // a device memset
+  GpuSync,     // a host or stream waiting for device work (cudaStreamSynchronize, ...): not busy
 };
-constexpr int kNumEventKinds = 8;
+constexpr int kNumEventKinds = 11;
 LOOM_API const char* event_kind_category(EventKind k);  // "cpu_op", "user_annotation", ...
+// Kernel, Memcpy, Memset and GpuSync: work that runs on (or waits for) a device, not a CPU thread.
+inline bool is_device_kind(EventKind k) {
+  return k == EventKind::Kernel || k == EventKind::Memcpy || k == EventKind::Memset ||
+         k == EventKind::GpuSync;
+}
 
 struct LOOM_API Event {
   EventKind kind = EventKind::Operator;
@@ -57,6 +65,13 @@ struct LOOM_API Event {
   // ran the node carry the same (autograd thread, node sequence number). fwd_thread 0: no link.
   uint64_t fwd_thread = 0;
   uint64_t sequence_nr = 0;
+  // Device activities: the device index; their lane is (device, tid) with tid the stream id.
+  // -1 for CPU events (their tid is an OS thread id).
+  int32_t device = -1;
+  // GPU correlation (Note [GPU correlation] in src/profiler/gpu_timeline.cpp): a CPU event recorded
+  // while GPU activity was traced carries the id it pushed as CUPTI's external correlation id; a
+  // device activity carries the id of the CPU event that launched it. 0: none.
+  uint64_t correlation_id = 0;
 
   int64_t duration_ns() const { return end_ns - start_ns; }
   // "[[128, 784], [512, 784]]" (also valid JSON).
@@ -83,7 +98,8 @@ struct Trace {
   int64_t pid = 0;
   int64_t origin_ns = 0;  // steady-clock time of t = 0
   std::string process_name = "loom";
-  // Sorted by (tid, start, longest first) and strictly nested per thread (see make_nested).
+  // Sorted by (device, tid, start, longest first) and strictly nested per lane: a CPU thread
+  // (device -1) or a device stream (see make_nested).
   std::vector<Event> events;
   std::vector<MemorySample> memory;  // sorted by time
   std::vector<ThreadInfo> threads;
@@ -91,8 +107,8 @@ struct Trace {
 };
 
 // Sorts a trace's events and clamps each one within the event that encloses its start on the same
-// thread, so that every thread's events nest strictly (what trace viewers assume); drops events
-// left with a negative duration. Returns how many events were changed.
+// lane (thread or device stream), so that every lane's events nest strictly (what trace viewers
+// assume); drops events left with a negative duration. Returns how many events were changed.
 LOOM_API int64_t make_nested(Trace& trace);
 
 // ---- recording ----
@@ -116,8 +132,12 @@ struct LOOM_API Schedule {
 };
 
 struct ProfileOptions {
-  bool record_shapes = true;         // copy input shapes and dtypes of operators
-  bool profile_memory = true;        // take allocator events (record_memory)
+  bool record_shapes = true;   // copy input shapes and dtypes of operators
+  bool profile_memory = true;  // take allocator events (record_memory)
+  // Trace GPU activity through CUPTI (kernels, copies, memsets, synchronisations), each linked to
+  // the operator that launched it. start() throws NotImplementedError saying why when this build
+  // has no CUPTI or no CUDA device is visible (see gpu_tracing_unavailable_reason()).
+  bool gpu = false;
   std::optional<Schedule> schedule;  // none: record everything from start() to stop()
   // Called on the thread of step()/stop() with each finished cycle's trace.
   std::function<void(const Trace&)> on_trace_ready;
@@ -153,10 +173,10 @@ class LOOM_API Profile {
   bool started_ = false;
 };
 
-// A source of activities the profiler does not see through RecordFunction — CUPTI for CUDA kernels
-// and copies comes later. Sources are started when a cycle starts recording and stopped when it
-// ends; collect() then appends their events (times on the steady clock, like loom's) to the cycle's
-// trace.
+// A source of activities the profiler does not see through RecordFunction (CUPTI is built in and
+// asked for with ProfileOptions::gpu; this seam is for others). Sources are started when a cycle
+// starts recording and stopped when it ends; collect() then appends their events (times on the
+// steady clock, like loom's) to the cycle's trace.
 class LOOM_API ActivitySource {
  public:
   virtual ~ActivitySource() = default;
@@ -167,6 +187,46 @@ class LOOM_API ActivitySource {
 };
 // Sources stay registered for the life of the process; thread-safe.
 LOOM_API void register_activity_source(std::shared_ptr<ActivitySource> source);
+
+// ---- GPU activity (CUPTI) ----
+// Why ProfileOptions::gpu cannot be used here ("GPU activity tracing is not available in this build
+// (...)", or no CUDA device is visible), or "" when it can. Initialises nothing.
+LOOM_API std::string gpu_tracing_unavailable_reason();
+
+// The pure part of GPU tracing, which the CUPTI collector feeds and the tests feed by hand.
+// One activity record as CUPTI reports it: times on CUPTI's clock.
+struct GpuActivity {
+  EventKind kind = EventKind::Kernel;  // Kernel, Memcpy, Memset or GpuSync
+  std::string name;                    // the kernel's name, "Memcpy HtoD", "cudaStreamSynchronize"
+  uint64_t start = 0, end = 0;         // CUPTI timestamps (ns)
+  int32_t device = 0;
+  uint32_t stream = 0;
+  uint32_t correlation = 0;  // CUPTI's correlation id: that of the runtime call that launched it
+  int64_t bytes = -1;        // copies and memsets
+};
+// CUPTI's EXTERNAL_CORRELATION record: the runtime call `correlation` ran while `external_id` (an
+// Event::correlation_id the profiler pushed) was the innermost one on its thread.
+struct ExternalCorrelation {
+  uint32_t correlation = 0;
+  uint64_t external_id = 0;
+};
+// Two readings of CUPTI's clock (cuptiGetTimestamp) and the host's steady clock taken together, at
+// the start and at the end of a recording; times in between are mapped on the line through them
+// (Note [GPU clock] in src/profiler/gpu_timeline.cpp). With one reading (end == start) the offset.
+struct LOOM_API ClockSync {
+  uint64_t gpu_start = 0, gpu_end = 0;
+  int64_t host_start = 0, host_end = 0;
+  int64_t to_host(uint64_t gpu_ns) const;
+};
+// Appends the activities to `trace` as device events (times relative to trace.origin_ns, lanes
+// (device, stream)), each carrying the correlation_id of the CPU event that launched it when CUPTI
+// recorded one; activities of a failed launch (end < start) are dropped. Keeps the trace's order
+// (calls make_nested). Returns how many activities were linked to an event of the trace.
+LOOM_API size_t add_gpu_activities(Trace& trace, const std::vector<GpuActivity>& activities,
+                                   const std::vector<ExternalCorrelation>& correlations,
+                                   const ClockSync& clock);
+// The Chrome trace's pid of a device's lanes (process "GPU <device>"; tid: the stream).
+constexpr int64_t kGpuPidBase = int64_t{1} << 30;
 
 // Allocator seam: an allocator calls this after each allocation (delta_bytes > 0) or free (< 0),
 // and with delta_bytes == 0 when only its reserved bytes changed (a segment returned), with its
@@ -197,8 +257,11 @@ LOOM_API memory::AllocTrace alloc_trace_of(const Trace& trace, const std::string
 // ---- Chrome trace (chrome://tracing, ui.perfetto.dev) ----
 //
 // Complete events ("X", strictly nested per thread), flow arrows from each forward operator to its
-// backward node ("s"/"f", bp "e"), counters "allocated bytes" / "reserved bytes" ("C") and
-// allocator instants ("[memory]"), process and thread names ("M"). Times in microseconds.
+// backward node ("s"/"f", bp "e") and from each operator to the device activities it launched
+// (cat "ac2g"); device activities in a process per device (pid kGpuPidBase + device, named
+// "GPU <device>") with a thread per stream ("stream <id>"); counters "allocated bytes" / "reserved
+// bytes" ("C") and allocator instants ("[memory]"), process and thread names ("M"). Times in
+// microseconds.
 LOOM_API std::string chrome_trace_json(const Trace& trace);
 // Writes the trace to `path`, gzip-compressed when it ends in ".gz". ValueError naming the path
 // when it cannot be written.
@@ -220,6 +283,10 @@ struct OpStats {
   int64_t calls = 0;
   int64_t self_ns = 0;  // duration minus the durations of its children on the same thread
   int64_t total_ns = 0;
+  // Device time (kernels, copies, memsets) of the activities launched while it ran: by the call
+  // itself (self) and by it or the calls nested in it (total).
+  int64_t self_cuda_ns = 0;
+  int64_t cuda_total_ns = 0;
   double avg_ns() const {
     return calls ? static_cast<double>(total_ns) / static_cast<double>(calls) : 0;
   }
@@ -229,12 +296,14 @@ struct OpStats {
 // set_thread_name in loom/parallel.h), else "thread <tid>".
 LOOM_API std::string thread_label(const Trace& trace, uint64_t tid);
 
-// Every event but steps and kernels, grouped per thread (threads of one name together: a loader's
-// workers restart every epoch) and by name (and shapes); sorted by self time, largest first. Self
-// time is per thread, so a worker's decoding never counts in the training thread's share.
+// Every event but steps and device activities, grouped per thread (threads of one name together: a
+// loader's workers restart every epoch) and by name (and shapes); sorted by self time, largest
+// first. Self time is per thread, so a worker's decoding never counts in the training thread's
+// share.
 LOOM_API std::vector<OpStats> key_averages(const Trace& trace, GroupBy by = GroupBy::Name);
 // A fixed-width table of the first `rows` entries, with each one's share of their self time; with a
-// Thread column when the entries come from more than one thread.
+// Thread column when the entries come from more than one thread, and "Self CUDA" / "CUDA total"
+// columns when any has device time.
 LOOM_API std::string format_table(const std::vector<OpStats>& stats, size_t rows = 20);
 
 // Where one step's wall time went (HTA's breakdown, on the CPU): compute is the time the step's
@@ -243,7 +312,9 @@ LOOM_API std::string format_table(const std::vector<OpStats>& stats, size_t rows
 // backward); data wait the time in data.wait; communication the time a collective ran (on any
 // thread) or the step's thread waited for one, while that thread computed nothing and waited for no
 // data; overlapped_communication the time collectives ran under compute; idle the rest (the loop,
-// the optimizer's glue, anything not recorded).
+// the optimizer's glue, anything not recorded). With device activities in the trace, gpu_busy is
+// the time within the step when any device ran a kernel, copy or memset (the union over devices and
+// streams; synchronisations are waits, not work) and gpu_idle the rest of the step.
 struct StepBreakdown {
   int64_t step = 0;
   int64_t start_ns = 0;
@@ -253,6 +324,9 @@ struct StepBreakdown {
   int64_t overlapped_communication_ns = 0;
   int64_t data_wait_ns = 0;
   int64_t idle_ns = 0;
+  bool has_gpu = false;  // the trace has device activities
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
 };
 LOOM_API std::vector<StepBreakdown> step_breakdown(const Trace& trace);
 LOOM_API std::string format_step_breakdown(const std::vector<StepBreakdown>& steps);

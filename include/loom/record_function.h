@@ -44,7 +44,10 @@ struct OpEvent {
   // operator runs, so visible in on_exit only).
   uint64_t fwd_thread = 0;
   uint64_t fwd_sequence_nr = 0;
-  int64_t bytes = -1;          // Collective: bytes this rank contributes; -1: not applicable
+  int64_t bytes = -1;  // Collective: bytes this rank contributes; -1: not applicable
+  // Free for a callback's on_enter to tag the call for its on_exit (the profiler keeps the GPU
+  // correlation id it pushed here); 0 on entry.
+  uint64_t correlation_id = 0;
   bool record_scalars = true;  // whether scalar_args are filled (some callback asked for them)
   // One entry per tensor argument (tensor lists contribute one entry per element).
   std::vector<DimVector> input_shapes;

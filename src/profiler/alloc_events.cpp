@@ -57,7 +57,7 @@ std::vector<const Event*> enclosing_events(const Trace& t) {
   for (size_t i = 0; i < t.memory.size(); ++i) samples_of[t.memory[i].tid].push_back(i);
   std::map<uint64_t, std::vector<const Event*>> events_of;
   for (const Event& e : t.events) {
-    if (e.kind == EventKind::Step || e.kind == EventKind::Kernel) continue;
+    if (e.kind == EventKind::Step || is_device_kind(e.kind) || e.device >= 0) continue;
     events_of[e.tid].push_back(&e);
   }
   std::vector<const Event*> out(t.memory.size(), nullptr);

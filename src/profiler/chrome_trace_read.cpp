@@ -59,7 +59,10 @@ EventKind kind_from(const std::string& cat, const std::string& name) {
   if (cat == "collective") return EventKind::Collective;
   if (cat == "comm_wait") return EventKind::CommWait;
   if (cat == "data") return EventKind::DataStage;
-  if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") return EventKind::Kernel;
+  if (cat == "kernel") return EventKind::Kernel;
+  if (cat == "gpu_memcpy") return EventKind::Memcpy;
+  if (cat == "gpu_memset") return EventKind::Memset;
+  if (cat == "cuda_sync") return EventKind::GpuSync;
   return EventKind::UserScope;
 }
 
@@ -135,6 +138,16 @@ void read_complete(const EventReader& r, Trace& t) {
       e.sequence_nr = static_cast<uint64_t>(seq->as_int());
     }
     if (const Json* b = args->find("bytes"); b && b->is_int()) e.bytes = b->as_int();
+    // Device activities: their lane is (device, stream).
+    const Json* device = args->find("device");
+    const Json* stream = args->find("stream");
+    if (device && device->is_int() && stream && stream->is_int()) {
+      if (device->as_int() < 0 || device->as_int() > INT32_MAX) r.fail("has a bad 'device'");
+      e.device = static_cast<int32_t>(device->as_int());
+      e.tid = static_cast<uint64_t>(stream->as_int());
+    }
+    if (const Json* c = args->find("correlation"); c && c->is_int())
+      e.correlation_id = static_cast<uint64_t>(c->as_int());
   }
   t.events.push_back(std::move(e));
 }
@@ -144,6 +157,10 @@ void read_metadata(const EventReader& r, Trace& t) {
   const Json* args = r.ev.find("args");
   const Json* value = args && args->is_object() ? args->find("name") : nullptr;
   if (!value || !value->is_string()) return;
+  // Device processes and their streams are named from their events ("GPU N", "stream N").
+  if (const Json* pid = r.ev.find("pid");
+      pid && pid->is_number() && pid->as_double() >= kGpuPidBase)
+    return;
   if (name == "process_name") {
     t.process_name = value->as_string();
     t.pid = static_cast<int64_t>(r.id("pid"));

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
+#include <unordered_map>
 #include <utility>
 
 #include "loom/error.h"
@@ -80,15 +82,42 @@ std::string chrome_trace_json(const Trace& trace) {
              ", \"args\": {\"sort_index\": " + std::to_string(i) + "}}";
   }
 
-  // Complete events; remember forward operators by their autograd link for the flows.
-  std::map<std::pair<uint64_t, uint64_t>, const Event*> forward;
+  // Device lanes: a process per device after the CPU's, a thread per stream.
+  std::set<std::pair<int32_t, uint64_t>> lanes;
   for (const Event& e : trace.events) {
+    if (e.device >= 0) lanes.insert({e.device, e.tid});
+  }
+  int32_t named_device = -1;
+  for (const auto& [device, stream] : lanes) {
+    const std::string gpid = std::to_string(kGpuPidBase + device);
+    if (device != named_device) {
+      named_device = device;
+      w.begin_event();
+      w.out += "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": " + gpid +
+               ", \"tid\": 0, \"args\": {\"name\": \"GPU " + std::to_string(device) + "\"}}";
+      w.begin_event();
+      w.out += "{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + gpid +
+               ", \"tid\": 0, \"args\": {\"sort_index\": " + std::to_string(device + 1) + "}}";
+    }
+    w.begin_event();
+    w.out += "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + gpid +
+             ", \"tid\": " + std::to_string(stream) + ", \"args\": {\"name\": \"stream " +
+             std::to_string(stream) + "\"}}";
+  }
+
+  // Complete events; remember forward operators by their autograd link, and CPU events by their
+  // GPU correlation id, for the flows.
+  std::map<std::pair<uint64_t, uint64_t>, const Event*> forward;
+  std::unordered_map<uint64_t, const Event*> launcher;
+  for (const Event& e : trace.events) {
+    const bool on_device = e.device >= 0;
     w.begin_event();
     w.out += "{\"ph\": \"X\", \"cat\": \"";
     w.out += event_kind_category(e.kind);
     w.out += "\", \"name\": ";
     append_escaped(w.out, e.name);
-    w.out += ", \"pid\": " + pid + ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
+    w.out += ", \"pid\": " + (on_device ? std::to_string(kGpuPidBase + e.device) : pid) +
+             ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
     append_us(w.out, e.start_ns);
     w.out += ", \"dur\": ";
     append_us(w.out, e.duration_ns());
@@ -123,6 +152,17 @@ std::string chrome_trace_json(const Trace& trace) {
       arg("bytes");
       append_int(w.out, e.bytes);
     }
+    if (on_device) {
+      arg("device");
+      append_int(w.out, e.device);
+      arg("stream");
+      w.out += std::to_string(e.tid);
+    }
+    if (e.correlation_id != 0) {
+      arg("correlation");
+      w.out += std::to_string(e.correlation_id);
+      if (!on_device) launcher.emplace(e.correlation_id, &e);
+    }
     w.out += "}}";
   }
 
@@ -144,6 +184,27 @@ std::string chrome_trace_json(const Trace& trace) {
     w.out +=
         "{\"ph\": \"f\", \"bp\": \"e\", \"cat\": \"fwdbwd\", \"name\": \"fwdbwd\", \"id\": " + id +
         ", \"pid\": " + pid + ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
+    append_us(w.out, e.start_ns);
+    w.out += "}";
+  }
+
+  // Flow arrows operator -> the device activities it launched ("ac2g", as PyTorch's traces):
+  // "s" inside the operator, "f" bound to the activity's slice.
+  for (const Event& e : trace.events) {
+    if (e.device < 0 || e.correlation_id == 0) continue;
+    auto it = launcher.find(e.correlation_id);
+    if (it == launcher.end()) continue;
+    const Event& op = *it->second;
+    const std::string id = std::to_string(++flow_id);
+    w.begin_event();
+    w.out += "{\"ph\": \"s\", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"id\": " + id +
+             ", \"pid\": " + pid + ", \"tid\": " + std::to_string(op.tid) + ", \"ts\": ";
+    append_us(w.out, op.start_ns);
+    w.out += "}";
+    w.begin_event();
+    w.out += "{\"ph\": \"f\", \"bp\": \"e\", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"id\": " + id +
+             ", \"pid\": " + std::to_string(kGpuPidBase + e.device) +
+             ", \"tid\": " + std::to_string(e.tid) + ", \"ts\": ";
     append_us(w.out, e.start_ns);
     w.out += "}";
   }

@@ -14,6 +14,8 @@
 //   append to finish. Buffers are shared_ptrs held by both the session and the thread
 //   (thread_local), so a thread that is still inside a callback when a session ends never touches
 //   freed memory.
+//   With GPU tracing on, an on_enter callback also gives each event its GPU correlation id (Note
+//   [GPU correlation] in gpu_timeline.cpp); without it, nothing is registered for on_enter.
 #include "profiler/collector.h"
 
 #include <pthread.h>
@@ -34,6 +36,7 @@
 #include "loom/memory/caching_allocator.h"
 #include "loom/parallel.h"
 #include "loom/record_function.h"
+#include "profiler/gpu_activity.h"
 
 namespace loom::profiler {
 
@@ -57,6 +60,7 @@ struct RawEvent {
   int64_t end_ns;
   uint64_t fwd_thread;
   uint64_t fwd_sequence_nr;
+  uint64_t correlation_id;
   int64_t bytes;
   const int64_t* dims;   // per input: ndim, then the sizes
   const int8_t* dtypes;  // per input
@@ -137,7 +141,10 @@ Session g_session;                      // GUARDED_BY(g_mu), except the fields r
 std::atomic<uint64_t> g_session_id{0};  // 0: none
 std::atomic<bool> g_collecting{false};
 std::atomic<bool> g_record_shapes{true};
-uint64_t g_callbacks = 0;  // RecordFunction handle; 0: not listening
+std::atomic<bool> g_gpu_collecting{false};    // GPU tracing started for the collecting cycle
+std::atomic<uint64_t> g_next_correlation{1};  // process-wide, so ids never repeat across sessions
+bool g_gpu_cycle = false;                     // GUARDED_BY(g_mu): this cycle traced the GPU
+uint64_t g_callbacks = 0;                     // RecordFunction handle; 0: not listening
 uint64_t g_next_session = 1;
 
 // The hot side (trivial, initial-exec TLS: no __tls_get_addr per event) and the owning side.
@@ -216,6 +223,7 @@ void append(ThreadBuffer& b, const OpEvent& ev) {
   r.fwd_thread = linked ? ev.fwd_thread : 0;
   r.fwd_sequence_nr = linked ? ev.fwd_sequence_nr : 0;
   r.bytes = ev.bytes;
+  r.correlation_id = ev.correlation_id;
   r.ninputs = 0;
   r.dims = nullptr;
   r.dtypes = nullptr;
@@ -240,7 +248,15 @@ void append(ThreadBuffer& b, const OpEvent& ev) {
   }
 }
 
+// Registered only for sessions that trace the GPU.
+void on_enter(OpEvent& ev) {
+  if (!g_gpu_collecting.load(std::memory_order_relaxed)) return;
+  ev.correlation_id = g_next_correlation.fetch_add(1, std::memory_order_relaxed);
+  gpu_push_correlation(ev.correlation_id);
+}
+
 void on_exit(OpEvent& ev) {
+  if (ev.correlation_id != 0) gpu_pop_correlation();
   ThreadBuffer* b = this_thread_buffer();
   if (LOOM_UNLIKELY(b == nullptr)) return;
   b->writing.store(true, std::memory_order_seq_cst);
@@ -297,6 +313,7 @@ int64_t now_ns() {
 void begin_session(const CollectorOptions& options, int64_t origin_ns) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_session = Session{};
+  g_gpu_cycle = false;
   g_session.id = g_next_session++;
   g_session.options = options;
   g_session.origin_ns = origin_ns;
@@ -318,6 +335,7 @@ void set_listening(bool on) {
   if (on && g_callbacks == 0) {
     RecordFunctionCallbacks cb;
     cb.on_exit = on_exit;
+    if (g_session.options.gpu) cb.on_enter = on_enter;
     cb.needs_inputs = g_session.options.record_shapes;
     cb.needs_scalar_args = false;
     g_callbacks = add_record_callbacks(std::move(cb));
@@ -329,6 +347,17 @@ void set_listening(bool on) {
 
 void set_collecting(bool on) {
   if (on) {
+    bool gpu = false;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      gpu = g_session.options.gpu && !g_gpu_cycle;
+    }
+    if (gpu) {
+      gpu_start();  // throws before anything else is turned on
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_gpu_cycle = true;
+      g_gpu_collecting.store(true, std::memory_order_release);
+    }
     {
       std::lock_guard<std::mutex> lock(g_sources_mu);
       if (!g_sources_running) {
@@ -346,10 +375,12 @@ void set_collecting(bool on) {
   memory::set_allocator_observer(nullptr);
   g_memory_active.store(false, std::memory_order_relaxed);
   g_collecting.store(false, std::memory_order_seq_cst);
+  g_gpu_collecting.store(false, std::memory_order_release);
   std::lock_guard<std::mutex> lock(g_mu);
   for (const auto& b : g_session.buffers) {
     while (b->writing.load(std::memory_order_seq_cst)) std::this_thread::yield();
   }
+  if (g_gpu_cycle) gpu_stop();
 }
 
 void record_step(std::string_view name, int64_t start_ns, int64_t end_ns) {
@@ -415,6 +446,7 @@ Trace harvest() {
       e.bytes = r.bytes;
       e.fwd_thread = r.fwd_thread;
       e.sequence_nr = r.fwd_sequence_nr;
+      e.correlation_id = r.correlation_id;
       const int64_t* d = r.dims;
       for (uint16_t k = 0; k < r.ninputs; ++k) {
         const int64_t nd = *d++;
@@ -460,6 +492,10 @@ Trace harvest() {
       }
       for (ThreadInfo& ti : extra.threads) t.threads.push_back(std::move(ti));
     }
+  }
+  if (g_gpu_cycle) {
+    g_gpu_cycle = false;
+    gpu_collect(t);
   }
   std::stable_sort(t.memory.begin(), t.memory.end(),
                    [](const MemorySample& a, const MemorySample& b) { return a.ts_ns < b.ts_ns; });

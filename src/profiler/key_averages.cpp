@@ -10,20 +10,43 @@
 namespace loom::profiler {
 namespace {
 
-// Self time of every event: its duration minus its direct children's (events are nested per thread,
-// sorted by thread and start, see make_nested).
-std::vector<int64_t> self_times(const Trace& trace) {
+// Self time of every event: its duration minus its direct children's (events are nested per lane,
+// sorted by lane and start, see make_nested). With device activities, also the device time each CPU
+// event launched itself (self_cuda) and with the events nested in it (cuda_total), found through
+// the activities' correlation ids (Note [GPU correlation] in gpu_timeline.cpp).
+struct SelfTimes {
+  std::vector<int64_t> self, self_cuda, cuda_total;
+};
+
+SelfTimes self_times(const Trace& trace) {
   const auto& ev = trace.events;
-  std::vector<int64_t> self(ev.size());
+  SelfTimes out;
+  out.self.resize(ev.size());
+  std::unordered_map<uint64_t, int64_t> device_time;  // correlation id -> device time it launched
+  for (const Event& e : ev) {
+    if (e.device >= 0 && e.correlation_id != 0 && e.kind != EventKind::GpuSync)
+      device_time[e.correlation_id] += e.duration_ns();
+  }
+  if (!device_time.empty()) {
+    out.self_cuda.assign(ev.size(), 0);
+    out.cuda_total.assign(ev.size(), 0);
+  }
   std::vector<size_t> open;
   for (size_t i = 0; i < ev.size(); ++i) {
-    if (i > 0 && ev[i].tid != ev[i - 1].tid) open.clear();
+    if (i > 0 && (ev[i].tid != ev[i - 1].tid || ev[i].device != ev[i - 1].device)) open.clear();
     while (!open.empty() && ev[open.back()].end_ns <= ev[i].start_ns) open.pop_back();
-    self[i] = ev[i].duration_ns();
-    if (!open.empty()) self[open.back()] -= ev[i].duration_ns();
+    out.self[i] = ev[i].duration_ns();
+    if (!open.empty()) out.self[open.back()] -= ev[i].duration_ns();
+    if (!device_time.empty() && ev[i].device < 0 && ev[i].correlation_id != 0) {
+      if (auto it = device_time.find(ev[i].correlation_id); it != device_time.end()) {
+        out.self_cuda[i] = it->second;
+        out.cuda_total[i] += it->second;
+        for (size_t k : open) out.cuda_total[k] += it->second;
+      }
+    }
     open.push_back(i);
   }
-  return self;
+  return out;
 }
 
 std::string fit(const std::string& s, size_t width) {
@@ -72,13 +95,14 @@ std::string thread_label(const Trace& trace, uint64_t tid) {
 }
 
 std::vector<OpStats> key_averages(const Trace& trace, GroupBy by) {
-  const std::vector<int64_t> self = self_times(trace);
+  const SelfTimes times = self_times(trace);
+  const std::vector<int64_t>& self = times.self;
   std::unordered_map<std::string, size_t> index;
   std::unordered_map<uint64_t, std::string> labels;
   std::vector<OpStats> out;
   for (size_t i = 0; i < trace.events.size(); ++i) {
     const Event& e = trace.events[i];
-    if (e.kind == EventKind::Step || e.kind == EventKind::Kernel) continue;
+    if (e.kind == EventKind::Step || is_device_kind(e.kind) || e.device >= 0) continue;
     auto lit = labels.find(e.tid);
     if (lit == labels.end()) lit = labels.emplace(e.tid, thread_label(trace, e.tid)).first;
     std::string shapes = by == GroupBy::NameAndShapes ? e.shapes_str() : std::string();
@@ -97,6 +121,10 @@ std::vector<OpStats> key_averages(const Trace& trace, GroupBy by) {
     ++s.calls;
     s.self_ns += self[i];
     s.total_ns += e.duration_ns();
+    if (!times.self_cuda.empty()) {
+      s.self_cuda_ns += times.self_cuda[i];
+      s.cuda_total_ns += times.cuda_total[i];
+    }
   }
   std::stable_sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) {
     if (a.self_ns != b.self_ns) return a.self_ns > b.self_ns;
@@ -107,19 +135,20 @@ std::vector<OpStats> key_averages(const Trace& trace, GroupBy by) {
 }
 
 std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
-  bool shapes = false, threads = false;
+  bool shapes = false, threads = false, cuda = false;
   int64_t all_self = 0;
   for (const OpStats& s : stats) {
     shapes = shapes || !s.input_shapes.empty();
+    cuda = cuda || s.cuda_total_ns > 0;
     threads = threads || s.thread != stats.front().thread;
     all_self += s.self_ns;
   }
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7s %12s %7s %12s %12s\n",
+  std::snprintf(line, sizeof(line), "%s%-36s %-16s%s %7s %12s %7s %12s %12s%s\n",
                 threads ? "Thread               " : "", "Name", "Kind",
                 shapes ? " Input shapes                  " : "", "Calls", "Self", "Self %", "Total",
-                "Avg");
+                "Avg", cuda ? "    Self CUDA   CUDA total" : "");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   for (size_t i = 0; i < stats.size() && i < rows; ++i) {
@@ -134,12 +163,21 @@ std::string format_table(const std::vector<OpStats>& stats, size_t rows) {
       const std::string f = fit(s.thread, 20);
       thread_col = f + std::string(21 - f.size(), ' ');
     }
+    std::string cuda_col;
+    if (cuda) {
+      char c[64];
+      std::snprintf(c, sizeof(c), " %12s %12s",
+                    fmt_time(static_cast<double>(s.self_cuda_ns)).c_str(),
+                    fmt_time(static_cast<double>(s.cuda_total_ns)).c_str());
+      cuda_col = c;
+    }
     std::snprintf(
-        line, sizeof(line), "%s%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s\n", thread_col.c_str(),
+        line, sizeof(line), "%s%-36s %-16s%s %7lld %12s %6.1f%% %12s %12s%s\n", thread_col.c_str(),
         fit(s.name, 36).c_str(), event_kind_category(s.kind), shape_col.c_str(),
         static_cast<long long>(s.calls), fmt_time(static_cast<double>(s.self_ns)).c_str(),
         all_self > 0 ? 100.0 * static_cast<double>(s.self_ns) / static_cast<double>(all_self) : 0.0,
-        fmt_time(static_cast<double>(s.total_ns)).c_str(), fmt_time(s.avg_ns()).c_str());
+        fmt_time(static_cast<double>(s.total_ns)).c_str(), fmt_time(s.avg_ns()).c_str(),
+        cuda_col.c_str());
     out += line;
   }
   if (stats.size() > rows) out += "... " + std::to_string(stats.size() - rows) + " more\n";

@@ -27,6 +27,12 @@ const char* event_kind_category(EventKind k) {
       return "kernel";
     case EventKind::CommWait:
       return "comm_wait";
+    case EventKind::Memcpy:
+      return "gpu_memcpy";
+    case EventKind::Memset:
+      return "gpu_memset";
+    case EventKind::GpuSync:
+      return "cuda_sync";
   }
   return "unknown";
 }
@@ -46,7 +52,9 @@ std::string Event::shapes_str() const {
 
 int64_t make_nested(Trace& trace) {
   auto& ev = trace.events;
+  // One lane per CPU thread (device -1) and per device stream.
   std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) {
+    if (a.device != b.device) return a.device < b.device;
     if (a.tid != b.tid) return a.tid < b.tid;
     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
     return a.end_ns > b.end_ns;
@@ -56,15 +64,17 @@ int64_t make_nested(Trace& trace) {
   std::vector<Event> out;
   out.reserve(ev.size());
   uint64_t tid = 0;
+  int32_t device = -1;
   for (size_t i = 0; i < ev.size(); ++i) {
     Event& e = ev[i];
     if (e.end_ns < e.start_ns) {
       ++changed;
       continue;
     }
-    if (out.empty() || e.tid != tid) {
+    if (out.empty() || e.tid != tid || e.device != device) {
       open_ends.clear();
       tid = e.tid;
+      device = e.device;
     }
     while (!open_ends.empty() && open_ends.back() <= e.start_ns) open_ends.pop_back();
     if (!open_ends.empty() && e.end_ns > open_ends.back()) {
@@ -160,14 +170,30 @@ void Profile::start() {
   Profile* expected = nullptr;
   LOOM_CHECK(g_active.compare_exchange_strong(expected, this),
              "[profiler] another Profile is already recording in this process; stop it first");
+  if (opt_.gpu) {
+    // Never a CPU-only trace in silence when the GPU was asked for.
+    const std::string why = gpu_tracing_unavailable_reason();
+    if (!why.empty()) {
+      g_active.store(nullptr);
+      LOOM_THROW(NotImplementedError, "[profiler] ProfileOptions::gpu: ", why);
+    }
+  }
   started_ = true;
   trace_ = Trace{};
   step_num_ = 0;
   step_start_ns_ = detail::now_ns();
-  detail::begin_session(detail::CollectorOptions{opt_.record_shapes, opt_.profile_memory},
+  detail::begin_session(detail::CollectorOptions{opt_.record_shapes, opt_.profile_memory, opt_.gpu},
                         step_start_ns_);
   action_ = Schedule::Action::None;
-  apply(opt_.schedule ? opt_.schedule->action_at(0) : Schedule::Action::Record);
+  try {
+    apply(opt_.schedule ? opt_.schedule->action_at(0) : Schedule::Action::Record);
+  } catch (...) {  // CUPTI refused: leave no half-started session behind
+    detail::end_session();
+    action_ = Schedule::Action::None;
+    started_ = false;
+    g_active.store(nullptr);
+    throw;
+  }
 }
 
 void Profile::apply(Schedule::Action a) {

@@ -120,6 +120,50 @@ std::string per_thread_tables(const Trace& trace, size_t top) {
   return out;
 }
 
+// The device activities grouped by kind and name, by device time (synchronisations are listed but
+// are waits, so they do not count in the share).
+std::string device_table(const Trace& trace, size_t top) {
+  struct Row {
+    EventKind kind;
+    std::string name;
+    int64_t calls = 0, ns = 0;
+  };
+  std::map<std::pair<EventKind, std::string>, Row> by_name;
+  int64_t busy = 0;
+  for (const Event& e : trace.events) {
+    if (e.device < 0) continue;
+    Row& r = by_name[{e.kind, e.name}];
+    r.kind = e.kind;
+    r.name = e.name;
+    ++r.calls;
+    r.ns += e.duration_ns();
+    if (e.kind != EventKind::GpuSync) busy += e.duration_ns();
+  }
+  std::vector<Row> rows;
+  for (auto& [key, r] : by_name) rows.push_back(std::move(r));
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.ns > b.ns; });
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof(line), "%-60s %-12s %7s %14s %8s\n", "Name", "Kind", "Calls",
+                "Device ms", "Share");
+  out += line;
+  out += std::string(std::string(line).size() - 1, '-') + "\n";
+  for (size_t i = 0; i < rows.size() && i < top; ++i) {
+    const Row& r = rows[i];
+    std::string name = r.name.size() > 60 ? r.name.substr(0, 57) + "..." : r.name;
+    char share[16] = "wait";
+    if (r.kind != EventKind::GpuSync)
+      std::snprintf(share, sizeof(share), "%.1f%%", pct(r.ns, busy));
+    std::snprintf(line, sizeof(line), "%-60s %-12s %7lld %14s %8s\n", name.c_str(),
+                  event_kind_category(r.kind), static_cast<long long>(r.calls), ms(r.ns).c_str(),
+                  share);
+    out += line;
+  }
+  if (rows.size() > top) out += "... " + std::to_string(rows.size() - top) + " more\n";
+  return out;
+}
+
 }  // namespace
 
 std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
@@ -133,12 +177,16 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
   // Communication on the step's own thread (a synchronous collective, or a CommWait such as DDP's
   // wait for gradient allreduce inside AccumulateGrad) is cut out of the compute around it.
   std::vector<Intervals> compute(steps.size()), comm(steps.size()), wait(steps.size()),
-      own_comm(steps.size());
+      own_comm(steps.size()), gpu(steps.size());
+  bool has_gpu = false;
   for (const Event& e : trace.events) {
+    // Device work: kernels, copies and memsets on any device and stream; a GpuSync is a wait.
+    const bool is_gpu_work = e.device >= 0 && e.kind != EventKind::GpuSync;
+    has_gpu = has_gpu || e.device >= 0;
     const bool is_comm = e.kind == EventKind::Collective || e.kind == EventKind::CommWait;
     const bool is_compute = e.kind == EventKind::Operator || e.kind == EventKind::Backward;
     const bool is_wait = e.kind == EventKind::DataStage && e.name == "data.wait";
-    if (!is_comm && !is_compute && !is_wait) continue;
+    if (!is_comm && !is_compute && !is_wait && !is_gpu_work) continue;
     size_t k = static_cast<size_t>(
         std::lower_bound(steps.begin(), steps.end(), e.end_ns,
                          [](const Event* s, int64_t t) { return s->start_ns < t; }) -
@@ -147,7 +195,9 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
       const Event& s = *steps[--k];
       if (s.end_ns <= e.start_ns) break;
       const Interval iv{std::max(e.start_ns, s.start_ns), std::min(e.end_ns, s.end_ns)};
-      if (is_comm) {
+      if (is_gpu_work) {
+        gpu[k].push_back(iv);
+      } else if (is_comm) {
         // A CommWait on another thread is that thread's business, not this step's communication.
         if (e.kind == EventKind::Collective || e.tid == s.tid) comm[k].push_back(iv);
         if (e.tid == s.tid) own_comm[k].push_back(iv);
@@ -176,6 +226,11 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
     b.overlapped_communication_ns = length(intersect(m, c));
     b.idle_ns =
         std::max<int64_t>(0, b.duration_ns - b.compute_ns - b.data_wait_ns - b.communication_ns);
+    b.has_gpu = has_gpu;
+    if (has_gpu) {
+      b.gpu_busy_ns = length(merged(std::move(gpu[k])));
+      b.gpu_idle_ns = std::max<int64_t>(0, b.duration_ns - b.gpu_busy_ns);
+    }
     out.push_back(b);
   }
   return out;
@@ -183,9 +238,11 @@ std::vector<StepBreakdown> step_breakdown(const Trace& trace) {
 
 std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
   std::string out;
-  char line[256];
-  std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", "Step", "Time ms",
-                "Compute ms (%)", "Comm ms (%)", "Data wait ms (%)", "Idle ms (%)", "Overlap ms");
+  char line[320];
+  const bool gpu = !steps.empty() && steps.front().has_gpu;
+  std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s%s\n", "Step", "Time ms",
+                "Compute ms (%)", "Comm ms (%)", "Data wait ms (%)", "Idle ms (%)", "Overlap ms",
+                gpu ? "    GPU busy ms (%)    GPU idle ms (%)" : "");
   out += line;
   out += std::string(std::string(line).size() - 1, '-') + "\n";
   auto row = [&](const std::string& label, const StepBreakdown& b) {
@@ -194,10 +251,15 @@ std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
       std::snprintf(c, sizeof(c), "%s (%4.1f%%)", ms(ns).c_str(), pct(ns, b.duration_ns));
       return std::string(c);
     };
-    std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s\n", label.c_str(),
+    char gpu_cols[64] = "";
+    if (gpu) {
+      std::snprintf(gpu_cols, sizeof(gpu_cols), " %18s %18s", cell(b.gpu_busy_ns).c_str(),
+                    cell(b.gpu_idle_ns).c_str());
+    }
+    std::snprintf(line, sizeof(line), "%-10s %10s %18s %18s %18s %18s %12s%s\n", label.c_str(),
                   ms(b.duration_ns).c_str(), cell(b.compute_ns).c_str(),
                   cell(b.communication_ns).c_str(), cell(b.data_wait_ns).c_str(),
-                  cell(b.idle_ns).c_str(), ms(b.overlapped_communication_ns).c_str());
+                  cell(b.idle_ns).c_str(), ms(b.overlapped_communication_ns).c_str(), gpu_cols);
     out += line;
   };
   StepBreakdown mean;
@@ -211,6 +273,8 @@ std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
     mean.data_wait_ns += b.data_wait_ns;
     mean.idle_ns += b.idle_ns;
     mean.overlapped_communication_ns += b.overlapped_communication_ns;
+    mean.gpu_busy_ns += b.gpu_busy_ns;
+    mean.gpu_idle_ns += b.gpu_idle_ns;
   }
   if (steps.size() > 1) {
     const auto n = static_cast<int64_t>(steps.size());
@@ -220,6 +284,8 @@ std::string format_step_breakdown(const std::vector<StepBreakdown>& steps) {
     mean.data_wait_ns /= n;
     mean.idle_ns /= n;
     mean.overlapped_communication_ns /= n;
+    mean.gpu_busy_ns /= n;
+    mean.gpu_idle_ns /= n;
     row("mean", mean);
   }
   return out;
@@ -246,9 +312,15 @@ std::string summarize(const Trace& trace, size_t top) {
   std::string out;
   char line[256];
   std::set<uint64_t> tids;
-  int64_t first = INT64_MAX, last = INT64_MIN;
+  std::set<std::pair<int32_t, uint64_t>> streams;
+  int64_t first = INT64_MAX, last = INT64_MIN, device_events = 0;
   for (const Event& e : trace.events) {
-    tids.insert(e.tid);
+    if (e.device >= 0) {
+      streams.insert({e.device, e.tid});
+      ++device_events;
+    } else {
+      tids.insert(e.tid);
+    }
     first = std::min(first, e.start_ns);
     last = std::max(last, e.end_ns);
   }
@@ -260,8 +332,17 @@ std::string summarize(const Trace& trace, size_t top) {
                 steps.size());
   out += line;
   if (trace.events.empty()) return out + "nothing was recorded\n";
+  if (device_events > 0) {
+    std::snprintf(line, sizeof(line), "%lld of them device activities on %zu stream(s)\n",
+                  static_cast<long long>(device_events), streams.size());
+    out += line;
+  }
   out += "\nTop " + std::to_string(top) + " by self time, per thread:\n";
   out += per_thread_tables(trace, top);
+  if (device_events > 0) {
+    out += "\nTop " + std::to_string(top) + " device activities by device time:\n";
+    out += device_table(trace, top);
+  }
   if (!trace.memory.empty()) {
     int64_t peak_alloc = 0, peak_res = 0;
     for (const MemorySample& m : trace.memory) {
