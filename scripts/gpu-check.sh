@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: build loom with every core, then run what needs the GPU — the
-# build's self-check kernel, the `cuda`-labelled tests — and `loom info`. Writes logs to $OUT (or
-# ./gpu-check-out) so a remote run can bring them back.
-# Usage: scripts/gpu-check.sh [extra ctest args]
+# build's self-check kernel, the `cuda`-labelled tests, compute-sanitizer over the CUDA tests, the
+# device stage and the GPU trace — and `loom info`. Writes logs to $OUT (or ./gpu-check-out) so a
+# remote run can bring them back.
+# Usage: scripts/gpu-check.sh [--no-sanitizer] [extra ctest args]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$out"
 build=build-gpu
 jobs=$(nproc)
+sanitizer=1
+if [ "${1:-}" = "--no-sanitizer" ]; then sanitizer=0; shift; fi
 {
   echo "== machine"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1; nvcc --version | tail -2
   tests=ON
@@ -23,10 +26,25 @@ jobs=$(nproc)
   status=$?
   echo "build status $status in $(( $(date +%s) - start )) s"
   if [ $status -ne 0 ]; then grep -E -A25 'FAILED|error' "$out/build.log" | head -80; fi
-  echo "== loom info"; "$build/loom" info 2>&1 | head -16
+  echo "== loom info"; "$build/loom" info 2>&1 | head -20
   echo "== loom info --cuda-check"; "$build/loom" info --cuda-check; echo "status $?"
+  echo "== loom ops --missing cuda"; "$build/loom" ops --missing cuda | tail -5
   if [ "$tests" = ON ]; then
-    echo "== ctest -L cuda"; ctest --test-dir "$build" -L cuda --output-on-failure "$@" 2>&1 | tail -40
-    echo "== device and stream tests"; "$build/tests/test_base" --gtest_filter='Device*:Stream*:Event*:FakeCuda*:BuildInfo*' 2>&1 | tail -5
+    echo "== ctest -L cuda (full log: ctest-cuda.log)"
+    start=$(date +%s)
+    ctest --test-dir "$build" -L cuda --output-on-failure "$@" >"$out/ctest-cuda.log" 2>&1
+    echo "ctest status $? in $(( $(date +%s) - start )) s"
+    grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception" "$out/ctest-cuda.log" | head -60
+    if [ $sanitizer = 1 ] && command -v compute-sanitizer >/dev/null; then
+      echo "== compute-sanitizer memcheck (test_cuda; log: sanitizer.log)"
+      timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
+        --gtest_filter='-*BeyondTwoGigabytes*:*2To26*' >"$out/sanitizer.log" 2>&1
+      echo "memcheck status $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -5
+      echo "== compute-sanitizer racecheck (copies, device stage)"
+      timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/test_cuda" \
+        --gtest_filter='CudaCopy*:CudaDeviceStage*:CudaSoftmax*:CudaReduce.Ties*' >>"$out/sanitizer.log" 2>&1
+      echo "racecheck status $?"; grep -E "ERROR SUMMARY|RACE" "$out/sanitizer.log" | tail -5
+    fi
   fi
+  echo "== loom trace record --gpu"; "$build/loom" trace record "$out/trace.json" --gpu --steps 2 2>&1 | tail -6
 } 2>&1 | tee "$out/gpu-check.log"
