@@ -336,7 +336,9 @@ std::string conv_name(const ConvConfig& c, DType dt) {
 // whose float32 rounding differs more from the CPU's im2col + gemm than a gemm's does.
 Tol conv_tol(DType dt, int64_t terms, bool tf32 = false) {
   const double s = std::sqrt(static_cast<double>(std::max<int64_t>(terms, 1)));
-  if (dt == kFloat32 && !tf32) return {1e-4, 1e-5 * s};
+  // cuDNN may choose Winograd or FFT algorithms, whose float32 rounding is a few times a direct
+  // sum's (seen on an H200: 5e-4 on one grad_weight element summed over 1024 terms).
+  if (dt == kFloat32 && !tf32) return {1e-4, 3e-5 * s};
   if (dt == kFloat64) return {1e-10, 1e-10 * s};
   return gemm_tol(dt, terms, tf32);
 }

@@ -21,7 +21,10 @@ void arange_loop(const Tensor& t, const Scalar& start, const Scalar& end, const 
       int64_t a = start.to_int(), b = step.to_int();
       for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(a + i * b);
     } else {
-      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + static_cast<double>(i) * st);
+      // One fused multiply-add, so that every compiler and device rounds the same way (a CUDA
+      // kernel computes the same fma; without it, contraction depends on compiler flags).
+      for (int64_t i = 0; i < n; ++i)
+        p[i] = convert<scalar_t>(std::fma(static_cast<double>(i), st, s));
     }
   });
 }
@@ -38,8 +41,8 @@ void linspace_loop(const Tensor& t, const Scalar& start, const Scalar& end, int6
     // ends are exact.
     const int64_t half = steps / 2;
     for (int64_t i = 0; i < steps; ++i) {
-      double v = i < half ? a + step * static_cast<double>(i)
-                          : b - step * static_cast<double>(steps - 1 - i);
+      double v = i < half ? std::fma(step, static_cast<double>(i), a)
+                          : std::fma(-step, static_cast<double>(steps - 1 - i), b);
       p[i] = convert<scalar_t>(v);
     }
   });

@@ -43,7 +43,7 @@ struct Arange {
     if (all_int) {
       out[i] = convert<T>(istart + i * istep);
     } else {
-      out[i] = convert<T>(__dadd_rn(start, __dmul_rn(static_cast<double>(i), step)));
+      out[i] = convert<T>(fma(static_cast<double>(i), step, start));  // as the CPU: one rounding
     }
   }
 };
@@ -55,8 +55,8 @@ struct Linspace {
   double start, end, step;
   __device__ __forceinline__ void operator()(int64_t i) const {
     const int64_t half = steps / 2;
-    const double v = i < half ? __dadd_rn(start, __dmul_rn(step, static_cast<double>(i)))
-                              : __dsub_rn(end, __dmul_rn(step, static_cast<double>(steps - 1 - i)));
+    const double v = i < half ? fma(step, static_cast<double>(i), start)
+                              : fma(-step, static_cast<double>(steps - 1 - i), end);
     out[i] = convert<T>(v);
   }
 };

@@ -8,7 +8,10 @@
 //   exp(x - max) / sum (softmax) or (x - max) - log(sum) (log_softmax). A row of up to 1024
 //   elements takes one warp (8 rows per block), longer rows 128 or 512 threads.
 //   Columns (inner > 1): each block owns 32 adjacent columns, its 16 thread rows share the d
-//   elements of each column, and the pairs meet in shared memory in a fixed order.
+//   elements of each column, and the pairs meet in shared memory in a fixed order. Here a thread
+//   walks d / 16 elements in sequence (3141 for a 50257-long dim), so float inputs keep their
+//   (max, sum) pairs in double: in float the sequential sum and its rescalings drift by ~1e-4
+//   relative, against the CPU's double accumulation.
 //   The CPU's special values are kept: a NaN, or a +inf, anywhere in a row makes the row NaN, and a
 //   row whose max is -inf gives NaN. 16-bit floats compute in float.
 #include <limits>
@@ -87,10 +90,14 @@ __global__ void __launch_bounds__(512)
 
 constexpr int kColRows = 16;  // thread rows per column block
 
+// Accumulation type of the column kernels (Note [Device softmax]).
+template <class T>
+using ColAcc = std::conditional_t<std::is_same_v<T, float>, double, opmath_t<T>>;
+
 template <class T>
 __global__ void __launch_bounds__(32 * kColRows)
     softmax_cols_kernel(const T* x, T* y, int64_t outer, int64_t d, int64_t inner, bool log) {
-  using V = opmath_t<T>;
+  using V = ColAcc<T>;
   LOOM_SHARED_ARRAY(MaxSum<V>, smem, 32 * kColRows);
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const bool valid = col < outer * inner;
@@ -157,7 +164,7 @@ template <class T>
 __global__ void __launch_bounds__(32 * kColRows)
     softmax_backward_cols_kernel(const T* g, const T* y, T* out, int64_t outer, int64_t d,
                                  int64_t inner, bool log) {
-  using V = opmath_t<T>;
+  using V = ColAcc<T>;
   LOOM_SHARED_ARRAY(V, smem, 32 * kColRows);
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const bool valid = col < outer * inner;
