@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/device.h"
 #include "loom/export.h"
 
 namespace loom::memory {
@@ -86,7 +87,8 @@ struct MemorySample {
   int64_t delta_bytes = 0;  // > 0 allocation, < 0 free, 0 only reserved bytes changed
   int64_t allocated = 0;
   int64_t reserved = 0;
-  int64_t stream = 0;  // the allocator's stream (0: the default stream)
+  int64_t stream = 0;    // the allocator's stream (0: the default stream)
+  Device device = kCPU;  // the allocator's device: one pair of counter tracks per device
 };
 
 struct ThreadInfo {
@@ -237,7 +239,7 @@ constexpr int64_t kGpuPidBase = int64_t{1} << 30;
 namespace detail {
 extern LOOM_API std::atomic<bool> g_memory_active;
 LOOM_API void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
-                                 int64_t total_reserved, int64_t stream);
+                                 int64_t total_reserved, int64_t stream, Device device = kCPU);
 }  // namespace detail
 inline void record_memory(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
                           int64_t total_reserved, int64_t stream = 0) {

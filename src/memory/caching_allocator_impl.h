@@ -227,8 +227,9 @@ struct CachingAllocator::Impl {
 
   // The observer seam (caching_allocator.h): one relaxed load when nobody observes.
   void notify(const void* ptr, int64_t delta_bytes, StreamId stream) const {
-    notify_allocator_observer(AllocatorEvent{
-        ptr, delta_bytes, stream, stats.allocated_bytes.current, stats.reserved_bytes.current});
+    notify_allocator_observer(AllocatorEvent{ptr, delta_bytes, stream,
+                                             stats.allocated_bytes.current,
+                                             stats.reserved_bytes.current, stream_device});
   }
 
   // ---- caching_allocator.cpp ----

@@ -186,6 +186,13 @@ void read_memory(const EventReader& r, Trace& t) {
   m.reserved = field("Total Reserved");
   if (const Json* stream = args->find("Stream"); stream && stream->is_int())
     m.stream = stream->as_int();
+  if (const Json* dev = args->find("Device"); dev && dev->is_string()) {
+    try {
+      m.device = Device(dev->as_string());
+    } catch (const Error& e) {
+      r.fail(std::string("has a bad 'Device': ") + e.what());
+    }
+  }
   t.memory.push_back(m);
 }
 

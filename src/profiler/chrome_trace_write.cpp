@@ -223,10 +223,18 @@ std::string chrome_trace_json(const Trace& trace) {
                   ", \"Stream\": %" PRId64 "}}",
                   m.ptr, m.delta_bytes, m.allocated, m.reserved, m.stream);
     w.out += buf;
+    // A device other than the CPU: named in the instant and in its own counter tracks.
+    const std::string dev = m.device.is_cpu() ? std::string() : m.device.str();
+    if (!dev.empty()) {
+      w.out.pop_back();
+      w.out.pop_back();
+      w.out += ", \"Device\": \"" + dev + "\"}}";
+    }
     for (int k = 0; k < 2; ++k) {
       w.begin_event();
-      w.out += k == 0 ? "{\"ph\": \"C\", \"name\": \"allocated bytes\", \"pid\": "
-                      : "{\"ph\": \"C\", \"name\": \"reserved bytes\", \"pid\": ";
+      w.out += std::string(k == 0 ? "{\"ph\": \"C\", \"name\": \"allocated bytes"
+                                  : "{\"ph\": \"C\", \"name\": \"reserved bytes") +
+               (dev.empty() ? "" : " (" + dev + ")") + "\", \"pid\": ";
       w.out += pid + ", \"ts\": ";
       append_us(w.out, m.ts_ns);
       w.out +=

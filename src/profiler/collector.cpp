@@ -299,7 +299,7 @@ std::string thread_name(const ThreadBuffer& b, uint64_t main_tid,
 
 // The caching allocator's observer (memory::set_allocator_observer), set while memory is recorded.
 void observe_allocator(const memory::AllocatorEvent& e) {
-  record_memory_slow(e.ptr, e.delta_bytes, e.total_allocated, e.total_reserved, e.stream);
+  record_memory_slow(e.ptr, e.delta_bytes, e.total_allocated, e.total_reserved, e.stream, e.device);
 }
 
 }  // namespace
@@ -401,7 +401,7 @@ void record_step(std::string_view name, int64_t start_ns, int64_t end_ns) {
 }
 
 void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allocated,
-                        int64_t total_reserved, int64_t stream) {
+                        int64_t total_reserved, int64_t stream, Device device) {
   ThreadBuffer* b = this_thread_buffer();
   if (b == nullptr) return;
   b->writing.store(true, std::memory_order_seq_cst);
@@ -414,6 +414,7 @@ void record_memory_slow(const void* ptr, int64_t delta_bytes, int64_t total_allo
     m.allocated = total_allocated;
     m.reserved = total_reserved;
     m.stream = stream;
+    m.device = device;
     b->memory.push_back(m);
   }
   b->writing.store(false, std::memory_order_release);

@@ -7,6 +7,7 @@
 #include "loom/cuda.h"
 #include "loom/memory/cuda_memory.h"
 #include "loom/ops.h"
+#include "loom/profiler.h"
 #include "loom/tensor.h"
 
 namespace loom {
@@ -102,6 +103,20 @@ TEST(CudaAllocator, PinnedBlocksWaitForTheirStreams) {
   side.synchronize();
   DataPtr again = pinned->allocate(1 << 20);
   EXPECT_EQ(again.get(), first);  // reused after its event passed
+}
+
+TEST(CudaAllocator, TheProfilerGetsTheDevicesMemoryTrack) {
+  REQUIRE_GPU();
+  profiler::ProfileOptions o;
+  o.profile_memory = true;
+  profiler::Profile p(o);
+  p.start();
+  { Tensor t = empty({1 << 20}, TensorOptions(kFloat32).with_device(kCuda)); }
+  p.stop();
+  int64_t cuda_allocs = 0;
+  for (const profiler::MemorySample& m : p.trace().memory)
+    if (m.device == kCuda && m.delta_bytes >= (4 << 20)) ++cuda_allocs;
+  EXPECT_EQ(cuda_allocs, 1);
 }
 
 TEST(CudaErrors, RuntimeErrorsAreTyped) {

@@ -154,3 +154,35 @@ TEST(ProfileAllocTrace, AProfiledRunReplaysToThePeakItRecorded) {
 
 }  // namespace
 }  // namespace loom::profiler
+
+namespace loom::profiler {
+namespace {
+
+// A device's allocator events get their own counter tracks and keep their device through the
+// Chrome trace (the CUDA caching allocator reports cuda:N; the CPU's stay unnamed).
+TEST(ProfileMemoryTracks, EachDeviceHasItsOwnCountersAndRoundTrips) {
+  Trace t;
+  MemorySample cpu;
+  cpu.ts_ns = 10;
+  cpu.ptr = 64;
+  cpu.delta_bytes = 512;
+  cpu.allocated = cpu.reserved = 512;
+  MemorySample gpu = cpu;
+  gpu.ts_ns = 20;
+  gpu.ptr = 4096;
+  gpu.allocated = 1 << 20;
+  gpu.reserved = 2 << 20;
+  gpu.device = Device(DeviceType::CUDA, 0);
+  t.memory = {cpu, gpu};
+  const std::string json = chrome_trace_json(t);
+  EXPECT_NE(json.find("\"allocated bytes (cuda:0)\""), std::string::npos);
+  EXPECT_NE(json.find("\"allocated bytes\""), std::string::npos);
+  const Trace back = parse_chrome_trace(json, "test");
+  ASSERT_EQ(back.memory.size(), 2u);
+  EXPECT_EQ(back.memory[0].device, kCPU);
+  EXPECT_EQ(back.memory[1].device, Device(DeviceType::CUDA, 0));
+  EXPECT_EQ(back.memory[1].reserved, 2 << 20);
+}
+
+}  // namespace
+}  // namespace loom::profiler

@@ -334,6 +334,7 @@ struct AllocatorEvent {
   StreamId stream = 0;
   int64_t total_allocated = 0;
   int64_t total_reserved = 0;
+  Device device = kCPU;  // the allocator's device (its DeviceMemory's)
 };
 using AllocatorObserver = void (*)(const AllocatorEvent& event);
 // nullptr removes it. Thread-safe.
