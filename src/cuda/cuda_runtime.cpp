@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/scoped_device.h"
 #include "loom/cuda.h"
 #include "loom/device_interface.h"
 #include "loom/error.h"
@@ -69,23 +70,7 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw_error(static_cast<int>(e), what, nullptr);
 }
 
-// Sets the device for the scope of a call that needs it (streams and events belong to one).
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int index) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
-  }
-  ~ScopedDevice() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using detail::ScopedDevice;
 
 struct CudaEvent {
   cudaEvent_t event;

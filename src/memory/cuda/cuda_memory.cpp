@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/scoped_device.h"
 #include "loom/config.h"
 #include "loom/cuda.h"
 #include "loom/error.h"
@@ -44,22 +45,7 @@ void check(cudaError_t e, const char* call) {
   if (e != cudaSuccess) throw_error(static_cast<int>(e), call, "cuda allocator");
 }
 
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int index) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
-  }
-  ~ScopedDevice() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using detail::ScopedDevice;
 
 // The driver entry points for virtual memory (nullptr members when the driver lacks them).
 struct DriverVmm {
