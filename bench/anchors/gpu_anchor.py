@@ -177,8 +177,8 @@ class Gpu:
             ms = device_ms(lambda: dev.copy_(host, non_blocking=True), 2, reps)
             return host.numel() * 4 / (ms * 1e-3) / 1e9
         if name == "h2d_loader":
-            self.loader_gbps(2)  # warm-up
             batches = 6 if quick else 24
+            self.loader_gbps(batches)  # warm-up, as loom's
             return statistics.median(self.loader_gbps(batches) for _ in range(2 if quick else 5))
         return float("nan")
 
