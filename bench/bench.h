@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::bench {
@@ -23,6 +24,9 @@ struct Measure {
   std::function<double()> loom;  // runs once and returns the figure in `unit`
   double value_target =
       0;  // a bound on loom's own figure instead (0: none), for rows with no anchor
+  // Why this row cannot run on this machine ("": it runs), e.g. "no CUDA device is visible": the
+  // driver runs neither side and the row says "not run: <skip>".
+  std::string skip = "";
 };
 
 struct SuiteOptions {
@@ -43,6 +47,9 @@ struct Suite {
   std::function<int(const std::vector<std::string>& args)> run;
   // For a suite without an anchor process: what its rows say instead of an anchor figure.
   std::string no_anchor = "";
+  // Optional: more about the machine than the CPU, as (key, description) pairs, e.g. ("gpu",
+  // "NVIDIA H200, ..."): printed in the table's header and added to the JSON's "machine".
+  std::function<std::vector<std::pair<std::string, std::string>>()> machine = nullptr;
 };
 
 std::vector<Suite>& suites();

@@ -335,6 +335,9 @@ int run_bench(const std::vector<std::string>& argv) {
       "cpu: %s, %u cores\nloom BLAS: %s\n",
       name.c_str(), opt.rounds, anchor_label.empty() ? "no anchor" : anchor_label.c_str(),
       cpu_model().c_str(), std::thread::hardware_concurrency(), blas_config().c_str());
+  std::vector<std::pair<std::string, std::string>> machine;
+  if (suite->machine) machine = suite->machine();
+  for (const auto& [key, value] : machine) std::printf("%s: %s\n", key.c_str(), value.c_str());
   std::fflush(stdout);
   std::vector<Measure> measures = suite->setup(opt);
   if (auto only = args.get("only")) {
@@ -349,7 +352,10 @@ int run_bench(const std::vector<std::string>& argv) {
   }
   IgnoreSigpipe ignore_sigpipe;
   AnchorProcess anchor;
-  if (!anchor_path.empty()) {
+  // Rows that cannot run here run on neither side: no anchor to start when none can.
+  const bool any_runs = std::any_of(measures.begin(), measures.end(),
+                                    [](const Measure& m) { return m.skip.empty(); });
+  if (!anchor_path.empty() && any_runs) {
     no_anchor = anchor.start(anchor_path, name, /*grace_s=*/5);
     if (!no_anchor.empty()) std::fprintf(stderr, "bench: %s\n", no_anchor.c_str());
   }
@@ -361,6 +367,7 @@ int run_bench(const std::vector<std::string>& argv) {
     // call can find that process's OpenBLAS workers still spinning on the other core.
     const bool anchor_first = r % 2 == 1;
     for (const Measure& m : measures) {
+      if (!m.skip.empty()) continue;
       auto run_anchor_side = [&] {
         if (!have_anchor) return;
         std::string why;
@@ -392,7 +399,9 @@ int run_bench(const std::vector<std::string>& argv) {
                                       : report::Target::none();
     row.loom_rounds = loom_vals[m.name];
     row.anchor_rounds = anchor_vals[m.name];
-    if (!have_anchor) {
+    if (!m.skip.empty()) {
+      row.anchor_missing = "not run: " + m.skip;
+    } else if (!have_anchor) {
       row.anchor_missing = no_anchor;
     } else if (row.anchor_rounds.empty()) {
       row.anchor_missing = why_missing.count(m.name) ? why_missing[m.name] : "no figure";
@@ -409,8 +418,11 @@ int run_bench(const std::vector<std::string>& argv) {
     js << "{\"suite\": " << report::json_string(name)
        << ", \"machine\": {\"cpu\": " << report::json_string(cpu_model())
        << ", \"cores\": " << std::thread::hardware_concurrency()
-       << ", \"blas\": " << report::json_string(blas_config()) << "}, \"rounds\": " << opt.rounds
-       << ", \"results\": [";
+       << ", \"blas\": " << report::json_string(blas_config());
+    for (const auto& [key, value] : machine) {
+      js << ", " << report::json_string(key) << ": " << report::json_string(value);
+    }
+    js << "}, \"rounds\": " << opt.rounds << ", \"results\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       js << (i ? ", " : "") << report::json_row(rows[i], anchor_label);
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU: build loom with every core, then run what needs the GPU — the
 # build's self-check kernel, the `cuda`-labelled tests, compute-sanitizer over the CUDA tests, the
-# device stage and the GPU trace — and `loom info`. Writes logs to $OUT (or ./gpu-check-out) so a
-# remote run can bring them back.
+# device stage and the GPU trace — and `loom info`; then `loom bench gpu` against PyTorch on the same
+# GPU (loom-anchor-gpu, installed beside loom, runs the `python3` on PATH). Writes logs to $OUT (or
+# ./gpu-check-out) so a remote run can bring them back.
 # Usage: scripts/gpu-check.sh [--no-sanitizer] [extra ctest args]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,4 +48,8 @@ if [ "${1:-}" = "--no-sanitizer" ]; then sanitizer=0; shift; fi
     fi
   fi
   echo "== loom trace record --gpu"; "$build/loom" trace record "$out/trace.json" --gpu --steps 2 2>&1 | tail -6
+  echo "== loom bench gpu --rounds 3 (table: bench-gpu.txt, JSON: bench-gpu.json)"
+  python3 -c 'import torch; print("anchor: python3", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1
+  "$build/loom" bench gpu --rounds 3 --json "$out/bench-gpu.json" 2>&1 | tee "$out/bench-gpu.txt"
+  echo "bench status ${PIPESTATUS[0]}"
 } 2>&1 | tee "$out/gpu-check.log"

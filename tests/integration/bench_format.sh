@@ -3,7 +3,9 @@
 # (reason)" where the anchor has no figure (never nan), a legend of its units, and a final
 # "targets: N met, M missed" line; its JSON is strict (null, never NaN). An anchor that hangs or
 # dies is stopped and named, and the run still ends with its table.
-# usage: bench_format.sh LOOM_BINARY mem|prof|fake_anchor|anchor_hang|anchor_dies
+# `loom bench gpu` where no GPU is visible names the reason in every row and still exits 0 with its
+# table; its anchor script answers nan to every name where torch or a CUDA device is missing.
+# usage: bench_format.sh LOOM_BINARY mem|prof|fake_anchor|anchor_hang|anchor_dies|gpu|gpu_anchor
 set -euo pipefail
 loom=$1
 case_name=$2
@@ -102,6 +104,56 @@ case $case_name in
     # The first round's answer before the failure is kept.
     row alloc_free_pair_4k | grep -qE ' 100 ' || fail "the figure before the failure was lost"
     grep -q '^anchor FAILED' "$tmp/out" || fail "no failure line"
+    ;;
+  gpu)
+    "$loom" bench gpu --quick --anchor none --json "$tmp/r.json" > "$tmp/out" 2> "$tmp/err" || status=$?
+    [[ $status == 0 ]] || fail "exit status $status"
+    check_format
+    check_json "$tmp/r.json"
+    row eager_add_overhead | grep -qE ' <=3 +(ok|MISS|not judged)' || fail "eager_add_overhead's target"
+    row h2d_loader_of_pinned | grep -qE ' >=0\.9 +(ok|MISS|not judged)' || fail "h2d_loader_of_pinned's target"
+    if grep -q '^gpu: none: no CUDA device is visible (' "$tmp/out"; then gpu=0; else gpu=1; fi
+    # Every row is there; without a GPU none has a figure and each says why, with one each has loom's.
+    python3 - "$tmp/r.json" "$gpu" <<'PY' || fail "gpu rows"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+gpu = sys.argv[2] == "1"
+rows = {r["name"]: r for r in doc["results"]}
+expected = ["eager_add_overhead", "copy_256m", "add_256m", "exp_256m", "sum_256m",
+            "add_256m_of_copy", "exp_256m_of_copy", "sum_256m_of_copy", "softmax_fwd_bwd",
+            "layer_norm_fwd_bwd", "gemm_bf16_8192", "gemm_tf32_8192", "conv2d_fwd", "mlp_step",
+            "cnn_step", "h2d_pinned_copy", "h2d_loader", "h2d_loader_of_pinned"]
+assert sorted(rows) == sorted(expected), sorted(rows)
+assert doc["machine"]["gpu"].startswith("none: no CUDA device is visible") != gpu, doc["machine"]
+for name, r in rows.items():
+    if gpu:
+        assert r["loom"] is not None and r["loom"] > 0, r
+        assert r["anchor_missing"] == "not run: --anchor none", r
+    else:
+        assert r["loom"] is None and r["loom_rounds"] == [], r
+        assert r["anchor_missing"] == "not run: no CUDA device is visible", r
+        assert r["verdict"] in ("not judged", "no target"), r
+PY
+    if [[ $gpu == 0 ]]; then
+      row cnn_step | grep -qE ' - +no anchor +- .*\(not run: no CUDA device is visible\)$' || fail "cnn_step row"
+    fi
+    ;;
+  gpu_anchor)
+    anchor=$(dirname "$loom")/loom-anchor-gpu
+    [[ -x $anchor ]] || fail "$anchor is not installed beside loom"
+    printf 'eager_add_overhead 1 1\nno_such_row 1 1\n\nh2d_loader_of_pinned 1 1\n' \
+      | "$anchor" serve gpu > "$tmp/out" 2> "$tmp/err" || status=$?
+    [[ $status == 0 ]] || fail "anchor exit status $status"
+    # One answer per request, in order; nan for unknown names (and for all where torch or CUDA is missing).
+    [[ $(wc -l < "$tmp/out") == 3 ]] || fail "expected 3 answers"
+    sed -n 1p "$tmp/out" | grep -qE '^eager_add_overhead ([0-9.e+-]+|nan)$' || fail "first answer"
+    sed -n 2p "$tmp/out" | grep -qx 'no_such_row nan' || fail "unknown name"
+    sed -n 3p "$tmp/out" | grep -qE '^h2d_loader_of_pinned nan$' || fail "a fraction without its parts"
+    if ! grep -q '^anchor: torch .* on ' "$tmp/err"; then
+      grep -qE '^anchor: (torch is not installed|torch .* sees no CUDA device)' "$tmp/err" || fail "no reason for nan"
+      grep -qx 'eager_add_overhead nan' "$tmp/out" || fail "a figure without a GPU"
+    fi
+    "$anchor" > /dev/null 2>&1 && fail "no usage error without 'serve'"
     ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
