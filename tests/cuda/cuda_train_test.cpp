@@ -61,7 +61,7 @@ TEST_F(CudaTrain, MlpFollowsTheCpuLossCurveForTheSameSeed) {
               loss_tolerance(cpu_rep.epochs[1].train_loss));
   // The evaluation ran on the device and scores what the CPU scores.
   EXPECT_NEAR(gpu.test_loss, cpu.test_loss, loss_tolerance(cpu.test_loss));
-  EXPECT_NEAR(gpu.test_accuracy, cpu.test_accuracy, 0.03);
+  EXPECT_NEAR(gpu.test_accuracy, cpu.test_accuracy, 0.05);
 }
 
 TEST_F(CudaTrain, CnnTrainsAFewSteps) {
@@ -129,7 +129,7 @@ TEST_F(CudaTrain, RunsContinueAcrossDevicesFromMidRunCheckpoints) {
     EXPECT_EQ(finished.steps_run, straight.global_step - 5);
     EXPECT_NEAR(finished.final_loss, straight.final_loss, loss_tolerance(straight.final_loss))
         << first << " -> " << second;
-    EXPECT_NEAR(finished.test_accuracy, straight.test_accuracy, 0.03) << first << " -> " << second;
+    EXPECT_NEAR(finished.test_accuracy, straight.test_accuracy, 0.05) << first << " -> " << second;
   }
 }
 
