@@ -103,6 +103,12 @@ class LOOM_API Module {
   // torch.nn.Module.to(dtype). Parameters become new tensors: optimizers built before hold the old
   // ones.
   Module& to(DType dtype);
+  // Moves parameters, buffers and gradients to `device`, recursively, as
+  // torch.nn.Module.to(device): each parameter stays a leaf with its requires_grad, in the same
+  // slot (so a subclass's slot index, a shared child and named_parameters() see the moved tensor),
+  // but it is a new tensor: as with to(dtype), build optimizers (and anything else that holds
+  // parameter handles) after it. Tensors already on `device` are kept as they are.
+  Module& to(Device device);
 
   // Parameters (detached, sharing storage) and persistent buffers by dotted name, in PyTorch's
   // order: pre-order over modules, each module's own parameters, then its own buffers, then its

@@ -173,6 +173,23 @@ Module& Module::to(DType dtype) {
   return *this;
 }
 
+Module& Module::to(Device device) {
+  autograd::NoGradGuard no_grad;
+  for (auto& [name, p] : params_) {
+    if (p.device() == device) continue;
+    Tensor moved = p.detach().to(device);
+    moved.requires_grad_(p.requires_grad());
+    Tensor g = p.grad();
+    if (g.defined()) autograd::set_grad(moved, g.to(device));
+    p = std::move(moved);
+  }
+  for (auto& b : buffers_) {
+    if (b.value.defined() && b.value.device() != device) b.value = b.value.to(device);
+  }
+  for (auto& c : children_) c.second->to(device);
+  return *this;
+}
+
 StateDict Module::state_dict() const {
   StateDict out;
   for (const auto& [prefix, m] : named_modules()) {

@@ -38,6 +38,7 @@ class ConsoleReporter : public Reporter {
         r.optimizer.c_str(), static_cast<long long>(r.epochs),
         static_cast<long long>(r.steps_per_epoch), r.threads,
         static_cast<unsigned long long>(r.seed));
+    if (!r.device.empty()) std::printf("device: %s\n", r.device.c_str());
     if (!r.parallel.empty()) std::printf("data parallel: %s\n", r.parallel.c_str());
     std::printf("data: %s\n", r.data.c_str());
     if (!r.fault.empty()) std::printf("fault injection: %s\n", r.fault.c_str());

@@ -23,18 +23,22 @@ EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardRe
   o.order.shuffle = data::ShuffleMode::None;
   o.fields = input_fields(false, mean, std);
   data::Loader loader(test, o);
+  // The model's device decides where the batches go (a DeviceStage passes CPU batches through).
+  const std::vector<Tensor> params = model.parameters();
+  const Device device = params.empty() ? kCPU : params.front().device();
+  data::DeviceStage batches([&loader] { return loader.next(); }, device);
   EvalReport r;
   const int64_t total = test->size();
   std::vector<int64_t> correct_per_class(10, 0), seen_per_class(10, 0);
   double loss_sum = 0;
   int64_t correct = 0;
-  while (auto b = loader.next()) {
+  while (auto b = batches.next()) {
     const Tensor& y = (*b)["label"];
     Tensor logits = model.forward((*b)["image"]);
     loss_sum += cross_entropy(logits, y).item<double>() * static_cast<double>(b->size());
     Tensor hit = eq(argmax(logits, 1), y);
-    const std::vector<int64_t> labels = to_vector<int64_t>(y);
-    const std::vector<bool> hits = to_vector<bool>(hit);
+    const std::vector<int64_t> labels = to_vector<int64_t>(y.to(kCPU));
+    const std::vector<bool> hits = to_vector<bool>(hit.to(kCPU));
     for (size_t i = 0; i < labels.size(); ++i) {
       const auto c = static_cast<size_t>(labels[i]);
       if (c >= seen_per_class.size()) {

@@ -113,8 +113,9 @@ std::string describe_optimizer(const TrainOptions& o) {
 
 void save_model(const std::string& path, nn::Module& model, const SavedModelInfo& info) {
   io::TensorMap params;
-  for (auto& [name, p] : model.named_parameters()) params.emplace_back(name, p.detach());
-  for (auto& [name, b] : model.named_buffers()) params.emplace_back(name, b);
+  // Files hold CPU tensors (a model trained on a GPU is saved as one trained on the CPU).
+  for (auto& [name, p] : model.named_parameters()) params.emplace_back(name, p.detach().to(kCPU));
+  for (auto& [name, b] : model.named_buffers()) params.emplace_back(name, b.to(kCPU));
   std::string shape;
   for (int64_t d : info.input_shape) {
     if (!shape.empty()) shape += ',';

@@ -96,16 +96,23 @@ void TrainOptions::check() const {
   check_range(keep_checkpoints, "--keep-checkpoints", 1, 1000000);
   check_range(max_steps, "--max-steps", 0, int64_t{1} << 40);
   LOOM_CHECK(!resume || !checkpoint_dir.empty(), "[train] --resume needs --checkpoint-dir");
+  // CUDA's build and devices are checked before the text is parsed: Device("cuda") asks the
+  // runtime for its current device, which has nothing to say without one.
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    LOOM_CHECK_AS(NotImplementedError, cuda::is_built(), "[train] --device ", device,
+                  ": this build has no CUDA backend (configure with -DLOOM_CUDA=ON on a machine "
+                  "with the CUDA toolkit), or use --device cpu");
+    LOOM_CHECK_AS(DeviceError, cuda::device_count() > 0, "[train] --device ", device,
+                  ": no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES), or use "
+                  "--device cpu");
+  }
   const Device dev(device);  // ValueError naming the text for anything but cpu, cuda[:N], meta
   LOOM_CHECK(!dev.is_meta(), "[train] --device meta has no data to train on: use cpu");
   if (dev.is_cuda()) {
-    LOOM_THROW(NotImplementedError, "[train] --device ", device,
-               ": loom cannot train on CUDA yet (its CUDA "
-               "tensors, kernels and allocator are not written); this build ",
-               cuda::is_built() ? "has the CUDA runtime and sees " +
-                                      std::to_string(cuda::device_count()) + " GPU(s)"
-                                : std::string("was built without CUDA"),
-               ". Use --device cpu");
+    const int visible = cuda::device_count();
+    LOOM_CHECK_AS(DeviceError, dev.index() < visible, "[train] --device ", device,
+                  ": there is no such device (", visible, " visible: cuda:0 to cuda:", visible - 1,
+                  ")");
   }
 }
 

@@ -108,11 +108,17 @@ GeneratorState rng_read(const Fields& f, const std::string& path) {
 
 std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loop) {
   io::TensorMap tensors;
+  // Note [Checkpoints of device runs]: the file holds CPU copies of the parameters, buffers and
+  // optimizer state (io saves CPU tensors only), so its bytes do not depend on where the run
+  // trained. restore_state loads them through Module::load_state_dict and
+  // Optimizer::load_state_dict, which copy into the tensors' current devices: a checkpoint written
+  // on a GPU resumes on the CPU and the other way round.
   for (auto& [name, p] : s.model->named_parameters())
-    tensors.emplace_back("model." + name, p.detach());
-  for (auto& [name, b] : s.model->named_buffers()) tensors.emplace_back("model." + name, b);
+    tensors.emplace_back("model." + name, p.detach().to(kCPU));
+  for (auto& [name, b] : s.model->named_buffers())
+    tensors.emplace_back("model." + name, b.to(kCPU));
   optim::OptimizerState os = s.optimizer->state_dict();
-  for (auto& [name, v] : os.tensors) tensors.emplace_back("optim." + name, v);
+  for (auto& [name, v] : os.tensors) tensors.emplace_back("optim." + name, v.to(kCPU));
   Json optimizer = Json::object();
   for (auto& [name, v] : os.scalars) optimizer.set(name, v);
   Json scheduler;

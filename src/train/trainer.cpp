@@ -9,18 +9,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 
 #include "loom/autograd.h"
 #include "loom/config.h"
+#include "loom/cuda.h"
 #include "loom/data/pack.h"
 #include "loom/datasets.h"
 #include "loom/distributed/ddp.h"
@@ -31,6 +34,7 @@
 #include "loom/parallel.h"
 #include "loom/parse.h"
 #include "loom/profiler.h"
+#include "loom/stream.h"
 #include "train/train_internal.h"
 
 namespace loom::train {
@@ -196,8 +200,8 @@ memory::CachingAllocator* profiled_cpu_allocator() {
 // the loop ends. With several ranks each writes its own trace: out.json.gz -> out.rank1.json.gz.
 class ProfileWindow {
  public:
-  ProfileWindow(const TrainOptions& o, const Parallel& par)
-      : schedule_(profiler::Schedule::parse(o.profile_steps)) {
+  ProfileWindow(const TrainOptions& o, const Parallel& par, Device device)
+      : schedule_(profiler::Schedule::parse(o.profile_steps)), device_(device) {
     if (o.profile_path.empty()) return;
     cpu_cache_ = profiled_cpu_allocator();
     path_ = o.profile_path;
@@ -212,8 +216,16 @@ class ProfileWindow {
     prof_->start();
   }
   // At the start of every step but this process's first: a profiled step spans one whole iteration.
+  // Note [Step times on a device]: the device runs behind the host, so a step boundary taken on
+  // the host alone would charge a step's GPU work to the next one. While profiling on a GPU the
+  // boundary first waits for the device's current stream: each step's span then covers the kernels
+  // it queued. Without --profile nothing waits per step; the samples/s and ETA figures are taken at
+  // the steps that read the loss back (which waits for the device), so they include GPU time too.
   void step() {
-    if (prof_ && started_) prof_->step();
+    if (prof_ && started_) {
+      if (device_.is_cuda()) current_stream(device_).synchronize();
+      prof_->step();
+    }
     started_ = true;
   }
   // Writes the trace; the summary goes to `say` (the leader's reporter; a no-op on other ranks).
@@ -239,6 +251,7 @@ class ProfileWindow {
 
  private:
   profiler::Schedule schedule_;
+  Device device_;
   std::string path_;
   memory::CachingAllocator* cpu_cache_ = nullptr;
   std::unique_ptr<profiler::Profile> prof_;
@@ -247,7 +260,8 @@ class ProfileWindow {
 
 // The lines after the final test accuracy: where the loader's time went, data parallelism.
 std::string final_report(const data::Loader& loader, double seconds,
-                         const dist::DistributedDataParallel* ddp, const Parallel& par) {
+                         const dist::DistributedDataParallel* ddp, const Parallel& par,
+                         const data::DeviceStageMetrics* copies) {
   const data::LoaderMetrics lm = loader.metrics();
   char buf[512];
   std::snprintf(
@@ -257,6 +271,15 @@ std::string final_report(const data::Loader& loader, double seconds,
       lm.wait_seconds, seconds > 0 ? 100.0 * lm.wait_seconds / seconds : 0.0,
       lm.max_wait_seconds * 1e3, lm.mean_occupancy(), lm.read_seconds, lm.decode_seconds);
   std::string report = buf;
+  if (copies && copies->batches > 0) {
+    std::snprintf(buf, sizeof(buf),
+                  "\ndevice copies: %lld batches, %.1f MB host to device at %.1f GB/s on a side "
+                  "stream (%.2f s of copy time, %lld batches handed out before their copy ended)",
+                  static_cast<long long>(copies->batches), static_cast<double>(copies->bytes) / 1e6,
+                  copies->copy_gbps(), copies->copy_ms / 1e3,
+                  static_cast<long long>(copies->copies_waited));
+    report += buf;
+  }
   if (ddp) {
     auto st = ddp->stats();
     std::snprintf(buf, sizeof(buf),
@@ -267,6 +290,54 @@ std::string final_report(const data::Loader& loader, double seconds,
     report += buf + par.group->describe();
   }
   return report;
+}
+
+// Note [Training on a device]: `--device cuda` runs one process on one GPU. The model is built and
+// initialised on the CPU (the same draws as a CPU run) and moved with Module::to before the
+// optimizer is built, so its state is created next to the parameters (Adam's step counter stays a
+// CPU tensor: it is read on the host). Batches come through a DeviceStage (DeviceBatches below).
+// The loss is summed on the device and read back only at the steps the reporter shows, the end of
+// an epoch and a stop, instead of once per step (which would wait for the device every step); the
+// CPU keeps reading it every step. Evaluation runs on the model's device; checkpoints hold CPU
+// copies (Note [Checkpoints of device runs]).
+
+// The batches of one epoch on `device`, each with the loader's state just after it. A DeviceStage
+// takes batches from the loader ahead of the loop (double buffering), so loader.state() is ahead
+// of the step being run; the state saved with a batch is what a checkpoint after that step needs.
+// On the CPU the stage passes batches through and the states are the loader's own.
+class DeviceBatches {
+ public:
+  DeviceBatches(data::Loader& loader, Device device)
+      : loader_(loader), stage_([this] { return take(); }, device) {}
+  std::optional<data::Batch> next(std::optional<data::LoaderState>& state_after) {
+    std::optional<data::Batch> b = stage_.next();
+    if (b) {
+      LOOM_INTERNAL_ASSERT(!states_.empty(), "a device batch without its loader state");
+      state_after = std::move(states_.front());
+      states_.pop_front();
+    }
+    return b;
+  }
+  data::DeviceStageMetrics metrics() { return stage_.metrics(); }
+
+ private:
+  std::optional<data::Batch> take() {
+    std::optional<data::Batch> b = loader_.next();
+    if (b) states_.push_back(loader_.state());
+    return b;
+  }
+  data::Loader& loader_;
+  std::deque<data::LoaderState> states_;
+  data::DeviceStage stage_;  // last: its source uses the members above
+};
+
+void add_metrics(data::DeviceStageMetrics& total, const data::DeviceStageMetrics& m) {
+  total.batches += m.batches;
+  total.bytes += m.bytes;
+  total.copy_ms += m.copy_ms;
+  total.source_seconds += m.source_seconds;
+  total.next_seconds += m.next_seconds;
+  total.copies_waited += m.copies_waited;
 }
 
 }  // namespace
@@ -299,12 +370,25 @@ void Trainer::prepare_data(const TrainOptions& o) {
 
 TrainResult Trainer::run() {
   const TrainOptions& o = impl_->o;
+  const Device device(o.device);  // checked by TrainOptions::check
+  if (!device.is_cpu()) {
+    // Refused before the process group would wait for its peers.
+    const char* ws = std::getenv("WORLD_SIZE");
+    const int64_t world = ws && *ws ? parse_int(ws, "[train] WORLD_SIZE", 1) : 1;
+    LOOM_CHECK_AS(NotImplementedError, world == 1, "[train] --device ", o.device, " with ", world,
+                  " processes (WORLD_SIZE): multi-GPU training needs the NCCL backend (a later "
+                  "issue); train on one GPU (no --nproc, no WORLD_SIZE) or data-parallel on the "
+                  "CPU");
+  }
   const std::string train_dir = data::fashion_mnist_shards(o.data_dir, true, o.train_samples);
   const std::string test_dir = data::fashion_mnist_shards(o.data_dir, false);
   if (o.threads > 0) set_num_threads(o.threads);
   if (!o.profile_path.empty()) profiled_cpu_allocator();  // before the first tensor of the run
   set_thread_name("training");
   Parallel par = init_parallel();
+  std::optional<DeviceGuard> device_guard;
+  if (device.is_cuda()) device_guard.emplace(device);
+  const bool on_device = !device.is_cpu();
   LOOM_CHECK(o.batch % par.world == 0, "[train] --batch ", o.batch,
              " must be a multiple of the number of ranks ", par.world,
              " (every rank takes the same share of a batch)");
@@ -328,6 +412,7 @@ TrainResult Trainer::run() {
 
   Generator gen(o.seed);
   auto model = detail::build_model(o.model, gen);
+  model->to(device);  // Note [Training on a device]: initialised on the CPU, then moved
   int64_t nparams = 0;
   for (auto& p : model->parameters()) nparams += p.numel();
   std::unique_ptr<optim::Optimizer> opt = detail::build_optimizer(o, model->parameters());
@@ -413,11 +498,13 @@ TrainResult Trainer::run() {
                       par.group->describe();
     }
     if (o.fault.kind != FaultKind::None) info.fault = o.fault.describe();
+    if (device.is_cuda())
+      info.device = device.str() + " (" + cuda::device_properties(device.index()).name + ")";
     rep->on_start(info);
   }
 
   StopSignals stop_signals;
-  ProfileWindow profile(o, par);
+  ProfileWindow profile(o, par, device);
   auto finish_profile = [&] { profile.finish(say); };
   auto checkpoint = [&](const std::string& why) {
     if (o.checkpoint_dir.empty() || !par.leader()) return;
@@ -436,6 +523,7 @@ TrainResult Trainer::run() {
 
   const auto t0 = Clock::now();
   int64_t samples = 0;
+  data::DeviceStageMetrics copies;
   model->train();
   try {
     while (loop.epoch < o.epochs) {
@@ -445,6 +533,9 @@ TrainResult Trainer::run() {
       } else {
         loader.set_epoch(loop.epoch);
       }
+      DeviceBatches batches(loader, device);
+      Tensor pending_loss;  // on a device: the losses since the last read, summed there
+      Tensor last_loss;
       const auto e0 = Clock::now();
       const int64_t first_batch = loop.batch_in_epoch;
       int64_t epoch_samples = 0;
@@ -454,7 +545,8 @@ TrainResult Trainer::run() {
         g_progress.fetch_add(1);
         profile.step();
         inject_fault(o.fault, par, loop.global_step, rep);
-        std::optional<data::Batch> batch = loader.next();
+        std::optional<data::LoaderState> state_after;
+        std::optional<data::Batch> batch = batches.next(state_after);
         LOOM_INTERNAL_ASSERT(batch.has_value(), "the loader ended epoch ", loop.epoch, " after ",
                              loop.batch_in_epoch, " of ", steps_per_epoch, " batches");
         const int64_t len = batch->size() * par.world;
@@ -463,23 +555,40 @@ TrainResult Trainer::run() {
         loss.backward();
         opt->step();
         if (sched) sched->step();
-        result.final_loss = loss.item<double>();
-        LOOM_CHECK(std::isfinite(result.final_loss), "[train] the loss became ", result.final_loss,
-                   " at step ", loop.global_step, " (epoch ", loop.epoch + 1, ", batch ",
-                   loop.batch_in_epoch, "); try a smaller --lr");
+        if (on_device) {
+          last_loss = loss.detach().to(kFloat64);
+          pending_loss = pending_loss.defined() ? add(pending_loss, last_loss) : last_loss;
+        } else {
+          result.final_loss = loss.item<double>();
+          LOOM_CHECK(std::isfinite(result.final_loss), "[train] the loss became ",
+                     result.final_loss, " at step ", loop.global_step, " (epoch ", loop.epoch + 1,
+                     ", batch ", loop.batch_in_epoch, "); try a smaller --lr");
+          loss_sum += result.final_loss;
+        }
         batch.reset();  // its buffer goes back to the loader's pool
-        loop.data = loader.state();
+        loop.data = std::move(state_after);
         ++loop.batch_in_epoch;
         ++loop.global_step;
         ++result.steps_run;
         samples += len;
         epoch_samples += len;
-        loss_sum += result.final_loss;
         const bool max_reached = o.max_steps > 0 && result.steps_run >= o.max_steps;
         stop = par.any(g_stop_signal.load() != 0 || max_reached);
         if (stop && g_stop_signal.load() == 0 && !max_reached)
           g_stop_signal.store(SIGTERM);  // another rank's
-        if (rep) {
+        // Note [Training on a device]: read the device's losses where the reporter shows them.
+        const bool shown = loop.batch_in_epoch == steps_per_epoch || stop ||
+                           loop.batch_in_epoch % std::max<int64_t>(steps_per_epoch / 5, 1) == 0;
+        if (on_device && shown) {
+          const double sum = pending_loss.item<double>();
+          result.final_loss = last_loss.item<double>();
+          LOOM_CHECK(std::isfinite(sum), "[train] the loss became ", result.final_loss, " by step ",
+                     loop.global_step - 1, " (epoch ", loop.epoch + 1, ", batch ",
+                     loop.batch_in_epoch - 1, "); try a smaller --lr");
+          loss_sum += sum;
+          pending_loss = Tensor();
+        }
+        if (rep && (!on_device || shown)) {
           StepInfo si;
           si.epoch = loop.epoch;
           si.epochs = o.epochs;
@@ -512,6 +621,7 @@ TrainResult Trainer::run() {
         if (loop.global_step % o.checkpoint_every == 0)
           checkpoint("every " + std::to_string(o.checkpoint_every) + " steps");
       }
+      add_metrics(copies, batches.metrics());
       if (loop.batch_in_epoch == steps_per_epoch) {
         const int64_t ran = loop.batch_in_epoch - first_batch;
         loop.batch_in_epoch = 0;
@@ -571,7 +681,8 @@ TrainResult Trainer::run() {
       detail::evaluate(*model, test_ds, 1000, detail::kMean, detail::kStd, rep, "testing");
   result.test_loss = ev.loss;
   result.test_accuracy = ev.accuracy;
-  std::string report = final_report(loader, result.seconds, ddp.get(), par);
+  std::string report =
+      final_report(loader, result.seconds, ddp.get(), par, on_device ? &copies : nullptr);
   if (!o.save_final.empty()) {
     SavedModelInfo info;
     info.architecture = o.model;

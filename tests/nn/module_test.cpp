@@ -150,6 +150,34 @@ TEST(Module, ToDtypeConvertsParametersAndForwardFollows) {
                   "input dtype float32 does not match the module's parameter dtype float64");
 }
 
+// Module::to(device) on the devices every build has: the same device keeps every handle, Meta (a
+// device without data) replaces each parameter in its slot with a leaf of the same shape and
+// requires_grad, moves gradients and buffers, and recurses into children. cuda_train_test.cpp
+// trains with it on a GPU.
+TEST(Module, ToDeviceMovesParametersGradientsAndChildren) {
+  Generator gen(5);
+  auto net = mlp(&gen);
+  Tensor held = net->parameters()[0];
+  net->to(kCPU);
+  EXPECT_TRUE(held.is_same(net->parameters()[0]));  // nothing to move: same tensors
+  net->parameters()[1].requires_grad_(false);
+  autograd::set_grad(net->parameters()[0], ones(held.sizes()));
+  const Device meta(DeviceType::Meta);
+  net->to(meta);
+  const std::vector<Tensor> moved = net->parameters();
+  ASSERT_EQ(moved.size(), 6u);
+  for (size_t i = 0; i < moved.size(); ++i) {
+    EXPECT_EQ(moved[i].device(), meta) << i;
+    EXPECT_TRUE(moved[i].is_leaf()) << i;
+    EXPECT_EQ(moved[i].requires_grad(), i != 1) << i;
+  }
+  EXPECT_EQ(moved[0].sizes(), held.sizes());
+  EXPECT_FALSE(held.is_same(moved[0]));
+  ASSERT_TRUE(moved[0].grad().defined());
+  EXPECT_EQ(moved[0].grad().device(), meta);
+  for (const auto& [name, p] : net->named_parameters()) EXPECT_EQ(p.device(), meta) << name;
+}
+
 TEST(Module, StateDictRoundTrip) {
   Generator g1(1), g2(2);
   auto a = mlp(&g1), b = mlp(&g2);

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "loom/checkpoint.h"
+#include "loom/cuda.h"
 #include "loom/error.h"
 #include "loom/ops.h"
 #include "test_errors.h"
@@ -120,10 +121,22 @@ TEST_F(Trainer, BadOptionsAreTypedErrorsNamingTheOption) {
                     o.checkpoint_dir.clear();
                   }),
                   "--resume needs --checkpoint-dir");
+  // --device cuda: a typed error saying what to do where the build or the machine cannot train on
+  // a GPU; a device index beyond those visible is named with the count.
   train::TrainOptions o = options();
   o.device = "cuda";
-  EXPECT_CONTAINS(error_of<NotImplementedError>([&] { train::Trainer t(o, nullptr); }),
-                  "--device cuda: loom cannot train on CUDA yet");
+  auto construct = [&] { train::Trainer t(o, nullptr); };
+  if (!cuda::is_built()) {
+    EXPECT_CONTAINS(error_of<NotImplementedError>(construct),
+                    "--device cuda: this build has no CUDA backend (configure with -DLOOM_CUDA=ON");
+  } else if (cuda::device_count() == 0) {
+    EXPECT_CONTAINS(error_of<DeviceError>(construct),
+                    "--device cuda: no CUDA device is visible (check nvidia-smi and "
+                    "CUDA_VISIBLE_DEVICES), or use --device cpu");
+  } else {
+    o.device = "cuda:" + std::to_string(cuda::device_count());
+    EXPECT_CONTAINS(error_of<DeviceError>(construct), "there is no such device (");
+  }
 }
 
 TEST(FaultSpec, ParsesTheOptionAndTheSetting) {

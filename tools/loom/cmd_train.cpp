@@ -22,7 +22,7 @@ void usage() {
       "[--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment] "
       "[--no-val]\n"
-      "                  [--device cpu] [--checkpoint-dir DIR [--checkpoint-every N] "
+      "                  [--device cpu|cuda[:N]] [--checkpoint-dir DIR [--checkpoint-every N] "
       "[--keep-checkpoints K]\n"
       "                  [--resume]] [--save-final FILE] [--nproc N [--max-restarts R]]\n"
       "                  [--profile FILE[.gz] [--profile-steps W,WU,A]]\n"
@@ -50,7 +50,9 @@ void usage() {
       "LOOM_INJECT_FAULT=\n"
       "  KIND:RANK:STEP), to see the distributed layer's reports: run with "
       "LOOM_DIST_DEBUG=detail,\n"
-      "  LOOM_DIST_TIMEOUT and LOOM_FLIGHT_DIR, then `loom dist-debug DIR`.\n");
+      "  LOOM_DIST_TIMEOUT and LOOM_FLIGHT_DIR, then `loom dist-debug DIR`. --device cuda[:N] "
+      "trains on\n"
+      "  one GPU; its checkpoints resume on the CPU and the other way round.\n");
 }
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command
@@ -149,6 +151,10 @@ int run_train(const std::vector<std::string>& argv) {
   LOOM_CHECK(o.batch % nproc == 0, "[loom train] --batch ", o.batch,
              " must be a multiple of --nproc ", nproc,
              " (every rank takes the same share of a batch)");
+  LOOM_CHECK_AS(NotImplementedError, nproc == 1 || o.device.rfind("cuda", 0) != 0,
+                "[loom train] --device ", o.device, " with --nproc ", nproc,
+                ": multi-GPU training needs the NCCL backend (a later issue); drop --nproc to "
+                "train on one GPU");
   // Options are checked (and the data packed, once) before any worker starts.
   train::Trainer trainer(o, nullptr);
   train::Trainer::prepare_data(o);
