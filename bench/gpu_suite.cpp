@@ -218,7 +218,9 @@ size_t image_batch_bytes() {
 // last copy has finished). The batches are not refilled: the row measures the copy path.
 double loader_gbps(GpuState& s, int batches) {
   const size_t bytes = image_batch_bytes();
-  if (!s.pool) s.pool = data::HostBufferPool::create(bytes, /*keep=*/4, /*pin=*/true);
+  // keep = 8: the stage holds up to depth + 2 batches (in flight, handed out, retiring), and a
+  // buffer the pool cannot keep is unregistered and a new one registered on the next pass.
+  if (!s.pool) s.pool = data::HostBufferPool::create(bytes, /*keep=*/8, /*pin=*/true);
   auto pool = s.pool;
   int made = 0;
   data::DeviceStage::Source source = [pool, batches, &made]() -> std::optional<data::Batch> {

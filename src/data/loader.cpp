@@ -154,7 +154,10 @@ Loader::Loader(std::shared_ptr<const ShardReader> dataset, LoaderOptions options
     field_offsets_.push_back(off);
     off += align_up(specs_.back().row_bytes() * static_cast<size_t>(opt_.batch_size), kFieldAlign);
   }
-  pool_ = HostBufferPool::create(off, opt_.workers * opt_.prefetch + 3, opt_.pin_memory);
+  // Idle buffers kept: every worker's prefetch, plus what a consumer and a DeviceStage hold (its
+  // batches in flight, the one handed out, those retiring): a buffer the pool does not keep is
+  // unregistered and freed, and a new one page-locked again later, which costs milliseconds.
+  pool_ = HostBufferPool::create(off, opt_.workers * opt_.prefetch + 6, opt_.pin_memory);
   if (opt_.io == IoEngine::Uring && !uring_available()) {
     // Fail at construction, not in a worker, so the message reaches the caller at once.
     make_read_engine(IoEngine::Uring, *ds_, 1);
