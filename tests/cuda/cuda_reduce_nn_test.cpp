@@ -117,6 +117,45 @@ TEST(CudaReduce, NonInnermostDimsOfLargeTensors) {
                "rows of a transpose");
 }
 
+// Rows whose reduced elements are contiguous read 16-byte vectors (Note [Vector loads in
+// reductions]): rows starting at every offset modulo four, lengths around the vector width and
+// the block width, float and int32, sums, extremes with their indices, and variance — against
+// the CPU kernels.
+TEST(CudaReduce, VectorLoadsWithUnalignedHeadsAndRaggedTails) {
+  REQUIRE_GPU();
+  for (int64_t len : {1, 3, 4, 5, 7, 8, 33, 127, 513, 4099, 70001}) {
+    for (int64_t offset = 0; offset < 4; ++offset) {
+      const std::string what = "len " + std::to_string(len) + " offset " + std::to_string(offset);
+      // A flat buffer viewed as 6 rows of `len` starting `offset` elements in, row stride len+1,
+      // so that consecutive rows start at different alignments as well.
+      const Tensor flat = randn({offset + 6 * (len + 1)});
+      const Tensor rows = as_strided(flat, {6, len}, {len + 1, 1}, offset);
+      const Tensor rows_d = as_strided(dev(flat), {6, len}, {len + 1, 1}, offset);
+      expect_close(sum(rows_d, IntArrayRef{1}), sum(rows, IntArrayRef{1}), 1e-5, 1e-4,
+                   "sum " + what);
+      expect_equal(amax(rows_d, {1}), amax(rows, {1}), "amax " + what);
+      expect_equal(argmin(rows_d, 1), argmin(rows, 1), "argmin " + what);
+      if (len > 1) {
+        expect_close(var(rows_d, IntArrayRef{1}), var(rows, IntArrayRef{1}), 1e-4, 1e-5,
+                     "var " + what);
+      }
+      // Ties: the first index wins, wherever the vector lanes put the equal values.
+      const Tensor ints = clamp(flat * 2, -1, 1).to(kInt32);
+      const Tensor irows = as_strided(ints, {6, len}, {len + 1, 1}, offset);
+      const Tensor irows_d = as_strided(dev(ints), {6, len}, {len + 1, 1}, offset);
+      expect_equal(argmax(irows_d, 1), argmax(irows, 1), "argmax ties " + what);
+      expect_equal(sum(irows_d, IntArrayRef{1}), sum(irows, IntArrayRef{1}), "int sum " + what);
+    }
+  }
+  // One long row split across many blocks, starting off the 16-byte boundary.
+  const Tensor big = randn({(int64_t{1} << 22) + 3});
+  const Tensor tail = big.narrow(0, 1, big.size(0) - 1);
+  const Tensor tail_d = dev(big).narrow(0, 1, big.size(0) - 1);
+  const double want = sum(tail, std::nullopt, false, kFloat64).item<double>();
+  EXPECT_NEAR(host(sum(tail_d)).item<double>(), want, 1e-3);
+  expect_equal(argmax(tail_d), argmax(tail), "argmax long unaligned row");
+}
+
 TEST(CudaReduce, TiesIntegersAndFlags) {
   REQUIRE_GPU();
   // Integer values with many ties: argmax/argmin and max.dim pick the first, as the CPU.
@@ -222,6 +261,38 @@ TEST(CudaSoftmax, BackwardsMatchTheCpu) {
   }
 }
 
+// Rows of up to 1024 elements stay in registers, one warp a row (Note [Device softmax]): every
+// register width, the row lengths around each, float64 and bfloat16, special values, backwards.
+TEST(CudaSoftmax, WarpRowsAroundEveryWidth) {
+  REQUIRE_GPU();
+  for (int64_t d :
+       {2, 31, 32, 33, 64, 65, 100, 128, 255, 256, 257, 511, 512, 513, 1000, 1024, 1025}) {
+    const std::string what = "d " + std::to_string(d);
+    const Tensor x = mul(randn({37, d}), 4.0), g = randn({37, d});
+    const Tensor xd = dev(x);
+    expect_close(softmax(xd, 1), softmax(x, 1), 1e-5, 1e-8, "softmax " + what);
+    expect_close(log_softmax(xd, 1), log_softmax(x, 1), 1e-5, 1e-5, "log_softmax " + what);
+    const Tensor x64 = x.to(kFloat64);
+    expect_close(softmax(dev(x64), 1), softmax(x64, 1), 1e-12, 1e-15, "softmax f64 " + what);
+    const Tensor xb = x.to(kBFloat16);
+    expect_close(softmax(dev(xb), 1), softmax(xb, 1), 2e-2, 1e-3, "softmax bf16 " + what);
+    const Tensor y = softmax(x, 1), ly = log_softmax(x, 1);
+    expect_close(_softmax_backward_data(dev(g), dev(y), 1, kFloat32),
+                 _softmax_backward_data(g, y, 1, kFloat32), 1e-4, 1e-6, "backward " + what);
+    expect_close(_log_softmax_backward_data(dev(g), dev(ly), 1, kFloat32),
+                 _log_softmax_backward_data(g, ly, 1, kFloat32), 1e-4, 1e-5,
+                 "log backward " + what);
+  }
+  // A row of -inf is NaN, as on the CPU; NaN and +inf poison their rows in the widest warp path.
+  Tensor s = randn({4, 1000});
+  s.narrow(0, 0, 1).fill_(-kInfinity);
+  s.narrow(1, 999, 1).narrow(0, 1, 1).fill_(kNaN);
+  s.narrow(1, 40, 1).narrow(0, 2, 1).fill_(kInfinity);
+  s.narrow(1, 0, 500).narrow(0, 3, 1).fill_(-kInfinity);
+  expect_close(softmax(dev(s), 1), softmax(s, 1), 1e-5, 1e-9, "softmax special values, 1000");
+  expect_close(log_softmax(dev(s), 1), log_softmax(s, 1), 1e-5, 1e-6, "log_softmax special");
+}
+
 // ---- layer norm ----
 
 TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpu) {
@@ -229,7 +300,9 @@ TEST(CudaLayerNorm, ForwardAndBackwardMatchTheCpu) {
   for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
     SCOPED_TRACE(dtype_name(dt));
     const double tol = dt == kBFloat16 ? 2e-2 : 1e-4;
-    for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{{64, 768}, {3, 5, 4099}}) {
+    // Rows of up to 1024 run one warp a row in registers, longer rows the block loops.
+    for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{
+             {64, 768}, {3, 5, 4099}, {9, 1}, {40, 33}, {50, 1024}, {5, 1025}}) {
       const int64_t cols = shape.back();
       const Tensor x = add(mul(randn(shape), 3.0), 1.0).to(dt), w = randn({cols}).to(dt),
                    b = randn({cols}).to(dt), g = randn(shape).to(dt);

@@ -48,6 +48,17 @@ __device__ __forceinline__ T warp_reduce(T v, const Combine& combine) {
   return v;
 }
 
+// Combines v (a float, double or 32/64-bit integer) over the 32 lanes of a warp by a butterfly:
+// lane i with lane i ^ 16, then ^ 8, ... Every lane ends with the result, and with the same bits
+// when combine is commutative in IEEE arithmetic (a + b, max), since each exchange hands both
+// partners the same two operands. Every lane must call it.
+template <class T, class Combine>
+__device__ __forceinline__ T warp_allreduce(T v, const Combine& combine) {
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) v = combine(v, __shfl_xor_sync(kFullMask, v, d));
+  return v;
+}
+
 // Combines v over threadIdx.x within each row threadIdx.y of the block (blockDim.x a multiple of
 // 32); thread x = 0 of each row gets the result. `smem` holds blockDim.y * blockDim.x / 32 values.
 // Every thread of the block must call it.
@@ -70,5 +81,22 @@ __device__ __forceinline__ T block_reduce_x(T v, const Combine& combine, T ident
 #define LOOM_SHARED_ARRAY(T, name, n)                                 \
   __shared__ __align__(16) unsigned char name##_raw[(n) * sizeof(T)]; \
   T* name = reinterpret_cast<T*>(name##_raw)
+
+// The persistent-row launch of softmax and layer norm (Note [Device softmax]): one warp a row,
+// kRowsPerBlock rows a block, lane l holding elements l, l + 32, ... in registers. Calls
+// Launch<kPer>::run(grid, block, stream, a...) with the smallest power-of-two kPer (1 to 32) for
+// which 32 * kPer >= d; d must be at most 1024.
+constexpr int kWarpRowMax = 1024;
+template <template <int> class Launch, int kRowsPerBlock, class... Args>
+cudaError_t launch_warp_rows(int64_t rows, int64_t d, cudaStream_t stream, Args... a) {
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock));
+  const dim3 block(32, kRowsPerBlock);
+  if (d <= 32) return Launch<1>::run(grid, block, stream, a...);
+  if (d <= 64) return Launch<2>::run(grid, block, stream, a...);
+  if (d <= 128) return Launch<4>::run(grid, block, stream, a...);
+  if (d <= 256) return Launch<8>::run(grid, block, stream, a...);
+  if (d <= 512) return Launch<16>::run(grid, block, stream, a...);
+  return Launch<32>::run(grid, block, stream, a...);
+}
 
 }  // namespace loom::cuda_ops

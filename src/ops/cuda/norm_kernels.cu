@@ -9,6 +9,9 @@
 //   grad_bias: 32 columns per block, 16 thread rows, the rows of the tensor split across a grid
 //   whose partials a second kernel adds in a fixed order (Note [Deterministic device reductions]).
 //   16-bit floats compute in float; sums accumulate in float (double for float64).
+//   Rows of up to 1024 elements take the persistent path (as softmax's, Note [Device softmax]):
+//   one warp a row, the row in registers, read once; the forward's mean and squared deviations
+//   and the backward's two sums meet by butterfly shuffles in a fixed order.
 #include "ops/cuda/block_reduce.cuh"
 #include "ops/cuda/loops.cuh"
 #include "ops/cuda/norm_kernels.h"
@@ -104,6 +107,112 @@ __global__ void __launch_bounds__(512)
   }
 }
 
+constexpr int kWarpRows = 4;  // warps (rows) per block of the persistent path
+
+template <class T, int kPer>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    layer_norm_warp_kernel(const T* x, const opmath_t<T>* w, const opmath_t<T>* b, T* y, T* mean,
+                           T* rstd, int64_t rows, int cols, double eps) {
+  using M = opmath_t<T>;
+  using A = acc_of<T>;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.y;
+  if (row >= rows) return;  // the whole warp leaves together
+  const int lane = static_cast<int>(threadIdx.x);
+  const T* xr = x + row * cols;
+  A v[kPer];
+  A s = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j < cols ? static_cast<A>(convert<M>(xr[j])) : A(0);
+    s += v[k];
+  }
+  const auto add = [](A p, A q) { return p + q; };
+  const A mu = warp_allreduce(s, add) / static_cast<A>(cols);
+  A q = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (lane + 32 * k < cols) q += (v[k] - mu) * (v[k] - mu);
+  }
+  const A var = warp_allreduce(q, add) / static_cast<A>(cols);
+  const M m = static_cast<M>(mu);
+  const M rs = static_cast<M>(1.0 / sqrt(static_cast<double>(var) + eps));
+  T* yr = y + row * cols;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    if (j >= cols) continue;
+    M o = (static_cast<M>(v[k]) - m) * rs;
+    if (w != nullptr) o *= w[j];
+    if (b != nullptr) o += b[j];
+    yr[j] = convert<T>(o);
+  }
+  if (lane == 0) {
+    mean[row] = convert<T>(m);
+    rstd[row] = convert<T>(rs);
+  }
+}
+
+template <class T, int kPer>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    layer_norm_backward_input_warp_kernel(const T* g, const T* x, const T* mean, const T* rstd,
+                                          const opmath_t<T>* w, T* gi, int64_t rows, int cols) {
+  using M = opmath_t<T>;
+  using A = acc_of<T>;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x);
+  const int64_t off = row * cols;
+  const M m = convert<M>(mean[row]), rs = convert<M>(rstd[row]);
+  M gw[kPer], xh[kPer];
+  A s1 = 0, s2 = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    gw[k] = 0;
+    xh[k] = 0;
+    if (j < cols) {
+      gw[k] = convert<M>(g[off + j]);
+      if (w != nullptr) gw[k] *= w[j];
+      xh[k] = (convert<M>(x[off + j]) - m) * rs;
+    }
+    s1 += static_cast<A>(gw[k]);
+    s2 += static_cast<A>(gw[k]) * static_cast<A>(xh[k]);
+  }
+  const auto add = [](A p, A q) { return p + q; };
+  const M m1 = static_cast<M>(warp_allreduce(s1, add) / static_cast<A>(cols));
+  const M m2 = static_cast<M>(warp_allreduce(s2, add) / static_cast<A>(cols));
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    if (j < cols) gi[off + j] = convert<T>(rs * (gw[k] - m1 - xh[k] * m2));
+  }
+}
+
+template <class T>
+struct ForwardWarp {
+  template <int kPer>
+  struct L {
+    template <class... Args>
+    static cudaError_t run(dim3 grid, dim3 block, cudaStream_t stream, Args... a) {
+      layer_norm_warp_kernel<T, kPer><<<grid, block, 0, stream>>>(a...);
+      return cudaGetLastError();
+    }
+  };
+};
+
+template <class T>
+struct BackwardInputWarp {
+  template <int kPer>
+  struct L {
+    template <class... Args>
+    static cudaError_t run(dim3 grid, dim3 block, cudaStream_t stream, Args... a) {
+      layer_norm_backward_input_warp_kernel<T, kPer><<<grid, block, 0, stream>>>(a...);
+      return cudaGetLastError();
+    }
+  };
+};
+
 constexpr int kColRows = 16;
 constexpr int64_t kTargetBlocks = 1024;  // a constant: the split depends on the shape only
 
@@ -183,6 +292,12 @@ cudaError_t launch_layer_norm(ScalarCode dt, const void* x, const void* w, const
   return LOOM_CUDA_DISPATCH_FLOAT(dt, [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
+    if (cols > 0 && cols <= kWarpRowMax) {
+      return launch_warp_rows<ForwardWarp<T>::template L, kWarpRows>(
+          rows, cols, stream, static_cast<const T*>(x), static_cast<const M*>(w),
+          static_cast<const M*>(b), static_cast<T*>(y), static_cast<T*>(mean),
+          static_cast<T*>(rstd), rows, static_cast<int>(cols), eps);
+    }
     const dim3 block = row_block(cols);
     const auto blocks = static_cast<unsigned>((rows + block.y - 1) / block.y);
     layer_norm_kernel<T><<<blocks, block, 0, stream>>>(
@@ -200,6 +315,12 @@ cudaError_t launch_layer_norm_backward_input(ScalarCode dt, const void* g, const
   return LOOM_CUDA_DISPATCH_FLOAT(dt, [&] {
     using T = scalar_t;
     using M = opmath_t<T>;
+    if (cols <= kWarpRowMax) {
+      return launch_warp_rows<BackwardInputWarp<T>::template L, kWarpRows>(
+          rows, cols, stream, static_cast<const T*>(g), static_cast<const T*>(x),
+          static_cast<const T*>(mean), static_cast<const T*>(rstd), static_cast<const M*>(w),
+          static_cast<T*>(grad_input), rows, static_cast<int>(cols));
+    }
     const dim3 block = row_block(cols);
     const auto blocks = static_cast<unsigned>((rows + block.y - 1) / block.y);
     layer_norm_backward_input_kernel<T><<<blocks, block, 0, stream>>>(

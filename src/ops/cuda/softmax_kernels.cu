@@ -5,8 +5,14 @@
 //   Rows (inner == 1): threadIdx.x of a block row walks one row of d elements keeping an online
 //   (max, sum of exp(x - max)) pair, rescaling the sum when the max grows; the pairs are combined
 //   across the row's threads (warp shuffles, then shared memory), and a second pass writes
-//   exp(x - max) / sum (softmax) or (x - max) - log(sum) (log_softmax). A row of up to 1024
-//   elements takes one warp (8 rows per block), longer rows 128 or 512 threads.
+//   exp(x - max) / sum (softmax) or (x - max) - log(sum) (log_softmax). Rows of more than 1024
+//   elements take 128 or 512 threads.
+//   Rows of up to 1024 elements take the persistent path instead: one warp a row, 4 rows a block,
+//   the row held in registers (lane l keeps elements l, l + 32, ...), so that it is read once and
+//   written once (the two-pass loop above reads it twice, and a 4 KB row does not stay in cache
+//   across a block of rows). Max and sum meet by butterfly shuffles (warp_allreduce), in a fixed
+//   order; the special values come out as above (a NaN or +inf element makes the sum NaN, a row of
+//   -inf gives exp(-inf + inf) = NaN). The backward keeps g and y in registers the same way.
 //   Columns (inner > 1): each block owns 32 adjacent columns, its 16 thread rows share the d
 //   elements of each column, and the pairs meet in shared memory in a fixed order. Here a thread
 //   walks d / 16 elements in sequence (3141 for a 50257-long dim), so float inputs keep their
@@ -87,6 +93,92 @@ __global__ void __launch_bounds__(512)
     yr[j] = softmax_value<T>(convert<V>(xr[j]), fin, log);
   }
 }
+
+constexpr int kWarpRows = 4;  // warps (rows) per block
+
+// The row's elements held by this lane: v[k] = row[lane + 32 k], `pad` past the end of the row.
+template <int kPer, class T, class V>
+__device__ __forceinline__ void load_row(const T* row, int d, int lane, V pad, V (&v)[kPer]) {
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j < d ? convert<V>(row[j]) : pad;
+  }
+}
+
+template <class T, int kPer>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    softmax_warp_kernel(const T* x, T* y, int64_t rows, int d, bool log) {
+  using V = opmath_t<T>;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.y;
+  if (row >= rows) return;  // the whole warp leaves together
+  const int lane = static_cast<int>(threadIdx.x);
+  V v[kPer];
+  load_row<kPer>(x + row * d, d, lane, -inf_v<V>(), v);
+  V m = v[0];
+#pragma unroll
+  for (int k = 1; k < kPer; ++k) m = fmax(m, v[k]);  // NaNs reach the sum instead
+  m = warp_allreduce(m, [](V a, V b) { return fmax(a, b); });
+  V s = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    if (lane + 32 * k < d) s += exp(v[k] - m);
+  }
+  s = warp_allreduce(s, [](V a, V b) { return a + b; });
+  const MaxSum<V> fin{m, log ? V(::log(s)) : V(1) / s};
+  T* yr = y + row * d;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    if (j < d) yr[j] = softmax_value<T>(v[k], fin, log);
+  }
+}
+
+template <class T, int kPer>
+__global__ void __launch_bounds__(32 * kWarpRows)
+    softmax_backward_warp_kernel(const T* g, const T* y, T* out, int64_t rows, int d, bool log) {
+  using V = opmath_t<T>;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRows + threadIdx.y;
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x);
+  V gv[kPer], yv[kPer];
+  load_row<kPer>(g + row * d, d, lane, V(0), gv);
+  load_row<kPer>(y + row * d, d, lane, V(0), yv);
+  V s = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) s += log ? gv[k] : gv[k] * yv[k];  // padding adds 0
+  s = warp_allreduce(s, [](V a, V b) { return a + b; });
+  T* o = out + row * d;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int j = lane + 32 * k;
+    if (j < d) o[j] = convert<T>(log ? gv[k] - exp(yv[k]) * s : yv[k] * (gv[k] - s));
+  }
+}
+
+template <class T>
+struct ForwardWarp {
+  template <int kPer>
+  struct L {
+    static cudaError_t run(dim3 grid, dim3 block, cudaStream_t stream, const T* x, T* y,
+                           int64_t rows, int d, bool log) {
+      softmax_warp_kernel<T, kPer><<<grid, block, 0, stream>>>(x, y, rows, d, log);
+      return cudaGetLastError();
+    }
+  };
+};
+
+template <class T>
+struct BackwardWarp {
+  template <int kPer>
+  struct L {
+    static cudaError_t run(dim3 grid, dim3 block, cudaStream_t stream, const T* g, const T* y,
+                           T* out, int64_t rows, int d, bool log) {
+      softmax_backward_warp_kernel<T, kPer><<<grid, block, 0, stream>>>(g, y, out, rows, d, log);
+      return cudaGetLastError();
+    }
+  };
+};
 
 constexpr int kColRows = 16;  // thread rows per column block
 
@@ -205,6 +297,11 @@ cudaError_t launch_softmax(ScalarCode dt, bool log, const void* x, void* y, int6
   if (outer * d * inner == 0) return cudaSuccess;
   return LOOM_CUDA_DISPATCH_FLOAT(dt, [&] {
     using T = scalar_t;
+    if (inner == 1 && d <= kWarpRowMax) {
+      return launch_warp_rows<ForwardWarp<T>::template L, kWarpRows>(
+          outer, d, stream, static_cast<const T*>(x), static_cast<T*>(y), outer,
+          static_cast<int>(d), log);
+    }
     if (inner == 1) {
       const dim3 block = row_block(d);
       const auto blocks = static_cast<unsigned>((outer + block.y - 1) / block.y);
@@ -228,6 +325,10 @@ cudaError_t launch_softmax_backward(ScalarCode dt, bool log, const void* g, cons
     const T* gp = static_cast<const T*>(g);
     const T* yp = static_cast<const T*>(y);
     T* op = static_cast<T*>(grad_input);
+    if (inner == 1 && d <= kWarpRowMax) {
+      return launch_warp_rows<BackwardWarp<T>::template L, kWarpRows>(
+          outer, d, stream, gp, yp, op, outer, static_cast<int>(d), log);
+    }
     if (inner == 1) {
       const dim3 block = row_block(d);
       const auto blocks = static_cast<unsigned>((outer + block.y - 1) / block.y);
