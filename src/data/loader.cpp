@@ -460,6 +460,8 @@ struct DeviceStage::InFlight {
   Batch host;
   Batch device;
   std::vector<Tensor> keep;  // contiguous copies of strided host fields, read by the copies
+  Stream owner;              // the consumer stream the device memory was allocated for
+  Event owner_ready{DeviceType::CUDA};  // the owner's position when the copies were queued
   Event start = Event::timed(DeviceType::CUDA);
   Event done = Event::timed(DeviceType::CUDA);
 };
@@ -506,7 +508,11 @@ void DeviceStage::start_copy() {
   f->device.epoch = f->host.epoch;
   f->device.index = f->host.index;
   DeviceInterface& cuda_if = device_interface(DeviceType::CUDA);
-  StreamGuard on_copy_stream(copy_stream_);  // device memory is allocated for the copy stream
+  // The device memory belongs to the consumer's stream (Note [device stage]); the copies wait
+  // for that stream's work so far, which may still use memory it freed.
+  f->owner = current_stream(device_);
+  f->owner_ready.record(f->owner);
+  f->owner_ready.block(copy_stream_);
   f->start.record(copy_stream_);
   for (const Tensor& h : f->host.fields) {
     const Tensor src = h.is_contiguous() ? h : h.contiguous();
@@ -524,17 +530,15 @@ void DeviceStage::start_copy() {
   in_flight_.push_back(std::move(f));
 }
 
-// Drops the host batches whose copies have finished (all of them when `wait`).
+// Drops the host batches whose copies have finished (all of them when `wait`). The copy stream
+// runs them in order, so the finished ones are a prefix.
 void DeviceStage::retire(bool wait) {
-  for (size_t i = 0; i < retiring_.size();) {
-    if (wait) retiring_[i]->done.synchronize();
-    if (!retiring_[i]->done.query()) {
-      ++i;
-      continue;
-    }
-    m_.copy_ms += retiring_[i]->start.elapsed_ms(retiring_[i]->done);
-    retiring_[i] = std::move(retiring_.back());
-    retiring_.pop_back();
+  while (!retiring_.empty()) {
+    InFlight& f = *retiring_.front();
+    if (wait) f.done.synchronize();
+    if (!f.done.query()) break;
+    m_.copy_ms += f.start.elapsed_ms(f.done);
+    retiring_.pop_front();
   }
 }
 
@@ -555,10 +559,17 @@ std::optional<Batch> DeviceStage::next() {
   // The consumer's stream waits for the copies; the memory they filled is now used there too.
   const Stream consumer = current_stream(device_);
   f->done.block(consumer);
-  for (const Tensor& d : f->device.fields)
-    if (d.numel() > 0) cuda::record_stream(d.storage()->data_ptr(), consumer);
+  if (consumer != f->owner) {
+    for (const Tensor& d : f->device.fields)
+      if (d.numel() > 0) cuda::record_stream(d.storage()->data_ptr(), consumer);
+  }
   Batch out = std::move(f->device);
   retiring_.push_back(std::move(f));
+  // Bound the copies still running for batches already handed out (Note [device stage]).
+  while (static_cast<int>(retiring_.size()) > depth_) {
+    retiring_.front()->done.synchronize();
+    retire(/*wait=*/false);
+  }
   // Start the next copy now, so that it overlaps the consumer's work on this batch.
   while (!exhausted_ && static_cast<int>(in_flight_.size()) < depth_) start_copy();
   ++m_.batches;

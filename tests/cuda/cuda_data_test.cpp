@@ -9,6 +9,8 @@
 #include "loom/cuda.h"
 #include "loom/data/loader.h"
 #include "loom/data/staging.h"
+#include "loom/memory/caching_allocator.h"
+#include "loom/memory/cuda_memory.h"
 #include "loom/ops.h"
 #include "loom/stream.h"
 #include "loom/tensor.h"
@@ -99,6 +101,44 @@ TEST(CudaDeviceStage, HostBuffersAreNotReusedWhileACopyReadsThem) {
   // The pool had to allocate more buffers than it keeps: the stage held them until their copies
   // were done.
   EXPECT_GT(pool->stats().allocated, 1);
+}
+
+// The device memory of a batch belongs to the consumer's stream (Note [device stage]): a batch
+// the consumer drops is reused for a later copy only after the consumer's work queued on it has
+// run, and a second stage reuses the first one's memory instead of allocating.
+TEST(CudaDeviceStage, MemoryDroppedByTheConsumerIsReusedOnlyAfterItsWork) {
+  REQUIRE_GPU();
+  auto pool = data::HostBufferPool::create(kFloats * 4, 4, /*pin=*/true);
+  int made = 0;
+  Tensor slow = rand({int64_t{1} << 26}, TensorOptions(kFloat32).with_device(kCuda));
+  std::vector<Tensor> read;
+  {
+    data::DeviceStage stage(counting_source(pool, 10, &made), kCuda, /*depth=*/2);
+    while (auto b = stage.next()) {
+      // Slow work on the consumer stream, then a read of the batch, then the batch is dropped
+      // while that work is still queued: the next copies must not land in its memory before.
+      for (int i = 0; i < 8; ++i) slow.mul_(1.0);
+      // (small results, so that they do not take the large blocks the batches cycle through)
+      read.push_back(stack({amin(b->fields[0], {0}), amax(b->fields[0], {0})}));
+    }
+  }
+  ASSERT_EQ(read.size(), 10u);
+  for (size_t k = 0; k < read.size(); ++k) {
+    const Tensor host = read[k].to(kCPU);
+    const float* p = static_cast<const float*>(host.data_ptr());
+    EXPECT_EQ(p[0], static_cast<float>(k)) << "smallest value of batch " << k;
+    EXPECT_EQ(p[1], static_cast<float>(k)) << "largest value of batch " << k;
+  }
+  current_stream(kCuda).synchronize();
+  const int64_t mallocs = cuda::caching_allocator(0).stats().num_device_mallocs;
+  made = 0;
+  {
+    data::DeviceStage stage(counting_source(pool, 10, &made), kCuda, /*depth=*/2);
+    while (auto b = stage.next()) {
+    }
+  }
+  EXPECT_EQ(cuda::caching_allocator(0).stats().num_device_mallocs, mallocs)
+      << "a second stage allocated device memory instead of reusing the first one's";
 }
 
 }  // namespace

@@ -167,12 +167,20 @@ class LOOM_API Loader {
 // Note [device stage]: wraps a batch source and returns batches whose tensors live on `device`. For
 // CUDA it keeps `depth` batches in flight (2: double buffering): each host batch (collated into
 // page-locked pool buffers, staging.h) is copied with asynchronous host-to-device copies on a side
-// stream from the device's pool, into device memory allocated for that stream, and an event is
-// recorded after its copies. next() hands out the oldest: the consumer's current stream waits on
-// its event (no host synchronisation), its device memory is marked used by the consumer's stream
-// (record_stream), and its host batch is kept until the event has passed, so a worker never
-// overwrites a buffer that a copy still reads. Then it starts the next copy, which overlaps the
-// consumer's compute on the batch just handed out. On the CPU it passes batches through.
+// stream from the device's pool, and an event is recorded after its copies. The device memory is
+// allocated for the consumer's current stream, as `.to(device, non_blocking)` would: the copy
+// stream first waits for the consumer stream's position (an event), so that memory the consumer
+// freed is not overwritten before the consumer's work on it is done, and a freed batch goes back
+// to the consumer stream's pool at once (allocating for the side stream instead needs
+// record_stream, whose frees wait on events and, with a new side stream per stage, left every
+// stage allocating fresh segments). next() hands out the oldest: the consumer's current stream
+// waits on its event (no host synchronisation; record_stream only if the consumer switched
+// streams since the copy started), and its host batch is kept until the event has passed, so a
+// worker never overwrites a buffer that a copy still reads. Then it starts the next copy, which
+// overlaps the consumer's compute on the batch just handed out. At most `depth` handed-out
+// batches may still be copying: past that, next() waits on the host for the oldest copy, so that a
+// consumer whose device work runs behind cannot let the host queue copies, and hold page-locked
+// buffers, without limit. On the CPU it passes batches through.
 struct DeviceStageMetrics {
   int64_t batches = 0;
   uint64_t bytes = 0;         // copied host -> device
@@ -213,7 +221,7 @@ class LOOM_API DeviceStage {
   bool exhausted_ = false;
   Stream copy_stream_;
   std::deque<std::unique_ptr<InFlight>> in_flight_;
-  std::vector<std::unique_ptr<InFlight>> retiring_;  // handed out; host batch kept until copied
+  std::deque<std::unique_ptr<InFlight>> retiring_;  // handed out, in order; kept until copied
   DeviceStageMetrics m_;
 };
 
