@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "loom/cuda.h"
+#include "loom/warning.h"
 #include "ops/cuda/cublas_lt.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
@@ -134,6 +135,11 @@ void product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha, const S
     g.beta = 0.0;
     if (cuda_ops::gemm(g, out.device(), op)) return;
     // No algorithm has the epilogue for this problem: add the bias as C instead.
+    warn_once(std::string("cuda.gemm.no_bias_epilogue:") + dtype_name(dt),
+              std::string("[") + op + "] cuBLASLt has no algorithm with the bias epilogue for " +
+                  dtype_name(dt) +
+                  " operands of this layout; the bias is copied into the "
+                  "output and added as C (one more pass over the output)");
     prefill_bias();
     g.epilogue = cuda_ops::GemmEpilogue::None;
     g.bias = nullptr;
@@ -143,7 +149,13 @@ void product(const Tensor& out, Tensor a, Tensor b, const Scalar& alpha, const S
   // Note [When cuBLASLt has no algorithm]
   // The heuristic may find nothing for operands it cannot read (say, a float16 column slice that
   // starts 2 bytes past an alignment boundary, with an odd leading dimension). The plain loop then
-  // computes the same product (float32 accumulation for 16-bit floats), slower but never wrong.
+  // computes the same product (float32 accumulation for 16-bit floats), slower but never wrong,
+  // and says so once.
+  warn_once(std::string("cuda.gemm.no_algorithm:") + dtype_name(dt),
+            std::string("[") + op + "] cuBLASLt has no algorithm for " + dtype_name(dt) +
+                " operands of this layout (an unaligned slice or an odd leading dimension); "
+                "loom's plain CUDA GEMM loop computes it instead, much slower (make the operands "
+                "contiguous to avoid it)");
   plain_product(out, a, b, alpha, beta_eff, op);
 }
 
