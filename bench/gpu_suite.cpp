@@ -4,6 +4,7 @@
 // GEMM (bf16, TF32), a cuDNN convolution, the training steps of `loom train`'s MLP and CNN, and
 // host-to-device copies through the loader's device stage. Where no CUDA device is visible every
 // row says so and nothing runs. See Note [gpu suite].
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 
 #include "bench.h"
 #include "loom/autograd.h"
+#include "loom/build_info.h"
 #include "loom/cuda.h"
 #include "loom/data/loader.h"
 #include "loom/data/staging.h"
@@ -46,9 +48,9 @@ namespace {
 // Ratios. Bandwidth counts bytes read + written (add: 3 x 4 bytes x n, exp and copy: 2 x 4 x n,
 // sum: 4 x n). Rows ending in _of_copy / _of_pinned are each side's own fraction of its copy
 // ceiling measured in the same round (loom's of loom's, torch's of torch's); the target on
-// h2d_loader_of_pinned bounds loom's figure. eager_add_overhead's anchor is Python torch, whose
-// per-call cost includes the interpreter (torch's C++ API costs less): its target bounds loom's own
-// figure (<= 3 us) and its ratio is for information.
+// h2d_loader_of_pinned bounds loom's figure. The eager overhead rows' anchor is torch's C++ API
+// (ATen, compiled by the anchor against the torch package); eager_add_overhead_py is the same loop
+// against Python torch, for information (its interpreter cost dominates).
 
 const Device kCuda(DeviceType::CUDA, 0);
 constexpr int64_t k256M = int64_t{256} << 20;   // float32 elements: 1 GiB per tensor
@@ -170,7 +172,7 @@ struct DeviceModel {
 // Tensors of the rows, made when a row first runs (so that --only allocates only what it needs)
 // and kept for the later rounds; `last` holds this round's figures for the _of_ rows.
 struct GpuState {
-  Tensor a1, b1;                  // eager_add_overhead
+  Tensor a1, b1, c1;              // eager overhead rows
   Tensor x, y, out;               // 256M elements each
   Tensor sm_x, sm_g, ln_w, ln_b;  // softmax and layer norm
   Tensor bf_a, bf_b, tf_a, tf_b;  // GEMM
@@ -235,6 +237,8 @@ double loader_gbps(GpuState& s, int batches) {
     return b;
   };
   synchronize_gpu();
+  const int64_t mallocs0 = cuda::caching_allocator(0).stats().num_device_mallocs;
+  const int64_t host0 = pool->stats().allocated;
   const auto t0 = std::chrono::steady_clock::now();
   double secs = 0;
   {
@@ -243,6 +247,19 @@ double loader_gbps(GpuState& s, int batches) {
     }
     synchronize_gpu();
     secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Where the time went, for the reader of the log: the copies' own bandwidth (device time)
+    // against the pass's, and what was allocated during the pass.
+    const data::DeviceStageMetrics dm = stage.metrics();
+    std::fprintf(
+        stderr,
+        "bench gpu: h2d_loader pass: %.1f GB/s overall, copies %.1f GB/s while running, "
+        "%lld of %lld batches waited, next() %.0f us per batch, %lld device mallocs, "
+        "%lld host buffers allocated\n",
+        static_cast<double>(bytes) * batches / secs / 1e9, dm.copy_gbps(),
+        static_cast<long long>(dm.copies_waited), static_cast<long long>(dm.batches),
+        dm.next_seconds / std::max<int64_t>(dm.batches, 1) * 1e6,
+        static_cast<long long>(cuda::caching_allocator(0).stats().num_device_mallocs - mallocs0),
+        static_cast<long long>(pool->stats().allocated - host0));
   }
   if (!pool->stats().pinned) std::fprintf(stderr, "bench gpu: h2d_loader's buffers are pageable\n");
   return static_cast<double>(bytes) * batches / secs / 1e9;
@@ -279,25 +296,37 @@ std::vector<Measure> setup_gpu(const SuiteOptions& opt) {
       return p == s->last.end() || w == s->last.end() ? NAN : p->second / w->second;
     };
   };
-  if (no_gpu.empty()) {
-    std::printf(
-        "note: eager_add_overhead's anchor is Python torch (its C++ API costs less per call); its "
-        "target bounds loom's own figure\n");
-  }
-
+  // Host microseconds per call of `call`, many calls and one synchronisation per repetition.
   const int calls = quick ? 2000 : 20000;
-  row("eager_add_overhead", "us/op", true, 0, [s, calls, quick] {
-    if (!s->a1.defined()) {
-      s->a1 = rand({1}, on_cuda());
-      s->b1 = rand({1}, on_cuda());
-    }
+  auto per_call_us = [calls, quick](const std::function<void()>& call) {
+    call();
+    synchronize_gpu();
     const double t = median_seconds(
         [&] {
-          for (int i = 0; i < calls; ++i) Tensor c = add(s->a1, s->b1);
+          for (int i = 0; i < calls; ++i) call();
           synchronize_gpu();
         },
         quick ? 2 : 5);
     return t / calls * 1e6;
+  };
+  auto need_small = [s] {
+    if (s->a1.defined()) return;
+    s->a1 = rand({1}, on_cuda());
+    s->b1 = rand({1}, on_cuda());
+    s->c1 = empty({1}, on_cuda());
+  };
+  row("eager_add_overhead", "us/op", true, 0.5, [need_small, per_call_us, s] {
+    need_small();
+    return per_call_us([s] { Tensor c = add(s->a1, s->b1); });
+  });
+  row("eager_add_out_overhead", "us/op", true, 0.5, [need_small, per_call_us, s] {
+    need_small();
+    return per_call_us([s] { add_out(s->c1, s->a1, s->b1); });
+  });
+  // The same loop as eager_add_overhead against Python torch; its target bounds loom's own figure.
+  row("eager_add_overhead_py", "us/op", true, 0, [need_small, per_call_us, s] {
+    need_small();
+    return per_call_us([s] { Tensor c = add(s->a1, s->b1); });
   })->value_target = 3;
 
   constexpr double kBig = static_cast<double>(k256M);
@@ -413,7 +442,11 @@ std::vector<std::pair<std::string, std::string>> gpu_machine() {
                 p.name.c_str(), p.major, p.minor,
                 static_cast<double>(p.total_memory) / (1024.0 * 1024 * 1024), p.multiprocessors,
                 cuda::driver_version(), cuda::runtime_version());
-  return {{"gpu", buf}};
+  char floor[160];
+  std::snprintf(floor, sizeof(floor),
+                "%.2f us of host time per empty-kernel launch (the floor under the eager rows)",
+                cuda::launch_floor_us());
+  return {{"gpu", buf}, {"launch floor", floor}};
 }
 
 const RegisterSuite kGpu([] {

@@ -5,8 +5,9 @@
 # missing). Each measurement mirrors its loom side in bench/gpu_suite.cpp (Note [gpu suite] there):
 # same sizes and units; device time from torch.cuda.Event pairs around each repetition, queued back
 # to back after warm-up, one synchronisation, the median repetition; TF32 off except in
-# gemm_tf32_8192; cuDNN's heuristics (benchmark off). eager_add_overhead is Python: torch's
-# per-call cost here includes the interpreter.
+# gemm_tf32_8192; cuDNN's heuristics (benchmark off). The eager overhead rows are torch's C++ API
+# (ATen), compiled on first use against the headers and libraries in the torch package (CPP_ANCHOR
+# below; g++ must be on PATH); eager_add_overhead_py is the same loop in Python, for information.
 import math
 import statistics
 import sys
@@ -23,6 +24,107 @@ ROWS, COLS = 32768, 1024
 GEMM = 8192
 STEP_BATCH = 128
 IMAGE_BATCH = (128, 3, 224, 224)
+
+
+# The C++ side of the eager overhead rows: host time per call of at::add on 1-element CUDA float
+# tensors (a fresh output each call; add_out: into one preallocated output), many calls and one
+# synchronisation per repetition, the median of the repetitions. Autograd is on, as in loom, and no
+# tensor requires grad. Prints one number, microseconds per call.
+CPP_ANCHOR = r"""
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+int main(int argc, char** argv) {
+  const bool out_variant = argc > 1 && std::strcmp(argv[1], "out") == 0;
+  const int calls = argc > 2 ? std::atoi(argv[2]) : 20000;
+  const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
+  const auto opt = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const at::Tensor a = at::rand({1}, opt), b = at::rand({1}, opt);
+  at::Tensor out = at::empty({1}, opt);
+  auto run = [&] {
+    for (int i = 0; i < calls; ++i) {
+      if (out_variant) {
+        at::add_out(out, a, b);
+      } else {
+        at::Tensor c = at::add(a, b);
+      }
+    }
+    at::cuda::device_synchronize();
+  };
+  run();
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    us.push_back(s / calls * 1e6);
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("%.4f\n", us[us.size() / 2]);
+  return 0;
+}
+"""
+
+_cpp_binary = None
+
+
+def cpp_anchor_binary():
+    """Builds CPP_ANCHOR once per torch installation (cached under the user's cache folder)."""
+    global _cpp_binary
+    if _cpp_binary is not None:
+        return _cpp_binary
+    import hashlib
+    import os
+    import subprocess
+    from torch.utils import cpp_extension
+    key = hashlib.sha1((CPP_ANCHOR + torch.__version__).encode()).hexdigest()[:12]
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                         "loom-anchor-gpu")
+    os.makedirs(cache, exist_ok=True)
+    binary = os.path.join(cache, "overhead-" + key)
+    if not os.path.exists(binary):
+        src = binary + ".cpp"
+        with open(src, "w") as f:
+            f.write(CPP_ANCHOR)
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        cmd = ["g++", "-O2", "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, src, "-o",
+               binary + ".tmp"]
+        try:  # torch >= 2.6 names the device; older releases take cuda=True
+            incs = cpp_extension.include_paths(device_type="cuda")
+            libs = cpp_extension.library_paths(device_type="cuda")
+        except TypeError:
+            incs = cpp_extension.include_paths(cuda=True)
+            libs = cpp_extension.library_paths(cuda=True)
+        cmd += ["-I" + p for p in incs]
+        cmd += ["-L" + p for p in libs] + ["-Wl,-rpath," + p for p in libs]
+        # --no-as-needed: nothing names libtorch_cuda's symbols, yet its CUDA kernels must register
+        cmd += ["-Wl,--no-as-needed", "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda",
+                "-ltorch", "-Wl,--as-needed"]
+        print("anchor: compiling the C++ overhead anchor against torch %s" % torch.__version__,
+              file=sys.stderr)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("g++ could not build the C++ anchor: " + r.stderr[:2000])
+        os.replace(binary + ".tmp", binary)
+    _cpp_binary = binary
+    return binary
+
+
+def cpp_overhead(name, quick):
+    import subprocess
+    variant = "out" if name == "eager_add_out_overhead" else "add"
+    calls, reps = (2000, 2) if quick else (20000, 5)
+    r = subprocess.run([cpp_anchor_binary(), variant, str(calls), str(reps)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        raise RuntimeError("the C++ anchor failed: " + r.stderr[:1000])
+    return float(r.stdout.split()[-1])
 
 
 def device_ms(fn, warmup, reps):
@@ -116,7 +218,9 @@ class Gpu:
 
     def measure(self, name, quick):
         reps = 3 if quick else 10
-        if name == "eager_add_overhead":
+        if name in ("eager_add_overhead", "eager_add_out_overhead"):
+            return cpp_overhead(name, quick)
+        if name == "eager_add_overhead_py":
             a, b = torch.rand(1, device="cuda"), torch.rand(1, device="cuda")
             calls = 2000 if quick else 20000
 

@@ -23,6 +23,10 @@ namespace cuda {
 // otherwise what failed (no device, a CUDA error naming the call, a wrong value and where).
 // In a build without CUDA it says so.
 LOOM_API std::string self_check();
+// The floor under every eager operator: host microseconds per launch of an empty kernel on the
+// current device's default stream (the median of three runs of `launches` launches, each ended by
+// one synchronisation). NaN where no device is visible or CUDA is not in the build.
+LOOM_API double launch_floor_us(int launches = 20000);
 }  // namespace cuda
 
 }  // namespace loom

@@ -3,6 +3,9 @@
 // with a GPU, `loom info --cuda-check` runs it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <string>
 
 #include "loom/build_info.h"
@@ -15,6 +18,8 @@ __global__ void affine_iota(int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = 3 * i + 1;
 }
+
+__global__ void empty_kernel() {}
 
 std::string failed(const char* call, cudaError_t err) {
   return std::string("[cuda] ") + call + " failed: " + cudaGetErrorString(err);
@@ -49,6 +54,23 @@ std::string self_check() {
   }
   cudaFree(device);
   return result;
+}
+
+double launch_floor_us(int launches) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || launches <= 0) return NAN;
+  empty_kernel<<<1, 1>>>();  // loads the module and warms the launch path
+  if (cudaDeviceSynchronize() != cudaSuccess) return NAN;
+  double runs[3];
+  for (double& us : runs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < launches; ++i) empty_kernel<<<1, 1>>>();
+    if (cudaDeviceSynchronize() != cudaSuccess) return NAN;
+    const std::chrono::duration<double, std::micro> dt = std::chrono::steady_clock::now() - t0;
+    us = dt.count() / launches;
+  }
+  std::sort(runs, runs + 3);
+  return runs[1];
 }
 
 }  // namespace loom::cuda

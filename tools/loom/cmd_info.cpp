@@ -69,8 +69,10 @@ int run_info(const std::vector<std::string>& argv) {
         "every\n"
         "  LOOM_* setting with its value and where it came from.\n"
         "  --settings-markdown  only the settings, as the markdown table of README.md\n"
-        "  --cuda-check         run a small kernel on the current CUDA device and check its "
-        "output\n");
+        "  --cuda-check         run a small kernel on the current CUDA device, check its "
+        "output and\n"
+        "                       time an empty kernel's launch (the floor under every eager "
+        "operator)\n");
     return 0;
   }
   if (args.flag("cuda-check")) {
@@ -80,6 +82,8 @@ int run_info(const std::vector<std::string>& argv) {
       return 1;
     }
     std::printf("cuda self-check: the kernel ran on device and wrote the expected values\n");
+    std::printf("cuda launch floor: %.2f us of host time per empty-kernel launch\n",
+                cuda::launch_floor_us());
     return 0;
   }
   if (args.flag("settings-markdown")) {
