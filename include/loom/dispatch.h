@@ -156,6 +156,14 @@ class LOOM_API BorrowedStack {
 LOOM_API const KernelFunction& entry_table(const OperatorEntry& e, DispatchKey k);
 LOOM_API DispatchKeySet entry_non_fallthrough(const OperatorEntry& e);
 
+// Note [Capture breaks]: code below the compiler that does something a captured graph cannot
+// replay (the autograd engine running a backward pass) reports it while the thread includes the
+// Capture key; the compiler installs the handler that turns the report into a graph break. A
+// no-op otherwise.
+using CaptureBreakHandler = void (*)(const char* reason);
+LOOM_API void set_capture_break_handler(CaptureBreakHandler handler);
+LOOM_API void report_capture_break(const char* reason);
+
 }  // namespace detail
 
 // Thread-local include/exclude sets, as RAII guards.

@@ -1,5 +1,7 @@
 #include "loom/dispatch.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -486,5 +488,22 @@ Library& Library::fallback(KernelFunction k) {
   undo_.push_back(Dispatcher::singleton().register_fallback(required_key(), std::move(k)));
   return *this;
 }
+
+namespace detail {
+namespace {
+std::atomic<CaptureBreakHandler> g_capture_break_handler{nullptr};
+}  // namespace
+
+void set_capture_break_handler(CaptureBreakHandler handler) {
+  g_capture_break_handler.store(handler, std::memory_order_release);
+}
+
+void report_capture_break(const char* reason) {
+  if (!tls_dispatch_keys.included.has(DispatchKey::Capture) ||
+      tls_dispatch_keys.excluded.has(DispatchKey::Capture))
+    return;
+  if (CaptureBreakHandler h = g_capture_break_handler.load(std::memory_order_acquire)) h(reason);
+}
+}  // namespace detail
 
 }  // namespace loom

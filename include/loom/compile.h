@@ -1,0 +1,127 @@
+// The compiler's front door (compiler layer): loom::compile wraps a function over tensors so that
+// its operators are captured into a graph once and the graph is replayed, without running the
+// function, for as long as the guards of the inputs and of global state hold.
+//
+// Note [How loom captures]
+//   C++ has no bytecode to analyse, so loom captures at the dispatcher. While a compiled function
+//   runs for the first time (or after every cached graph's guards failed), its thread includes the
+//   Capture dispatch key, whose fallback records each operator below Autograd (CompositeImplicit
+//   operators arrive decomposed into the ones they call) with its arguments, and runs it: the call
+//   that captures computes its results eagerly. Values of the graph:
+//   - inputs: the function's arguments, guarded (dtype, device, sizes, strides, requires_grad, and
+//     which inputs share storage);
+//   - constants: tensors the function reaches from outside (a module's parameters), held by the
+//     graph, so that an optimizer's in-place updates are seen, and guarded on their metadata; a
+//     captured variable that the caller rebinds to another tensor is not seen (the graph keeps the
+//     old one): pass such tensors as inputs. Host values passed to operators (a float, a size
+//     list) are constants too: a function whose host values change between calls must take them
+//     as tensor inputs;
+//   - outputs of recorded operators: factories and random operators included, so that a replay
+//     draws new numbers from the same generator as an eager call would.
+//   Global state is guarded too: grad mode and the default dtype.
+//   A graph break is where a value must leave the graph for the host: an operator that returns a
+//   host value (item(), equal(), allclose()), or a backward pass run inside the function (the
+//   joint graph is not captured yet). Each break is recorded with its reason and the user call
+//   that caused it. In this version a function with a break is not replayed: it runs eagerly on
+//   every call, and says so once (with fullgraph, the break is a CompileError instead).
+//   Calling a compiled function while another one captures runs it inline, so that the outer
+//   graph records its operators.
+//
+// Backends and modes: backend eager (capture and replay) is what exists; aot, inductor,
+// reduce-overhead and max-autotune throw NotImplementedError naming what is missing. dynamic=auto
+// specialises every size (a new size is a recompile, logged and counted against the limit);
+// dynamic=on throws NotImplementedError.
+//
+// Logs: LOOM_LOGS is a comma list of recompiles, guards, graph_breaks, output_code; each prints
+// to stderr as it happens, prefixed "[compile]".
+//
+// Thread-safety: a CompiledFunction may be called from several threads at once: its cache is
+// guarded by a mutex and a capture runs on the calling thread only (two threads missing the cache
+// at once both capture, and both graphs are kept).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/export.h"
+#include "loom/tensor.h"
+
+namespace loom {
+
+enum class CompileBackend { Eager, Aot, Inductor };
+enum class CompileMode { Default, ReduceOverhead, MaxAutotune };
+enum class DynamicShapes { Auto, On, Off };
+// What happens once a function has captured `recompile_limit` graphs: warn once and run eagerly
+// from then on; throw CompileError; or run eagerly with the same one warning. Never silent.
+enum class RecompilePolicy { Warn, Error, Eager };
+
+struct CompileOptions {
+  CompileBackend backend = CompileBackend::Eager;
+  CompileMode mode = CompileMode::Default;
+  DynamicShapes dynamic = DynamicShapes::Auto;
+  bool fullgraph = false;  // a graph break is a CompileError naming it
+  int recompile_limit = 8;
+  RecompilePolicy on_limit = RecompilePolicy::Warn;
+  std::string name;  // for logs and reports; "compiled function #N" when empty
+};
+
+using TensorFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+
+struct GraphBreakInfo {
+  std::string op;        // "loom::_local_scalar_dense", or what broke outside an operator
+  std::string reason;    // why the value had to leave the graph
+  std::string location;  // the user's call that caused it: "function (binary+0x1234)"
+};
+
+struct GuardInfo {
+  std::string text;      // "input 0: float32 cuda:0 sizes [8, 16] strides [16, 1]"
+  int64_t failures = 0;  // calls for which this was the first guard to fail
+};
+
+struct GraphInfo {
+  int64_t replays = 0;                       // calls that ran this graph
+  int64_t operators = 0;                     // recorded operator calls
+  std::map<std::string, int64_t> op_counts;  // per operator name
+  std::vector<GuardInfo> guards;
+  std::string code;  // the graph, one operator a line
+};
+
+// What a compiled function did: `loom::explain` and CompiledFunction::report().
+struct LOOM_API CompileReport {
+  std::string name;
+  int64_t calls = 0;
+  int64_t captures = 0;     // calls that captured (the first, and every recompile)
+  int64_t eager_calls = 0;  // calls that ran the function eagerly after a break or the limit
+  std::vector<GraphInfo> graphs;
+  std::vector<GraphBreakInfo> breaks;
+  std::vector<std::string> recompile_reasons;  // the guard that failed, per recompile
+  std::string str() const;
+};
+
+class LOOM_API CompiledFunction {
+ public:
+  // Runs the function: a cached graph whose guards hold, else a capture (or eagerly, per Note
+  // [How loom captures]).
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  CompileReport report() const;
+  const CompileOptions& options() const;
+
+  struct Impl;
+
+ private:
+  friend LOOM_API CompiledFunction compile(TensorFunction fn, CompileOptions options);
+  std::shared_ptr<Impl> impl_;
+};
+
+// NotImplementedError for a backend, mode or dynamic setting that does not exist yet.
+LOOM_API CompiledFunction compile(TensorFunction fn, CompileOptions options = {});
+
+// Compiles fn, calls it once on `inputs` and reports what the compiler did.
+LOOM_API CompileReport explain(TensorFunction fn, const std::vector<Tensor>& inputs,
+                               CompileOptions options = {});
+
+}  // namespace loom

@@ -1,0 +1,359 @@
+// The capture layer: the Capture key's fallback, the graph IR's replay and printing (see
+// compiler/graph.h and Note [How loom captures] in loom/compile.h).
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "compiler/graph.h"
+#include "loom/error.h"
+
+namespace loom::compiler {
+namespace {
+
+thread_local Capture* tls_capture = nullptr;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+// Runs below the Capture key: the operator runs (its own internal calls are not captured), then
+// is recorded. With no capture on this thread (a tensor that carries the key outside one) it only
+// runs.
+void capture_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* stack) {
+  Capture* c = Capture::current();
+  const size_t nargs = op.schema().arguments.size();
+  const DispatchKeySet below = keys & DispatchKeySet::below(DispatchKey::Capture);
+  if (c == nullptr) {
+    op.redispatch_boxed(below, *stack);
+    return;
+  }
+  std::vector<IValue> args(stack->end() - static_cast<std::ptrdiff_t>(nargs), stack->end());
+  {
+    ExcludeDispatchKeyGuard no_capture(DispatchKey::Capture);
+    op.redispatch_boxed(below, *stack);
+  }
+  const size_t nrets = op.schema().returns.size();
+  c->record(op, args.data(), nargs, stack->data() + (stack->size() - nrets), nrets);
+}
+
+void on_capture_break(const char* reason) {
+  if (Capture* c = Capture::current()) c->add_break("", reason);
+}
+
+// The file a function of libloom lives in, to tell loom's frames from the user's.
+std::string loom_library() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&loom_library), &info) == 0 || info.dli_fname == nullptr)
+    return "";
+  return info.dli_fname;
+}
+
+// "function" for an address of `binary` (offset from its load address), through the symbol table
+// (dladdr) or addr2line; "" when neither knows.
+std::string symbol_at(const Dl_info& info, uintptr_t offset) {
+  if (info.dli_sname != nullptr) {
+    int status = 0;
+    char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    std::string s = status == 0 && d ? d : info.dli_sname;
+    std::free(d);
+    return s;
+  }
+  char cmd[1024];
+  std::snprintf(cmd, sizeof(cmd), "addr2line -f -C -e '%s' 0x%lx 2>/dev/null", info.dli_fname,
+                static_cast<unsigned long>(offset));
+  FILE* p = ::popen(cmd, "r");
+  if (p == nullptr) return "";
+  char line[1024] = {};
+  std::string fn;
+  if (std::fgets(line, sizeof(line), p) != nullptr) {
+    fn = line;
+    while (!fn.empty() && (fn.back() == '\n' || fn.back() == '\r')) fn.pop_back();
+    if (fn == "??") fn.clear();
+  }
+  ::pclose(p);
+  return fn;
+}
+
+}  // namespace
+
+LOOM_LIBRARY_IMPL(_, Capture, m) {
+  m.fallback(KernelFunction::from_boxed(&capture_fallback));
+  ::loom::detail::set_capture_break_handler(&on_capture_break);
+}
+
+std::string user_call_site() {
+  static const std::string loom = loom_library();
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  for (int i = 1; i < n; ++i) {
+    Dl_info info{};
+    if (dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
+    if (!loom.empty() && loom == info.dli_fname) continue;
+    const std::string file = info.dli_fname;
+    if (file.find("libstdc++") != std::string::npos || file.find("libc.so") != std::string::npos)
+      continue;
+    // The return address is just past the call: look up the call itself.
+    const uintptr_t offset =
+        reinterpret_cast<uintptr_t>(frames[i]) - reinterpret_cast<uintptr_t>(info.dli_fbase) - 1;
+    const std::string fn = symbol_at(info, offset);
+    const std::string base = file.substr(file.find_last_of('/') + 1);
+    char where[512];
+    std::snprintf(where, sizeof(where), "%s+0x%lx", base.c_str(),
+                  static_cast<unsigned long>(offset));
+    return fn.empty() ? std::string(where) : fn + " (" + where + ")";
+  }
+  return "";
+}
+
+// ---- Capture ----
+
+Capture::Capture(const std::vector<Tensor>& inputs) : previous_(tls_capture) {
+  graph_.num_inputs = static_cast<int32_t>(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Value v;
+    v.kind = Value::Kind::Input;
+    v.index = static_cast<int32_t>(i);
+    new_value(v, inputs[i]);
+  }
+  tls_capture = this;
+  ::loom::detail::tls_dispatch_keys.included =
+      ::loom::detail::tls_dispatch_keys.included.add(DispatchKey::Capture);
+}
+
+Capture::~Capture() {
+  tls_capture = previous_;
+  if (previous_ == nullptr) {
+    ::loom::detail::tls_dispatch_keys.included =
+        ::loom::detail::tls_dispatch_keys.included.remove(DispatchKey::Capture);
+  }
+}
+
+Capture* Capture::current() {
+  return tls_capture;
+}
+
+ValueId Capture::new_value(Value v, const Tensor& t) {
+  if (t.defined()) {
+    v.dtype = t.dtype();
+    v.device = t.device();
+    v.sizes = t.sizes().vec();
+    ids_[t.impl()] = static_cast<ValueId>(graph_.values.size());
+    keep_.push_back(t);
+  }
+  graph_.values.push_back(std::move(v));
+  return static_cast<ValueId>(graph_.values.size() - 1);
+}
+
+ValueId Capture::value_of(const Tensor& t) {
+  auto it = ids_.find(t.impl());
+  if (it != ids_.end()) return it->second;
+  // A tensor from outside the function: a constant held by the graph.
+  Value v;
+  v.kind = Value::Kind::Constant;
+  v.index = static_cast<int32_t>(graph_.constants.size());
+  graph_.constants.push_back(t);
+  return new_value(v, t);
+}
+
+void Capture::add_break(std::string op, std::string reason) {
+  graph_.breaks.push_back(GraphBreakInfo{std::move(op), std::move(reason), user_call_site()});
+  graph_.break_at.push_back(graph_.nodes.size());
+}
+
+void Capture::record(const OperatorHandle& op, const IValue* args, size_t nargs, const IValue* rets,
+                     size_t nrets) {
+  for (size_t r = 0; r < nrets; ++r) {
+    if (!rets[r].is_tensor() && !rets[r].is_tensor_list()) {
+      add_break(op.name(), "its result (" + op.schema().returns[r].type.str() +
+                               ") is a host value, which leaves the graph");
+      return;
+    }
+  }
+  Node node;
+  node.op = op;
+  node.args.reserve(nargs);
+  for (size_t i = 0; i < nargs; ++i) {
+    const IValue& v = args[i];
+    Arg a;
+    if (v.is_tensor()) {
+      if (v.to_tensor().defined()) {
+        a.kind = Arg::Kind::Tensor;
+        a.value = value_of(v.to_tensor());
+      } else {
+        a.kind = Arg::Kind::NoneTensor;
+      }
+    } else if (v.is_tensor_list()) {
+      a.kind = Arg::Kind::TensorList;
+      for (const Tensor& t : v.to_tensor_list()) a.list.push_back(value_of(t));
+    } else {
+      a.constant = v;
+    }
+    node.args.push_back(std::move(a));
+  }
+  const auto node_index = static_cast<int32_t>(graph_.nodes.size());
+  int32_t slot = 0;
+  for (size_t r = 0; r < nrets; ++r) {
+    std::vector<ValueId> ids;
+    auto add = [&](const Tensor& t) {
+      Value v;
+      v.kind = Value::Kind::NodeOutput;
+      v.index = node_index;
+      v.slot = slot++;
+      ids.push_back(new_value(v, t));
+    };
+    if (rets[r].is_tensor()) {
+      add(rets[r].to_tensor());
+    } else {
+      for (const Tensor& t : rets[r].to_tensor_list()) add(t);
+    }
+    node.returns.push_back(std::move(ids));
+  }
+  graph_.nodes.push_back(std::move(node));
+}
+
+Graph Capture::finish(const std::vector<Tensor>& outputs) {
+  for (const Tensor& t : outputs) {
+    if (!t.defined()) {
+      Value v;
+      v.kind = Value::Kind::Constant;
+      v.index = static_cast<int32_t>(graph_.constants.size());
+      graph_.constants.push_back(Tensor());
+      graph_.outputs.push_back(new_value(v, t));
+      continue;
+    }
+    graph_.outputs.push_back(value_of(t));
+  }
+  return std::move(graph_);
+}
+
+// ---- Graph ----
+
+std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> env(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    const Value& v = values[i];
+    if (v.kind == Value::Kind::Input) env[i] = inputs[static_cast<size_t>(v.index)];
+    if (v.kind == Value::Kind::Constant) env[i] = constants[static_cast<size_t>(v.index)];
+  }
+  Stack stack;
+  for (const Node& n : nodes) {
+    stack.clear();
+    for (const Arg& a : n.args) {
+      switch (a.kind) {
+        case Arg::Kind::Constant:
+          stack.push_back(a.constant);
+          break;
+        case Arg::Kind::Tensor:
+          stack.emplace_back(env[static_cast<size_t>(a.value)]);
+          break;
+        case Arg::Kind::NoneTensor:
+          stack.emplace_back(Tensor());
+          break;
+        case Arg::Kind::TensorList: {
+          std::vector<Tensor> l;
+          l.reserve(a.list.size());
+          for (ValueId id : a.list) l.push_back(env[static_cast<size_t>(id)]);
+          stack.emplace_back(std::move(l));
+          break;
+        }
+      }
+    }
+    n.op.call_boxed(stack);
+    for (size_t r = 0; r < n.returns.size(); ++r) {
+      const IValue& ret = stack[r];
+      if (ret.is_tensor()) {
+        env[static_cast<size_t>(n.returns[r][0])] = ret.to_tensor();
+      } else {
+        const std::vector<Tensor>& l = ret.to_tensor_list();
+        LOOM_INTERNAL_ASSERT(l.size() == n.returns[r].size(), "[compile] ", n.op.name(),
+                             " returned ", l.size(), " tensors on replay, ", n.returns[r].size(),
+                             " when captured");
+        for (size_t k = 0; k < l.size(); ++k) env[static_cast<size_t>(n.returns[r][k])] = l[k];
+      }
+    }
+  }
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  for (ValueId id : outputs) out.push_back(env[static_cast<size_t>(id)]);
+  return out;
+}
+
+std::string Graph::str() const {
+  std::ostringstream os;
+  auto name = [&](ValueId id) {
+    const Value& v = values[static_cast<size_t>(id)];
+    if (v.kind == Value::Kind::Input) return "%in" + std::to_string(v.index);
+    if (v.kind == Value::Kind::Constant) return "%const" + std::to_string(v.index);
+    return "%" + std::to_string(id);
+  };
+  for (int32_t i = 0; i < num_inputs; ++i) {
+    const Value& v = values[static_cast<size_t>(i)];
+    os << "%in" << i << ": " << dtype_name(v.dtype) << ' ' << v.device << ' ' << shape_str(v.sizes)
+       << '\n';
+  }
+  size_t next_break = 0;
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    while (next_break < breaks.size() && break_at[next_break] == k) {
+      const GraphBreakInfo& b = breaks[next_break++];
+      os << "-- graph break: " << (b.op.empty() ? "" : b.op + ": ") << b.reason
+         << (b.location.empty() ? "" : " at " + b.location) << '\n';
+    }
+    const Node& n = nodes[k];
+    std::vector<std::string> outs;
+    for (const auto& r : n.returns)
+      for (ValueId id : r) outs.push_back(name(id));
+    for (size_t i = 0; i < outs.size(); ++i) os << (i ? ", " : "") << outs[i];
+    os << (outs.empty() ? "" : " = ") << n.op.name() << '(';
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      const Arg& a = n.args[i];
+      os << (i ? ", " : "");
+      switch (a.kind) {
+        case Arg::Kind::Constant:
+          os << a.constant.repr();
+          break;
+        case Arg::Kind::Tensor:
+          os << name(a.value);
+          break;
+        case Arg::Kind::NoneTensor:
+          os << "None";
+          break;
+        case Arg::Kind::TensorList:
+          os << '[';
+          for (size_t j = 0; j < a.list.size(); ++j) os << (j ? ", " : "") << name(a.list[j]);
+          os << ']';
+          break;
+      }
+    }
+    os << ')';
+    if (!n.returns.empty() && n.returns[0].size() == 1) {
+      const Value& v = values[static_cast<size_t>(n.returns[0][0])];
+      os << "  # " << dtype_name(v.dtype) << ' ' << shape_str(v.sizes);
+    }
+    os << '\n';
+  }
+  for (; next_break < breaks.size(); ++next_break) {
+    const GraphBreakInfo& b = breaks[next_break];
+    os << "-- graph break: " << (b.op.empty() ? "" : b.op + ": ") << b.reason
+       << (b.location.empty() ? "" : " at " + b.location) << '\n';
+  }
+  os << "return ";
+  for (size_t i = 0; i < outputs.size(); ++i) os << (i ? ", " : "") << name(outputs[i]);
+  os << '\n';
+  return os.str();
+}
+
+std::map<std::string, int64_t> Graph::op_counts() const {
+  std::map<std::string, int64_t> m;
+  for (const Node& n : nodes) ++m[n.op.name()];
+  return m;
+}
+
+}  // namespace loom::compiler

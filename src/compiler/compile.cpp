@@ -1,0 +1,416 @@
+// loom::compile: guards, the per-function cache of captured graphs, recompiles and their limit,
+// graph breaks, logs and reports (see loom/compile.h).
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+
+#include "compiler/graph.h"
+#include "loom/autograd.h"
+#include "loom/config.h"
+#include "loom/error.h"
+#include "loom/warning.h"
+
+namespace loom {
+namespace {
+
+using compiler::Capture;
+using compiler::Graph;
+
+const config::StringSetting kLogs(
+    "LOOM_LOGS", "",
+    "comma list of compiler logs to print to stderr: recompiles, guards, graph_breaks, "
+    "output_code");
+
+struct LogFlags {
+  bool recompiles = false, guards = false, graph_breaks = false, output_code = false;
+};
+
+// Parsed again when the setting changes (config::generation).
+LogFlags log_flags() {
+  static std::atomic<uint64_t> seen{~uint64_t{0}};
+  static std::mutex mu;
+  static LogFlags flags;
+  const uint64_t g = config::generation();
+  if (seen.load(std::memory_order_acquire) == g) return flags;
+  std::lock_guard<std::mutex> lock(mu);
+  LogFlags f;
+  std::stringstream ss(kLogs.get());
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item == "recompiles") {
+      f.recompiles = true;
+    } else if (item == "guards") {
+      f.guards = true;
+    } else if (item == "graph_breaks") {
+      f.graph_breaks = true;
+    } else if (item == "output_code") {
+      f.output_code = true;
+    } else if (!item.empty()) {
+      LOOM_THROW(ValueError, "[compile] LOOM_LOGS: unknown log '", item,
+                 "' (recompiles, guards, graph_breaks, output_code)");
+    }
+  }
+  flags = f;
+  seen.store(g, std::memory_order_release);
+  return flags;
+}
+
+std::string dims_str(IntArrayRef d) {
+  std::ostringstream os;
+  os << d;
+  return os.str();
+}
+
+// Note [Guards]: a flat list checked in order; the first that fails names the recompile. A tensor
+// guard compares what a graph's replay depends on: defined, dtype, device, sizes, strides,
+// requires_grad, and for constants the very tensor (identity). Inputs that shared storage when
+// captured must share it again, and inputs that did not must not (a replay of an in-place
+// operator on one of them would otherwise see the other change, or not).
+struct TensorGuard {
+  bool defined = false;
+  DType dtype = kFloat32;
+  Device device = kCPU;
+  std::vector<int64_t> sizes, strides;
+  bool requires_grad = false;
+
+  static TensorGuard of(const Tensor& t) {
+    TensorGuard g;
+    g.defined = t.defined();
+    if (!g.defined) return g;
+    g.dtype = t.dtype();
+    g.device = t.device();
+    g.sizes = t.sizes().vec();
+    g.strides = t.strides().vec();
+    g.requires_grad = t.requires_grad();
+    return g;
+  }
+  // "" when t matches, else what differs.
+  std::string mismatch(const Tensor& t) const {
+    if (t.defined() != defined) return defined ? "is now undefined" : "is now defined";
+    if (!defined) return "";
+    if (t.dtype() != dtype)
+      return std::string("dtype ") + dtype_name(dtype) + " -> " + dtype_name(t.dtype());
+    if (t.device() != device) return "device " + device.str() + " -> " + t.device().str();
+    if (t.sizes() != IntArrayRef(sizes))
+      return "sizes " + dims_str(sizes) + " -> " + dims_str(t.sizes());
+    if (t.strides() != IntArrayRef(strides))
+      return "strides " + dims_str(strides) + " -> " + dims_str(t.strides());
+    if (t.requires_grad() != requires_grad)
+      return std::string("requires_grad ") + (requires_grad ? "true -> false" : "false -> true");
+    return "";
+  }
+  std::string str() const {
+    if (!defined) return "undefined";
+    std::ostringstream os;
+    os << dtype_name(dtype) << ' ' << device << " sizes " << dims_str(sizes) << " strides "
+       << dims_str(strides) << (requires_grad ? " requires_grad" : "");
+    return os.str();
+  }
+};
+
+const void* storage_of(const Tensor& t) {
+  return t.defined() ? static_cast<const void*>(t.storage().get()) : nullptr;
+}
+
+struct Entry {
+  Graph graph;
+  std::vector<TensorGuard> inputs;
+  std::vector<std::pair<size_t, size_t>> shared;  // input pairs that shared storage
+  std::vector<TensorGuard> constants;
+  bool grad_mode = true;
+  DType default_dtype = kFloat32;
+  // Failures per guard, in the order of describe_guards().
+  mutable std::vector<int64_t> failures;
+  mutable int64_t replays = 0;
+
+  size_t num_guards() const { return 2 + inputs.size() + 1 + constants.size(); }
+
+  std::vector<std::string> describe_guards() const {
+    std::vector<std::string> g;
+    g.push_back(std::string("grad mode ") + (grad_mode ? "on" : "off"));
+    g.push_back(std::string("default dtype ") + dtype_name(default_dtype));
+    for (size_t i = 0; i < inputs.size(); ++i)
+      g.push_back("input " + std::to_string(i) + ": " + inputs[i].str());
+    std::string alias = "storage sharing between inputs: ";
+    if (shared.empty()) alias += "none";
+    for (size_t k = 0; k < shared.size(); ++k) {
+      alias += (k ? ", " : "") + std::string("input ") + std::to_string(shared[k].first) +
+               " with input " + std::to_string(shared[k].second);
+    }
+    g.push_back(alias);
+    for (size_t i = 0; i < constants.size(); ++i)
+      g.push_back("constant " + std::to_string(i) + ": the same tensor, " + constants[i].str());
+    return g;
+  }
+
+  // The index of the first failing guard (and what failed), or -1 when all hold.
+  int check(const std::vector<Tensor>& in, std::string* why) const {
+    if (autograd::GradMode::is_enabled() != grad_mode) {
+      *why = std::string("grad mode ") + (grad_mode ? "on -> off" : "off -> on");
+      return 0;
+    }
+    if (loom::default_dtype() != default_dtype) {
+      *why = std::string("default dtype ") + dtype_name(default_dtype) + " -> " +
+             dtype_name(loom::default_dtype());
+      return 1;
+    }
+    if (in.size() != inputs.size()) {
+      *why =
+          "number of inputs " + std::to_string(inputs.size()) + " -> " + std::to_string(in.size());
+      return 2;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::string m = inputs[i].mismatch(in[i]);
+      if (!m.empty()) {
+        *why = "input " + std::to_string(i) + ": " + m;
+        return static_cast<int>(2 + i);
+      }
+    }
+    const int alias_guard = static_cast<int>(2 + inputs.size());
+    for (const auto& [a, b] : shared) {
+      if (storage_of(in[a]) != storage_of(in[b])) {
+        *why = "inputs " + std::to_string(a) + " and " + std::to_string(b) +
+               " no longer share storage";
+        return alias_guard;
+      }
+    }
+    for (size_t a = 0; a < in.size(); ++a) {
+      for (size_t b = a + 1; b < in.size(); ++b) {
+        if (storage_of(in[a]) == nullptr || storage_of(in[a]) != storage_of(in[b])) continue;
+        bool expected = false;
+        for (const auto& p : shared) expected = expected || (p.first == a && p.second == b);
+        if (!expected) {
+          *why = "inputs " + std::to_string(a) + " and " + std::to_string(b) + " now share storage";
+          return alias_guard;
+        }
+      }
+    }
+    for (size_t i = 0; i < constants.size(); ++i) {
+      std::string m = constants[i].mismatch(graph.constants[i]);
+      if (!m.empty()) {
+        *why = "constant " + std::to_string(i) + ": " + m;
+        return static_cast<int>(alias_guard + 1 + static_cast<int>(i));
+      }
+    }
+    return -1;
+  }
+};
+
+std::atomic<int> g_unnamed{0};
+
+}  // namespace
+
+struct CompiledFunction::Impl {
+  TensorFunction fn;
+  CompileOptions options;
+  mutable std::mutex mu;
+  std::vector<std::shared_ptr<Entry>> entries;       // GUARDED_BY(mu), oldest first
+  bool eager_forever = false;                        // GUARDED_BY(mu): after a break or the limit
+  std::vector<GraphBreakInfo> breaks;                // GUARDED_BY(mu)
+  std::vector<std::string> recompile_reasons;        // GUARDED_BY(mu)
+  int64_t calls = 0, captures = 0, eager_calls = 0;  // GUARDED_BY(mu)
+
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> capture(const std::vector<Tensor>& inputs, const LogFlags& logs);
+};
+
+std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inputs) {
+  // Inside another function's capture: run inline, so that its graph records these operators.
+  if (Capture::active()) return fn(inputs);
+  const LogFlags logs = log_flags();
+  std::shared_ptr<Entry> hit;
+  bool eager = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++calls;
+    std::string why;  // every graph's first failing guard, "graph 1: ...; graph 2: ..."
+    if (!eager_forever) {
+      std::vector<std::string> failed(entries.size());
+      for (size_t k = entries.size(); k-- > 0;) {  // the newest first: the likeliest to hold
+        const int g = entries[k]->check(inputs, &failed[k]);
+        if (g < 0) {
+          hit = entries[k];
+          ++hit->replays;
+          break;
+        }
+        ++entries[k]->failures[static_cast<size_t>(g)];
+      }
+      for (size_t k = 0; k < failed.size() && !hit; ++k)
+        why += (k ? "; graph " : "graph ") + std::to_string(k + 1) + ": " + failed[k];
+    }
+    if (!hit && !eager_forever && !entries.empty()) {
+      if (static_cast<int>(entries.size()) >= options.recompile_limit) {
+        const std::string msg = "[compile] " + options.name + ": recompile limit of " +
+                                std::to_string(options.recompile_limit) +
+                                " graphs reached (the last guard to fail: " + why + ")";
+        LOOM_CHECK_AS(CompileError, options.on_limit != RecompilePolicy::Error, msg);
+        eager_forever = true;
+        warn_once("compile.limit:" + options.name,
+                  msg + "; the function runs eagerly from now on (loom::explain shows the guards)");
+      } else {
+        recompile_reasons.push_back(why);
+        if (logs.recompiles) {
+          std::fprintf(stderr, "[compile] %s: recompiling (graph %zu): %s\n", options.name.c_str(),
+                       entries.size() + 1, why.c_str());
+        }
+      }
+    }
+    if (!hit) {
+      eager = eager_forever;
+      ++(eager ? eager_calls : captures);
+    }
+  }
+  if (hit) return hit->graph.run(inputs);
+  if (eager) return fn(inputs);
+  return capture(inputs, logs);
+}
+
+std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& inputs,
+                                                    const LogFlags& logs) {
+  auto e = std::make_shared<Entry>();
+  // The guards describe the inputs as the call received them (the function may change them).
+  e->grad_mode = autograd::GradMode::is_enabled();
+  e->default_dtype = loom::default_dtype();
+  for (const Tensor& t : inputs) e->inputs.push_back(TensorGuard::of(t));
+  for (size_t a = 0; a < inputs.size(); ++a)
+    for (size_t b = a + 1; b < inputs.size(); ++b)
+      if (storage_of(inputs[a]) != nullptr && storage_of(inputs[a]) == storage_of(inputs[b]))
+        e->shared.emplace_back(a, b);
+  std::vector<Tensor> out;
+  {
+    Capture cap(inputs);
+    out = fn(inputs);
+    e->graph = cap.finish(out);
+  }
+  Graph& g = e->graph;
+  if (!g.breaks.empty()) {
+    if (logs.graph_breaks) {
+      for (const GraphBreakInfo& b : g.breaks) {
+        std::fprintf(stderr, "[compile] %s: graph break: %s%s%s%s\n", options.name.c_str(),
+                     b.op.empty() ? "" : (b.op + ": ").c_str(), b.reason.c_str(),
+                     b.location.empty() ? "" : " at ", b.location.c_str());
+      }
+    }
+    const GraphBreakInfo& b = g.breaks.front();
+    const std::string what = (b.op.empty() ? "" : b.op + ": ") + b.reason +
+                             (b.location.empty() ? "" : " at " + b.location);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      breaks.insert(breaks.end(), g.breaks.begin(), g.breaks.end());
+      eager_forever = true;
+    }
+    LOOM_CHECK_AS(CompileError, !options.fullgraph, "[compile] ", options.name,
+                  ": graph break with fullgraph=true: ", what);
+    warn_once("compile.break:" + options.name,
+              "[compile] " + options.name + ": graph break: " + what +
+                  "; the function runs eagerly on every call (loom::explain shows every break)");
+    return out;
+  }
+  for (const Tensor& c : g.constants) e->constants.push_back(TensorGuard::of(c));
+  e->failures.assign(e->num_guards(), 0);
+  if (logs.output_code) {
+    std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), entries.size() + 1,
+                 g.str().c_str());
+  }
+  if (logs.guards) {
+    for (const std::string& line : e->describe_guards())
+      std::fprintf(stderr, "[compile] %s: guard: %s\n", options.name.c_str(), line.c_str());
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  entries.push_back(std::move(e));
+  return out;
+}
+
+std::vector<Tensor> CompiledFunction::operator()(const std::vector<Tensor>& inputs) const {
+  return impl_->call(inputs);
+}
+
+const CompileOptions& CompiledFunction::options() const {
+  return impl_->options;
+}
+
+CompileReport CompiledFunction::report() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  CompileReport r;
+  r.name = impl_->options.name;
+  r.calls = impl_->calls;
+  r.captures = impl_->captures;
+  r.eager_calls = impl_->eager_calls;
+  r.breaks = impl_->breaks;
+  r.recompile_reasons = impl_->recompile_reasons;
+  for (const auto& e : impl_->entries) {
+    GraphInfo gi;
+    gi.replays = e->replays;
+    gi.operators = static_cast<int64_t>(e->graph.nodes.size());
+    gi.op_counts = e->graph.op_counts();
+    const std::vector<std::string> text = e->describe_guards();
+    for (size_t i = 0; i < text.size(); ++i)
+      gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
+    gi.code = e->graph.str();
+    r.graphs.push_back(std::move(gi));
+  }
+  return r;
+}
+
+std::string CompileReport::str() const {
+  std::ostringstream os;
+  os << name << ": " << calls << " call(s), " << captures << " capture(s), " << graphs.size()
+     << " graph(s), " << breaks.size() << " graph break(s), " << eager_calls << " eager call(s)\n";
+  for (size_t i = 0; i < breaks.size(); ++i) {
+    const GraphBreakInfo& b = breaks[i];
+    os << "graph break " << i + 1 << ": " << (b.op.empty() ? "" : b.op + ": ") << b.reason
+       << (b.location.empty() ? "" : "\n  at " + b.location) << '\n';
+  }
+  for (size_t i = 0; i < recompile_reasons.size(); ++i)
+    os << "recompile " << i + 1 << ": " << recompile_reasons[i] << '\n';
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const GraphInfo& g = graphs[i];
+    os << "graph " << i + 1 << ": " << g.operators << " operator call(s), replayed " << g.replays
+       << " time(s)\n  operators:";
+    for (const auto& [op, n] : g.op_counts) os << ' ' << op << " x" << n;
+    os << "\n  guards:\n";
+    for (const GuardInfo& gd : g.guards) {
+      os << "    " << gd.text;
+      if (gd.failures > 0) os << "  (failed " << gd.failures << "x)";
+      os << '\n';
+    }
+    os << "  code:\n";
+    std::istringstream code(g.code);
+    std::string line;
+    while (std::getline(code, line)) os << "    " << line << '\n';
+  }
+  return os.str();
+}
+
+CompiledFunction compile(TensorFunction fn, CompileOptions options) {
+  LOOM_CHECK(static_cast<bool>(fn), "[compile] compile() needs a function");
+  LOOM_CHECK_AS(NotImplementedError, options.backend == CompileBackend::Eager, "[compile] backend ",
+                options.backend == CompileBackend::Aot ? "aot (the joint graph)"
+                                                       : "inductor (fusion and code generation)",
+                " is not implemented yet; backend eager captures and replays");
+  LOOM_CHECK_AS(NotImplementedError, options.mode == CompileMode::Default, "[compile] mode ",
+                options.mode == CompileMode::ReduceOverhead ? "reduce-overhead (CUDA graphs)"
+                                                            : "max-autotune",
+                " is not implemented yet; use mode default");
+  LOOM_CHECK_AS(NotImplementedError, options.dynamic != DynamicShapes::On,
+                "[compile] dynamic=on (symbolic sizes) is not implemented yet: sizes are "
+                "specialised and a new size recompiles");
+  LOOM_CHECK(options.recompile_limit >= 1, "[compile] recompile_limit must be at least 1, got ",
+             options.recompile_limit);
+  if (options.name.empty()) options.name = "compiled function #" + std::to_string(++g_unnamed);
+  CompiledFunction f;
+  f.impl_ = std::make_shared<CompiledFunction::Impl>();
+  f.impl_->fn = std::move(fn);
+  f.impl_->options = std::move(options);
+  return f;
+}
+
+CompileReport explain(TensorFunction fn, const std::vector<Tensor>& inputs,
+                      CompileOptions options) {
+  CompiledFunction f = compile(std::move(fn), std::move(options));
+  f(inputs);
+  return f.report();
+}
+
+}  // namespace loom

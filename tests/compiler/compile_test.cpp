@@ -1,0 +1,335 @@
+// loom::compile with the eager backend: capture at the dispatcher, replay without running the
+// function, guards and recompiles (a stale graph for a changed input must be impossible), graph
+// breaks with their reasons and locations, the recompile limit's policies, and the reports. Every
+// result is checked against the same function run eagerly.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "loom/autograd.h"
+#include "loom/compile.h"
+#include "loom/config.h"
+#include "loom/error.h"
+#include "loom/generator.h"
+#include "loom/ops.h"
+#include "loom/warning.h"
+
+namespace loom {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+void expect_same(const Tensors& got, const Tensors& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes().vec(), want[i].sizes().vec()) << what << " output " << i;
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what << " output " << i;
+    EXPECT_TRUE(allclose(got[i], want[i], 1e-6, 1e-6)) << what << " output " << i;
+  }
+}
+
+// A small function and a counter of how often its body ran.
+struct Chain {
+  int runs = 0;
+  TensorFunction fn() {
+    return [this](const Tensors& in) -> Tensors {
+      ++runs;
+      const Tensor y = relu(add(mul(in[0], 2.0), in[1]));
+      return {sum(y, IntArrayRef{1}), exp(y)};
+    };
+  }
+};
+
+TEST(Compile, ReplaysTheGraphWithoutRunningTheFunction) {
+  Chain c;
+  CompiledFunction f = compile(c.fn(), {.name = "chain"});
+  for (int call = 0; call < 4; ++call) {
+    const Tensor a = randn({8, 16}), b = randn({8, 16});
+    const Tensors got = f({a, b});
+    Chain eager;
+    expect_same(got, eager.fn()({a, b}), "call " + std::to_string(call));
+  }
+  EXPECT_EQ(c.runs, 1) << "the function body ran again instead of the graph";
+  const CompileReport r = f.report();
+  EXPECT_EQ(r.calls, 4);
+  EXPECT_EQ(r.captures, 1);
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_EQ(r.graphs[0].replays, 3);
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::relu"), 1);
+  EXPECT_NE(r.graphs[0].code.find("loom::mul"), std::string::npos) << r.graphs[0].code;
+  EXPECT_NE(r.str().find("input 1: float32 cpu sizes [8, 16]"), std::string::npos) << r.str();
+}
+
+// Each guard: a changed input recompiles (naming the guard) and gives the eager result; the first
+// graph is still used for the first kind of input.
+TEST(Compile, EveryInputGuardRecompilesAndNamesItself) {
+  Chain c;
+  CompiledFunction f = compile(c.fn(), {.name = "guarded"});
+  const Tensor a = randn({4, 6}), b = randn({4, 6});
+  f({a, b});
+  struct Case {
+    std::string what, reason;
+    Tensors in;
+  };
+  std::vector<Case> cases = {
+      {"sizes", "input 0: sizes [4, 6] -> [5, 6]", {randn({5, 6}), randn({5, 6})}},
+      {"dtype", "input 0: dtype float32 -> float64", {randn({4, 6}).to(kFloat64), b}},
+      {"strides", "input 1: strides [6, 1] -> [1, 4]", {a, randn({6, 4}).t()}},
+      {"requires_grad",
+       "input 0: requires_grad false -> true",
+       {randn({4, 6}).requires_grad_(), b}},
+  };
+  for (const Case& k : cases) {
+    const int before = c.runs;
+    const Tensors got = f(k.in);
+    EXPECT_EQ(c.runs, before + 1) << k.what << ": no recompile";
+    Chain eager;
+    expect_same(got, eager.fn()(k.in), k.what);
+    // The reason names each cached graph's first failing guard; the first graph's is this one.
+    const CompileReport r = f.report();
+    EXPECT_EQ(r.recompile_reasons.back().rfind("graph 1: " + k.reason, 0), 0u)
+        << k.what << ": " << r.recompile_reasons.back();
+  }
+  // Every earlier kind of input hits its own graph again.
+  const int runs = c.runs;
+  expect_same(f({a, b}), Chain().fn()({a, b}), "first kind again");
+  for (const Case& k : cases) expect_same(f(k.in), Chain().fn()(k.in), k.what + " again");
+  EXPECT_EQ(c.runs, runs);
+  EXPECT_EQ(f.report().graphs.size(), 5u);
+}
+
+TEST(Compile, GlobalStateIsGuarded) {
+  Chain c;
+  CompiledFunction f = compile(c.fn(), {.name = "global"});
+  const Tensor a = randn({3, 3}).requires_grad_(), b = randn({3, 3});
+  const Tensors with_grad = f({a, b});
+  EXPECT_TRUE(with_grad[0].requires_grad());
+  {
+    autograd::NoGradGuard no_grad;
+    const Tensors got = f({a, b});
+    EXPECT_FALSE(got[0].requires_grad()) << "a graph captured with grad mode on was replayed";
+  }
+  EXPECT_EQ(f.report().recompile_reasons.back(), "graph 1: grad mode on -> off");
+}
+
+// Inputs that share storage: an in-place operator on one changes the other, so a graph captured
+// with distinct inputs must not run for aliased ones, and the other way round.
+TEST(Compile, StorageSharingBetweenInputsIsGuarded) {
+  int runs = 0;
+  TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
+    ++runs;
+    in[0].add_(in[1]);
+    return {mul(in[1], 1.0)};
+  };
+  auto eager = [](Tensor x, Tensor y) {
+    x.add_(y);
+    return mul(y, 1.0);
+  };
+  CompiledFunction f = compile(fn, {.name = "alias"});
+  Tensor x = ones({4}), y = ones({4});
+  f({x, y});
+  Tensor z = ones({4});
+  const Tensors got = f({z, z});  // the same tensor twice
+  EXPECT_EQ(runs, 2);
+  Tensor w = ones({4});
+  const Tensor want = eager(w, w);
+  EXPECT_TRUE(equal(got[0], want)) << got[0] << " vs " << want;
+  EXPECT_EQ(f.report().recompile_reasons.back(), "graph 1: inputs 0 and 1 now share storage");
+  // The replay of the first graph mutates its input, as the eager call does.
+  Tensor p = full({4}, 2.0), q = full({4}, 3.0);
+  f({p, q});
+  EXPECT_TRUE(equal(p, full({4}, 5.0))) << p;
+  EXPECT_EQ(runs, 2);
+}
+
+TEST(Compile, ConstantsAreHeldAndTheirInPlaceUpdatesSeen) {
+  Tensor w = full({4}, 2.0);
+  int runs = 0;
+  CompiledFunction f = compile(
+      [&](const Tensors& in) -> Tensors {
+        ++runs;
+        return {mul(in[0], w)};
+      },
+      {.name = "constants"});
+  const Tensor x = arange(4).to(kFloat32);
+  EXPECT_TRUE(equal(f({x})[0], mul(x, 2.0)));
+  w.mul_(3.0);  // an optimizer's step
+  EXPECT_TRUE(equal(f({x})[0], mul(x, 6.0)));
+  EXPECT_EQ(runs, 1);
+  EXPECT_NE(f.report().str().find("constant 0: the same tensor"), std::string::npos);
+}
+
+// Random operators are recorded, so that a replay draws new numbers from the generator as an
+// eager call would: the compiled calls give the eager sequence.
+TEST(Compile, RandomOperatorsDrawAgainOnReplay) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {add(in[0], randn_like(in[0]))}; };
+  CompiledFunction f = compile(fn, {.name = "random"});
+  const Tensor x = zeros({1000});
+  manual_seed(7);
+  const Tensor c1 = f({x})[0], c2 = f({x})[0], c3 = f({x})[0];
+  manual_seed(7);
+  const Tensor e1 = fn({x})[0], e2 = fn({x})[0], e3 = fn({x})[0];
+  EXPECT_TRUE(equal(c1, e1));
+  EXPECT_TRUE(equal(c2, e2));
+  EXPECT_TRUE(equal(c3, e3));
+  EXPECT_FALSE(equal(c2, c3));
+  EXPECT_EQ(f.report().graphs[0].replays, 2);
+}
+
+TEST(Compile, GradientsFlowThroughAReplay) {
+  Chain c;
+  CompiledFunction f = compile(c.fn(), {.name = "grad"});
+  for (int call = 0; call < 2; ++call) {
+    const Tensor a = randn({5, 7}).requires_grad_(), b = randn({5, 7});
+    const Tensors out = f({a, b});
+    sum(out[0]).backward();
+    const Tensor a2 = a.detach().clone().requires_grad_();
+    const Tensors want = Chain().fn()({a2, b});
+    sum(want[0]).backward();
+    EXPECT_TRUE(allclose(a.grad(), a2.grad())) << "call " << call;
+  }
+  EXPECT_EQ(c.runs, 1);
+}
+
+// A host read in the function is a graph break: reported with the operator, the reason and the
+// user's call; the function then runs eagerly on every call (both branches right), and with
+// fullgraph the break is an error.
+TEST(Compile, ItemIsAGraphBreakWithItsLocation) {
+  int runs = 0;
+  TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
+    ++runs;
+    const Tensor s = sum(in[0]);
+    if (s.item<double>() > 0) return {mul(in[0], 2.0)};
+    return {neg(in[0])};
+  };
+  CompiledFunction f = compile(fn, {.name = "breaks"});
+  const Tensor pos = ones({3}), negative = full({3}, -1.0);
+  {
+    WarningsToStderr quiet(false);
+    EXPECT_TRUE(equal(f({pos})[0], full({3}, 2.0)));
+    EXPECT_TRUE(equal(f({negative})[0], ones({3})));
+  }
+  EXPECT_EQ(runs, 2);
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.breaks.size(), 1u);
+  EXPECT_EQ(r.breaks[0].op, "loom::_local_scalar_dense");
+  EXPECT_NE(r.breaks[0].reason.find("host value"), std::string::npos) << r.breaks[0].reason;
+  EXPECT_NE(r.breaks[0].location.find("ItemIsAGraphBreakWithItsLocation"), std::string::npos)
+      << "location: " << r.breaks[0].location;
+  EXPECT_EQ(r.eager_calls, 1);
+  bool warned = false;
+  for (const Warning& w : warnings()) warned = warned || w.key == "compile.break:breaks";
+  EXPECT_TRUE(warned) << "a function that runs eagerly must say so";
+
+  CompiledFunction strict = compile(fn, {.fullgraph = true, .name = "strict"});
+  try {
+    strict({pos});
+    FAIL() << "fullgraph accepted a graph break";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("_local_scalar_dense"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compile, BackwardInsideTheFunctionIsAGraphBreak) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    const Tensor loss = sum(mul(in[0], in[0]));
+    loss.backward();
+    return {loss};
+  };
+  CompiledFunction f = compile(fn, {.name = "backward inside"});
+  const Tensor w = randn({4}).requires_grad_();
+  WarningsToStderr quiet(false);
+  f({w});
+  f({w});
+  // Eager every time: the gradient accumulated twice, as two eager calls would.
+  EXPECT_TRUE(allclose(w.grad(), mul(w.detach(), 4.0)));
+  const CompileReport r = f.report();
+  ASSERT_FALSE(r.breaks.empty());
+  EXPECT_NE(r.breaks[0].reason.find("backward"), std::string::npos) << r.breaks[0].reason;
+}
+
+TEST(Compile, RecompileLimitPolicies) {
+  Chain c;
+  CompiledFunction warn = compile(c.fn(), {.recompile_limit = 2, .name = "limited"});
+  {
+    WarningsToStderr quiet(false);
+    for (int64_t n = 1; n <= 5; ++n) {
+      const Tensor a = randn({n, 2}), b = randn({n, 2});
+      expect_same(warn({a, b}), Chain().fn()({a, b}), "size " + std::to_string(n));
+    }
+  }
+  const CompileReport r = warn.report();
+  EXPECT_EQ(r.graphs.size(), 2u);
+  EXPECT_EQ(r.eager_calls, 3);
+  bool warned = false;
+  for (const Warning& w : warnings()) warned = warned || w.key == "compile.limit:limited";
+  EXPECT_TRUE(warned);
+
+  Chain c2;
+  CompiledFunction strict =
+      compile(c2.fn(), {.recompile_limit = 1, .on_limit = RecompilePolicy::Error, .name = "x"});
+  strict({randn({1, 2}), randn({1, 2})});
+  EXPECT_THROW(strict({randn({2, 2}), randn({2, 2})}), CompileError);
+}
+
+TEST(Compile, ACompiledFunctionInsideACaptureIsInlined) {
+  Chain inner_c;
+  CompiledFunction inner = compile(inner_c.fn(), {.name = "inner"});
+  int outer_runs = 0;
+  CompiledFunction outer = compile(
+      [&](const Tensors& in) -> Tensors {
+        ++outer_runs;
+        const Tensors r = inner({in[0], in[1]});
+        return {add(r[0], 1.0)};
+      },
+      {.name = "outer"});
+  const Tensor a = randn({2, 3}), b = randn({2, 3});
+  outer({a, b});
+  const Tensor a2 = randn({2, 3}), b2 = randn({2, 3});
+  const Tensors got = outer({a2, b2});
+  EXPECT_TRUE(allclose(got[0], add(Chain().fn()({a2, b2})[0], 1.0)));
+  EXPECT_EQ(outer_runs, 1);
+  const CompileReport r = outer.report();
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::relu"), 1) << r.str();
+}
+
+TEST(Compile, UnimplementedOptionsSaySo) {
+  Chain c;
+  EXPECT_THROW(compile(c.fn(), {.backend = CompileBackend::Inductor}), NotImplementedError);
+  EXPECT_THROW(compile(c.fn(), {.mode = CompileMode::ReduceOverhead}), NotImplementedError);
+  EXPECT_THROW(compile(c.fn(), {.dynamic = DynamicShapes::On}), NotImplementedError);
+  EXPECT_THROW(compile(c.fn(), {.recompile_limit = 0}), ValueError);
+}
+
+TEST(Compile, LogsPrintWhatHappens) {
+  config::set("LOOM_LOGS", "recompiles,graph_breaks");
+  Chain c;
+  CompiledFunction f = compile(c.fn(), {.name = "logged"});
+  testing::internal::CaptureStderr();
+  f({randn({2, 2}), randn({2, 2})});
+  f({randn({3, 2}), randn({3, 2})});
+  const std::string err = testing::internal::GetCapturedStderr();
+  config::set("LOOM_LOGS", "");
+  EXPECT_NE(
+      err.find("[compile] logged: recompiling (graph 2): graph 1: input 0: sizes [2, 2] -> [3, 2]"),
+      std::string::npos)
+      << err;
+  config::set("LOOM_LOGS", "recompile");
+  EXPECT_THROW(f({randn({4, 2}), randn({4, 2})}), ValueError);
+  config::set("LOOM_LOGS", "");
+}
+
+TEST(Compile, ExplainReportsGraphsAndGuards) {
+  Chain c;
+  const CompileReport r = explain(c.fn(), {randn({2, 5}), randn({2, 5})}, {.name = "explained"});
+  const std::string s = r.str();
+  EXPECT_NE(s.find("explained: 1 call(s), 1 capture(s), 1 graph(s), 0 graph break(s)"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("grad mode on"), std::string::npos) << s;
+  EXPECT_NE(s.find("loom::exp(%"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace loom
