@@ -86,4 +86,15 @@ inline void set_allocator(DeviceType type, Allocator* allocator) {
 // Alignment of CPU allocations, in bytes (a cache line; enough for AVX-512 loads).
 constexpr size_t kCpuAlignment = 64;
 
+// The CPU allocator's cache of large blocks (Note [Large host blocks] in src/memory/allocator.cpp).
+struct HostCacheStats {
+  size_t cached_bytes = 0;  // freed large blocks kept for reuse
+  size_t limit_bytes = 0;   // the most it keeps
+  int64_t hits = 0;         // large allocations served from the cache
+  int64_t misses = 0;       // large allocations that asked the system
+};
+LOOM_API HostCacheStats host_cache_stats();
+// Returns the cached large blocks to the system.
+LOOM_API void empty_host_cache();
+
 }  // namespace loom
