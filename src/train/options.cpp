@@ -125,6 +125,7 @@ Json TrainOptions::identity() const {
                          {"train_samples", train_samples},
                          {"schedule", schedule},
                          {"augment", augment}});
+  if (compile) j.set("compile", true);
   if (optimizer == "sgd") j.set("momentum", momentum);
   if (schedule == "cosine") j.set("epochs", epochs);  // the schedule's length depends on it
   return j;

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "loom/autograd.h"
+#include "loom/compile.h"
 #include "loom/config.h"
 #include "loom/cuda.h"
 #include "loom/data/pack.h"
@@ -478,6 +479,23 @@ TrainResult Trainer::run() {
     ddp = std::make_shared<dist::DistributedDataParallel>(model, par.group);
     net = ddp;
   }
+  // Note [Compiled training steps]: --compile captures the forward pass and the loss once per
+  // batch shape (the last, smaller batch of an epoch is a second graph) and replays them; the
+  // parameters are constants of the graph, so the optimizer's in-place updates are seen, and the
+  // replay records autograd as an eager call does, so backward and the optimizer run eagerly.
+  // With data parallelism the forward pass would hold collectives, which the capture cannot
+  // replay yet: refused.
+  LOOM_CHECK_AS(NotImplementedError, !o.compile || !par.group,
+                "[train] --compile with several processes is not supported yet (DDP's "
+                "collectives would have to break the graph)");
+  std::optional<CompiledFunction> compiled_step;
+  if (o.compile) {
+    compiled_step = compile(
+        [net](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+          return {cross_entropy(net->forward(in[0]), in[1])};
+        },
+        {.name = "loom train: forward and loss"});
+  }
   if (rep) {
     RunInfo info;
     info.model = o.model + " (" + std::to_string(nparams) + " parameters)";
@@ -551,7 +569,9 @@ TrainResult Trainer::run() {
                              loop.batch_in_epoch, " of ", steps_per_epoch, " batches");
         const int64_t len = batch->size() * par.world;
         opt->zero_grad();
-        Tensor loss = cross_entropy(net->forward((*batch)["image"]), (*batch)["label"]);
+        Tensor loss = compiled_step
+                          ? (*compiled_step)({(*batch)["image"], (*batch)["label"]})[0]
+                          : cross_entropy(net->forward((*batch)["image"]), (*batch)["label"]);
         loss.backward();
         opt->step();
         if (sched) sched->step();
@@ -683,6 +703,11 @@ TrainResult Trainer::run() {
   result.test_accuracy = ev.accuracy;
   std::string report =
       final_report(loader, result.seconds, ddp.get(), par, on_device ? &copies : nullptr);
+  if (compiled_step) {
+    const CompileReport cr = compiled_step->report();
+    report += "\ncompiled: " + cr.str().substr(0, cr.str().find('\n'));
+    for (const std::string& why : cr.recompile_reasons) report += "\n  recompiled: " + why;
+  }
   if (!o.save_final.empty()) {
     SavedModelInfo info;
     info.architecture = o.model;

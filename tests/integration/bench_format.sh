@@ -5,7 +5,7 @@
 # dies is stopped and named, and the run still ends with its table.
 # `loom bench gpu` where no GPU is visible names the reason in every row and still exits 0 with its
 # table; its anchor script answers nan to every name where torch or a CUDA device is missing.
-# usage: bench_format.sh LOOM_BINARY mem|prof|fake_anchor|anchor_hang|anchor_dies|gpu|gpu_anchor
+# usage: bench_format.sh LOOM_BINARY mem|prof|fake_anchor|anchor_hang|anchor_dies|gpu|gpu_anchor|compile
 set -euo pipefail
 loom=$1
 case_name=$2
@@ -110,7 +110,8 @@ case $case_name in
     [[ $status == 0 ]] || fail "exit status $status"
     check_format
     check_json "$tmp/r.json"
-    row eager_add_overhead | grep -qE ' <=3 +(ok|MISS|not judged)' || fail "eager_add_overhead's target"
+    row eager_add_overhead | grep -qE ' <=0\.5x +(ok|MISS|not judged)' || fail "eager_add_overhead's target"
+    row eager_add_overhead_py | grep -qE ' <=3 +(ok|MISS|not judged)' || fail "eager_add_overhead_py's target"
     row h2d_loader_of_pinned | grep -qE ' >=0\.9 +(ok|MISS|not judged)' || fail "h2d_loader_of_pinned's target"
     if grep -q '^gpu: none: no CUDA device is visible (' "$tmp/out"; then gpu=0; else gpu=1; fi
     # Every row is there; without a GPU none has a figure and each says why, with one each has loom's.
@@ -119,7 +120,7 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 gpu = sys.argv[2] == "1"
 rows = {r["name"]: r for r in doc["results"]}
-expected = ["eager_add_overhead", "copy_256m", "add_256m", "exp_256m", "sum_256m",
+expected = ["eager_add_overhead", "eager_add_out_overhead", "eager_add_overhead_py", "copy_256m", "add_256m", "exp_256m", "sum_256m",
             "add_256m_of_copy", "exp_256m_of_copy", "sum_256m_of_copy", "softmax_fwd_bwd",
             "layer_norm_fwd_bwd", "gemm_bf16_8192", "gemm_tf32_8192", "conv2d_fwd", "mlp_step",
             "cnn_step", "h2d_pinned_copy", "h2d_loader", "h2d_loader_of_pinned"]
@@ -137,6 +138,16 @@ PY
     if [[ $gpu == 0 ]]; then
       row cnn_step | grep -qE ' - +no anchor +- .*\(not run: no CUDA device is visible\)$' || fail "cnn_step row"
     fi
+    ;;
+  compile)
+    "$loom" bench compile --quick --json "$tmp/r.json" > "$tmp/out" 2> "$tmp/err" || status=$?
+    [[ $status == 0 ]] || fail "exit status $status"
+    check_format
+    check_json "$tmp/r.json"
+    row guard_16_inputs | grep -qE ' <=1 +(ok|MISS)' || fail "guard_16_inputs' target"
+    row chain_16m_compiled_of_eager | grep -qE ' >=1 +(ok|MISS)' || fail "the fused chain's target"
+    row dynamic_40_lengths | grep -qE ' (2|40) +no anchor .*<=2 +(ok|MISS)' || fail "dynamic_40_lengths"
+    grep -qE '^  of eager +the compiled row' "$tmp/out" || fail "of eager legend"
     ;;
   gpu_anchor)
     anchor=$(dirname "$loom")/loom-anchor-gpu

@@ -21,7 +21,7 @@ void usage() {
       "                  [--weight-decay X] [--schedule none|cosine] [--epochs N] [--batch N] "
       "[--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment] "
-      "[--no-val]\n"
+      "[--no-val] [--compile]\n"
       "                  [--device cpu|cuda[:N]] [--checkpoint-dir DIR [--checkpoint-every N] "
       "[--keep-checkpoints K]\n"
       "                  [--resume]] [--save-final FILE] [--nproc N [--max-restarts R]]\n"
@@ -52,7 +52,10 @@ void usage() {
       "LOOM_DIST_DEBUG=detail,\n"
       "  LOOM_DIST_TIMEOUT and LOOM_FLIGHT_DIR, then `loom dist-debug DIR`. --device cuda[:N] "
       "trains on\n"
-      "  one GPU; its checkpoints resume on the CPU and the other way round.\n");
+      "  one GPU; its checkpoints resume on the CPU and the other way round. --compile runs the "
+      "forward\n"
+      "  pass and loss through loom::compile (captured once per batch shape, then replayed; "
+      "`loom explain`).\n");
 }
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command
@@ -75,7 +78,7 @@ int launch_workers(const std::vector<std::string>& argv, int nproc, int max_rest
 }
 
 int run_train(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "resume", "no-progress", "augment", "no-val"},
+  Args args(argv, {"help", "resume", "no-progress", "augment", "no-val", "compile"},
             {"model",
              "optimizer",
              "lr",
@@ -124,6 +127,7 @@ int run_train(const std::vector<std::string>& argv) {
   o.threads = static_cast<int>(args.get_int("threads", 0, 1, 1024));
   o.workers = static_cast<int>(args.get_int("workers", o.workers, 0, 256));
   o.augment = args.flag("augment");
+  o.compile = args.flag("compile");
   o.validate = !args.flag("no-val");
   o.device = args.get_or("device", o.device);
   o.data_dir = args.get_or("data", "");

@@ -47,13 +47,14 @@ struct LOOM_API TrainOptions {
   int64_t epochs = 3;
   int64_t batch = 128;  // global batch, split evenly over the ranks
   uint64_t seed = 0;
-  int64_t train_samples = 0;       // 0: all 60000
-  bool augment = false;            // random 28x28 crops of the image padded by 2, horizontal flips
-  int workers = 1;                 // data loader threads
-  std::string data_dir;            // Fashion-MNIST IDX files ("": default_fashion_mnist_dir())
-  int threads = 0;                 // intra-op threads (0: leave the default)
-  std::string device = "cpu";      // cpu | cuda[:N] (one process; Note [Training on a device])
-  bool validate = true;            // evaluate on the test split after every epoch
+  int64_t train_samples = 0;   // 0: all 60000
+  bool augment = false;        // random 28x28 crops of the image padded by 2, horizontal flips
+  int workers = 1;             // data loader threads
+  std::string data_dir;        // Fashion-MNIST IDX files ("": default_fashion_mnist_dir())
+  int threads = 0;             // intra-op threads (0: leave the default)
+  std::string device = "cpu";  // cpu | cuda[:N] (one process; Note [Training on a device])
+  bool validate = true;        // evaluate on the test split after every epoch
+  bool compile = false;  // loom::compile the forward pass and loss (one process; backward eager)
   std::string checkpoint_dir;      // "": no checkpoints
   int64_t checkpoint_every = 100;  // steps
   int keep_checkpoints = 2;

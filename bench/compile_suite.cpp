@@ -1,0 +1,122 @@
+// `loom bench compile`: loom::compile against eager loom in the same run. Rows come in pairs, the
+// same function run eagerly and compiled, and a ratio row per pair; torch.compile's figures on the
+// H200 machine (issue 19's anchors) are in docs/benchmarks.md beside them.
+//
+// Note [compile suite]
+//   The function is a chain of 7 pointwise operators (mul, add, sigmoid, mul, neg, exp, add) over
+//   one float32 input: on a 16-element input its time is the per-call overhead (guards, replay,
+//   dispatch), on 16M elements with 2 threads its effective bandwidth (input + output bytes over
+//   the time). guard_16_inputs is a compiled function of 16 inputs that records no operator: its
+//   call is the guard check plus the smallest replay. dynamic_40_lengths counts the graphs
+//   captured for 40 sequence lengths ([8, L, 64], L = 16 .. 55) with dynamic=auto.
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "loom/compile.h"
+#include "loom/ops.h"
+#include "loom/warning.h"
+
+namespace loom::bench {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+Tensors chain(const Tensors& in) {
+  const Tensor& x = in[0];
+  const Tensor a = sigmoid(add(mul(x, 1.5), 0.5));
+  return {add(exp(neg(mul(a, x))), x)};
+}
+
+struct CompileState {
+  Tensor tiny, big;
+  Tensors sixteen;
+  std::map<std::string, double> last;
+  CompiledFunction tiny_fn = compile(chain, {.name = "bench chain (tiny)"});
+  CompiledFunction big_fn = compile(chain, {.name = "bench chain (16M)"});
+  CompiledFunction guard_fn =
+      compile([](const Tensors& in) -> Tensors { return {in[0]}; }, {.name = "bench 16 inputs"});
+};
+
+std::vector<Measure> setup_compile(const SuiteOptions& opt) {
+  auto s = std::make_shared<CompileState>();
+  s->tiny = randn({16});
+  s->big = randn({int64_t{16} << 20});
+  for (int i = 0; i < 16; ++i) s->sixteen.push_back(randn({4, 4}));
+  const int calls = opt.quick ? 2000 : 20000;
+  const int reps = opt.quick ? 2 : 5;
+  std::vector<Measure> m;
+  auto row = [&](const std::string& name, const std::string& unit, bool lower, int threads,
+                 std::function<double()> fn) {
+    Measure r;
+    r.name = name;
+    r.unit = unit;
+    r.lower_is_better = lower;
+    r.threads = threads;
+    r.loom = [s, name, fn = std::move(fn)] {
+      const double v = fn();
+      s->last[name] = v;
+      return v;
+    };
+    m.push_back(std::move(r));
+    return &m.back();
+  };
+  auto ratio = [s](const std::string& a, const std::string& b) {
+    return [s, a, b] {
+      auto x = s->last.find(a), y = s->last.find(b);
+      return x == s->last.end() || y == s->last.end() ? NAN : x->second / y->second;
+    };
+  };
+  auto per_call_us = [calls, reps](const std::function<void()>& call) {
+    return median_seconds(
+               [&] {
+                 for (int i = 0; i < calls; ++i) call();
+               },
+               reps) /
+           calls * 1e6;
+  };
+  row("guard_16_inputs", "us/call", true, 1, [s, per_call_us] {
+    return per_call_us([s] { s->guard_fn(s->sixteen); });
+  })->value_target = 1.0;
+  row("tiny_chain_eager", "us/call", true, 1,
+      [s, per_call_us] { return per_call_us([s] { chain({s->tiny}); }); });
+  row("tiny_chain_compiled", "us/call", true, 1, [s, per_call_us] {
+    return per_call_us([s] { s->tiny_fn({s->tiny}); });
+  })->value_target = 2.0;
+  row("tiny_chain_compiled_of_eager", "of eager", true, 1,
+      ratio("tiny_chain_compiled", "tiny_chain_eager"));
+  const double big_bytes = 2.0 * 4 * static_cast<double>(s->big.numel());
+  row("chain_16m_eager", "GB/s", false, 2, [s, reps, big_bytes] {
+    return big_bytes / median_seconds([s] { chain({s->big}); }, reps) / 1e9;
+  });
+  row("chain_16m_compiled", "GB/s", false, 2, [s, reps, big_bytes] {
+    return big_bytes / median_seconds([s] { s->big_fn({s->big}); }, reps) / 1e9;
+  });
+  row("chain_16m_compiled_of_eager", "of eager", false, 2,
+      ratio("chain_16m_compiled", "chain_16m_eager"))
+      ->value_target = 1.0;
+  row("dynamic_40_lengths", "graphs", true, 1, [] {
+    WarningsToStderr quiet(false);  // the recompile limit's warning: the row counts it
+    CompiledFunction f =
+        compile([](const Tensors& in) -> Tensors { return {softmax(mul(in[0], 0.125), -1)}; },
+                {.recompile_limit = 64, .name = "bench dynamic"});
+    for (int64_t len = 16; len < 56; ++len) f({randn({8, len, 64})});
+    return static_cast<double>(f.report().graphs.size());
+  })->value_target = 2.0;
+  return m;
+}
+
+const RegisterSuite kCompile(Suite{
+    "compile",
+    "loom::compile vs eager loom: per-call overhead on a tiny input, a 7-operator pointwise "
+    "chain over 16M floats, the guard check of 16 inputs, graphs for 40 sequence lengths",
+    "", "", setup_compile, nullptr,
+    "this suite has none: each compiled row has its eager row beside it (torch.compile's figures "
+    "are in docs/benchmarks.md)"});
+
+}  // namespace
+}  // namespace loom::bench
