@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -231,6 +232,24 @@ Graph Capture::finish(const std::vector<Tensor>& outputs) {
     }
     graph_.outputs.push_back(value_of(t));
   }
+  // Last uses: a value used by no later node and not returned is released after the node that
+  // used (or made) it last.
+  const size_t n = graph_.nodes.size();
+  std::vector<size_t> last(graph_.values.size(), SIZE_MAX);
+  for (size_t k = 0; k < n; ++k) {
+    const Node& node = graph_.nodes[k];
+    for (const auto& r : node.returns)
+      for (ValueId id : r) last[static_cast<size_t>(id)] = k;
+    for (const Arg& a : node.args) {
+      if (a.kind == Arg::Kind::Tensor) last[static_cast<size_t>(a.value)] = k;
+      for (ValueId id : a.list) last[static_cast<size_t>(id)] = k;
+    }
+  }
+  for (ValueId id : graph_.outputs) last[static_cast<size_t>(id)] = SIZE_MAX;
+  graph_.release_after.assign(n, {});
+  for (size_t v = 0; v < last.size(); ++v) {
+    if (last[v] != SIZE_MAX) graph_.release_after[last[v]].push_back(static_cast<ValueId>(v));
+  }
   return std::move(graph_);
 }
 
@@ -279,6 +298,8 @@ std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
         for (size_t k = 0; k < l.size(); ++k) env[static_cast<size_t>(n.returns[r][k])] = l[k];
       }
     }
+    for (ValueId id : release_after[static_cast<size_t>(&n - nodes.data())])
+      env[static_cast<size_t>(id)] = Tensor();
   }
   std::vector<Tensor> out;
   out.reserve(outputs.size());

@@ -309,16 +309,20 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
   }
   for (const Tensor& c : g.constants) e->constants.push_back(TensorGuard::of(c));
   e->failures.assign(e->num_guards(), 0);
+  size_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    entries.push_back(e);
+    number = entries.size();
+  }
   if (logs.output_code) {
-    std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), entries.size() + 1,
+    std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), number,
                  g.str().c_str());
   }
   if (logs.guards) {
     for (const std::string& line : e->describe_guards())
       std::fprintf(stderr, "[compile] %s: guard: %s\n", options.name.c_str(), line.c_str());
   }
-  std::lock_guard<std::mutex> lock(mu);
-  entries.push_back(std::move(e));
   return out;
 }
 

@@ -58,6 +58,9 @@ struct Graph {
   std::vector<Tensor> constants;
   std::vector<Node> nodes;
   std::vector<ValueId> outputs;  // the function's results
+  // Per node: the values whose last use it is, released from the replay's environment once it
+  // has run, so that a replay holds no more intermediates than the eager call did.
+  std::vector<std::vector<ValueId>> release_after;
   // Graph breaks, each before the node of the same position in `break_at`.
   std::vector<GraphBreakInfo> breaks;
   std::vector<size_t> break_at;

@@ -4,6 +4,7 @@
 // result is checked against the same function run eagerly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "loom/config.h"
 #include "loom/error.h"
 #include "loom/generator.h"
+#include "loom/memory.h"
 #include "loom/ops.h"
 #include "loom/warning.h"
 
@@ -292,6 +294,61 @@ TEST(Compile, ACompiledFunctionInsideACaptureIsInlined) {
   EXPECT_EQ(outer_runs, 1);
   const CompileReport r = outer.report();
   EXPECT_EQ(r.graphs[0].op_counts.at("loom::relu"), 1) << r.str();
+}
+
+// A CPU allocator that counts live bytes and their peak (wrapping the built-in one).
+class CountingAllocator final : public Allocator {
+ public:
+  explicit CountingAllocator(Allocator* base) : base_(base) {}
+  DataPtr allocate(size_t n) override {
+    auto* ctx = new Ctx{base_->allocate(n), n, this};
+    live_ += static_cast<int64_t>(n);
+    peak_ = std::max(peak_, live_);
+    return DataPtr(ctx->inner.get(), ctx, &release, kCPU);
+  }
+  void reset_peak() { peak_ = live_; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  struct Ctx {
+    DataPtr inner;
+    size_t n;
+    CountingAllocator* owner;
+  };
+  static void release(void* p) {
+    auto* ctx = static_cast<Ctx*>(p);
+    ctx->owner->live_ -= static_cast<int64_t>(ctx->n);
+    delete ctx;
+  }
+  Allocator* base_;
+  int64_t live_ = 0, peak_ = 0;
+};
+
+// A replay releases each intermediate after its last use, as the eager call's temporaries die:
+// its peak memory is the eager call's, not the sum of every intermediate.
+TEST(Compile, ReplayFreesIntermediatesAfterTheirLastUse) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    Tensor x = in[0];
+    for (int i = 0; i < 8; ++i) x = sigmoid(add(x, 1.0));
+    return {x};
+  };
+  CompiledFunction f = compile(fn, {.name = "memory"});
+  const Tensor a = randn({1 << 18});  // 1 MiB a value
+  f({a});
+  CountingAllocator counting(get_allocator(kCPU));
+  set_allocator(kCPU, &counting);
+  counting.reset_peak();
+  const Tensor want = fn({a})[0];
+  const int64_t eager_peak = counting.peak();
+  counting.reset_peak();
+  const Tensor got = f({a})[0];
+  const int64_t replay_peak = counting.peak();
+  set_allocator(kCPU, nullptr);
+  EXPECT_TRUE(equal(got, want));
+  EXPECT_EQ(f.report().graphs[0].replays, 1);
+  const int64_t value = int64_t{1} << 20;
+  EXPECT_LE(replay_peak, eager_peak + value)
+      << "eager peak " << eager_peak << " bytes, replay peak " << replay_peak;
 }
 
 TEST(Compile, UnimplementedOptionsSaySo) {
