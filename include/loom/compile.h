@@ -27,7 +27,11 @@
 //   Calling a compiled function while another one captures runs it inline, so that the outer
 //   graph records its operators.
 //
-// Backends and modes: backend eager (capture and replay) is what exists; aot, inductor,
+// Backends: eager captures and replays the graph through the dispatcher. inductor (the default)
+// also runs passes over it: dead-code elimination, common subexpressions, and pointwise fusion
+// with C++ code generation, built by the system compiler and kept in an on-disk cache (Note
+// [Pointwise fusion] in compiler/fusion.cpp, Note [Kernel cache] in compiler/codecache.h); what
+// the passes did is in the report. aot (the joint forward/backward graph) and the modes
 // reduce-overhead and max-autotune throw NotImplementedError naming what is missing. dynamic=auto
 // specialises every size (a new size is a recompile, logged and counted against the limit);
 // dynamic=on throws NotImplementedError.
@@ -60,7 +64,7 @@ enum class DynamicShapes { Auto, On, Off };
 enum class RecompilePolicy { Warn, Error, Eager };
 
 struct CompileOptions {
-  CompileBackend backend = CompileBackend::Eager;
+  CompileBackend backend = CompileBackend::Inductor;
   CompileMode mode = CompileMode::Default;
   DynamicShapes dynamic = DynamicShapes::Auto;
   bool fullgraph = false;  // a graph break is a CompileError naming it
@@ -82,12 +86,23 @@ struct GuardInfo {
   int64_t failures = 0;  // calls for which this was the first guard to fail
 };
 
+// A kernel the inductor backend generated and built.
+struct KernelInfo {
+  std::string name;          // "fused_0"
+  std::string ops;           // the operators it fuses: "mul, add, sigmoid"
+  std::string library_path;  // the shared object in the kernel cache (the .cpp is beside it)
+  bool cache_hit = false;    // found built (on disk or in this process)
+  double build_ms = 0;       // the C++ compiler's time, 0 on a hit
+};
+
 struct GraphInfo {
   int64_t replays = 0;                       // calls that ran this graph
   int64_t operators = 0;                     // recorded operator calls
-  std::map<std::string, int64_t> op_counts;  // per operator name
+  std::map<std::string, int64_t> op_counts;  // per operator name, after the passes
   std::vector<GuardInfo> guards;
-  std::string code;  // the graph, one operator a line
+  std::vector<std::string> passes;  // what each pass did: "dce: removed 1 node(s)"
+  std::vector<KernelInfo> kernels;
+  std::string code;  // the graph a replay runs, one step a line
 };
 
 // What a compiled function did: `loom::explain` and CompiledFunction::report().

@@ -71,6 +71,10 @@ LOOM_API uint64_t generation();
 // Every declared setting (and any name set() without a declaration), by name.
 LOOM_API std::vector<Entry> list();
 
+// Where loom keeps what it derives and may rebuild (packed datasets, compiled kernels):
+// $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom, else /tmp/loom-cache-<uid>.
+LOOM_API std::string cache_dir();
+
 namespace detail {
 struct Knob;
 }

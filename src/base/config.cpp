@@ -1,5 +1,7 @@
 #include "loom/config.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -369,6 +371,20 @@ ChoiceSetting::ChoiceSetting(const char* name, const char* default_value,
 
 std::string ChoiceSetting::get() const {
   return lower(value());
+}
+
+namespace {
+const PathSetting kCacheDir(
+    "LOOM_CACHE_DIR", "",
+    "where derived data goes: Fashion-MNIST packed into shards, compiled kernels "
+    "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
+}  // namespace
+
+std::string cache_dir() {
+  if (std::string d = kCacheDir.get(); !d.empty()) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loom";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loom";
+  return "/tmp/loom-cache-" + std::to_string(::getuid());
 }
 
 }  // namespace loom::config

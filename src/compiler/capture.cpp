@@ -146,10 +146,11 @@ ValueId Capture::new_value(Value v, const Tensor& t) {
     v.dtype = t.dtype();
     v.device = t.device();
     v.sizes = t.sizes().vec();
+    v.contiguous = t.is_contiguous();
     ids_[t.impl()] = static_cast<ValueId>(graph_.values.size());
-    keep_.push_back(t);
   }
   graph_.values.push_back(std::move(v));
+  tensors_.push_back(t);
   return static_cast<ValueId>(graph_.values.size() - 1);
 }
 
@@ -232,28 +233,96 @@ Graph Capture::finish(const std::vector<Tensor>& outputs) {
     }
     graph_.outputs.push_back(value_of(t));
   }
-  // Last uses: a value used by no later node and not returned is released after the node that
-  // used (or made) it last.
-  const size_t n = graph_.nodes.size();
-  std::vector<size_t> last(graph_.values.size(), SIZE_MAX);
-  for (size_t k = 0; k < n; ++k) {
-    const Node& node = graph_.nodes[k];
-    for (const auto& r : node.returns)
-      for (ValueId id : r) last[static_cast<size_t>(id)] = k;
-    for (const Arg& a : node.args) {
-      if (a.kind == Arg::Kind::Tensor) last[static_cast<size_t>(a.value)] = k;
-      for (ValueId id : a.list) last[static_cast<size_t>(id)] = k;
-    }
-  }
-  for (ValueId id : graph_.outputs) last[static_cast<size_t>(id)] = SIZE_MAX;
-  graph_.release_after.assign(n, {});
-  for (size_t v = 0; v < last.size(); ++v) {
-    if (last[v] != SIZE_MAX) graph_.release_after[last[v]].push_back(static_cast<ValueId>(v));
-  }
+  // Autograd recorded every node's outputs above the Capture key by now.
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    graph_.values[i].requires_grad = tensors_[i].defined() && tensors_[i].requires_grad();
+  graph_.steps.clear();
+  for (size_t k = 0; k < graph_.nodes.size(); ++k)
+    graph_.steps.push_back(Step{static_cast<int32_t>(k), -1});
+  graph_.compute_releases();
   return std::move(graph_);
 }
 
 // ---- Graph ----
+
+namespace {
+
+// Runs one node through the dispatcher, reading its arguments from env and writing its returns.
+void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack) {
+  stack.clear();
+  for (const Arg& a : n.args) {
+    switch (a.kind) {
+      case Arg::Kind::Constant:
+        stack.push_back(a.constant);
+        break;
+      case Arg::Kind::Tensor:
+        stack.emplace_back(env[static_cast<size_t>(a.value)]);
+        break;
+      case Arg::Kind::NoneTensor:
+        stack.emplace_back(Tensor());
+        break;
+      case Arg::Kind::TensorList: {
+        std::vector<Tensor> l;
+        l.reserve(a.list.size());
+        for (ValueId id : a.list) l.push_back(env[static_cast<size_t>(id)]);
+        stack.emplace_back(std::move(l));
+        break;
+      }
+    }
+  }
+  n.op.call_boxed(stack);
+  for (size_t r = 0; r < n.returns.size(); ++r) {
+    const IValue& ret = stack[r];
+    if (ret.is_tensor()) {
+      env[static_cast<size_t>(n.returns[r][0])] = ret.to_tensor();
+    } else {
+      const std::vector<Tensor>& l = ret.to_tensor_list();
+      LOOM_INTERNAL_ASSERT(l.size() == n.returns[r].size(), "[compile] ", n.op.name(), " returned ",
+                           l.size(), " tensors on replay, ", n.returns[r].size(), " when captured");
+      for (size_t k = 0; k < l.size(); ++k) env[static_cast<size_t>(n.returns[r][k])] = l[k];
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<ValueId> Graph::step_reads(const Step& s) const {
+  if (s.kernel >= 0) {
+    const FusedKernel& f = kernels[static_cast<size_t>(s.kernel)];
+    std::vector<ValueId> r = f.inputs;
+    r.insert(r.end(), f.scalars.begin(), f.scalars.end());
+    return r;
+  }
+  std::vector<ValueId> r;
+  for (const Arg& a : nodes[static_cast<size_t>(s.node)].args) {
+    if (a.kind == Arg::Kind::Tensor) r.push_back(a.value);
+    r.insert(r.end(), a.list.begin(), a.list.end());
+  }
+  return r;
+}
+
+std::vector<ValueId> Graph::step_writes(const Step& s) const {
+  if (s.kernel >= 0) return kernels[static_cast<size_t>(s.kernel)].outputs;
+  std::vector<ValueId> w;
+  for (const auto& r : nodes[static_cast<size_t>(s.node)].returns)
+    w.insert(w.end(), r.begin(), r.end());
+  return w;
+}
+
+// Last uses: a value read by no later step and not returned is released after the step that read
+// (or made) it last.
+void Graph::compute_releases() {
+  std::vector<size_t> last(values.size(), SIZE_MAX);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    for (ValueId id : step_writes(steps[k])) last[static_cast<size_t>(id)] = k;
+    for (ValueId id : step_reads(steps[k])) last[static_cast<size_t>(id)] = k;
+  }
+  for (ValueId id : outputs) last[static_cast<size_t>(id)] = SIZE_MAX;
+  release_after.assign(steps.size(), {});
+  for (size_t v = 0; v < last.size(); ++v) {
+    if (last[v] != SIZE_MAX) release_after[last[v]].push_back(static_cast<ValueId>(v));
+  }
+}
 
 std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
   std::vector<Tensor> env(values.size());
@@ -263,43 +332,23 @@ std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
     if (v.kind == Value::Kind::Constant) env[i] = constants[static_cast<size_t>(v.index)];
   }
   Stack stack;
-  for (const Node& n : nodes) {
-    stack.clear();
-    for (const Arg& a : n.args) {
-      switch (a.kind) {
-        case Arg::Kind::Constant:
-          stack.push_back(a.constant);
-          break;
-        case Arg::Kind::Tensor:
-          stack.emplace_back(env[static_cast<size_t>(a.value)]);
-          break;
-        case Arg::Kind::NoneTensor:
-          stack.emplace_back(Tensor());
-          break;
-        case Arg::Kind::TensorList: {
-          std::vector<Tensor> l;
-          l.reserve(a.list.size());
-          for (ValueId id : a.list) l.push_back(env[static_cast<size_t>(id)]);
-          stack.emplace_back(std::move(l));
-          break;
-        }
-      }
+  std::vector<Tensor> kin, kscalars;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Step& step = steps[k];
+    if (step.kernel >= 0) {
+      const FusedKernel& f = kernels[static_cast<size_t>(step.kernel)];
+      kin.clear();
+      kscalars.clear();
+      for (ValueId id : f.inputs) kin.push_back(env[static_cast<size_t>(id)]);
+      for (ValueId id : f.scalars) kscalars.push_back(env[static_cast<size_t>(id)]);
+      std::vector<Tensor> out = f.run(kin, kscalars);
+      for (size_t i = 0; i < out.size(); ++i)
+        env[static_cast<size_t>(f.outputs[i])] = std::move(out[i]);
+    } else {
+      const Node& n = nodes[static_cast<size_t>(step.node)];
+      run_node(n, env, stack);
     }
-    n.op.call_boxed(stack);
-    for (size_t r = 0; r < n.returns.size(); ++r) {
-      const IValue& ret = stack[r];
-      if (ret.is_tensor()) {
-        env[static_cast<size_t>(n.returns[r][0])] = ret.to_tensor();
-      } else {
-        const std::vector<Tensor>& l = ret.to_tensor_list();
-        LOOM_INTERNAL_ASSERT(l.size() == n.returns[r].size(), "[compile] ", n.op.name(),
-                             " returned ", l.size(), " tensors on replay, ", n.returns[r].size(),
-                             " when captured");
-        for (size_t k = 0; k < l.size(); ++k) env[static_cast<size_t>(n.returns[r][k])] = l[k];
-      }
-    }
-    for (ValueId id : release_after[static_cast<size_t>(&n - nodes.data())])
-      env[static_cast<size_t>(id)] = Tensor();
+    for (ValueId id : release_after[k]) env[static_cast<size_t>(id)] = Tensor();
   }
   std::vector<Tensor> out;
   out.reserve(outputs.size());
@@ -311,9 +360,11 @@ std::string Graph::str() const {
   std::ostringstream os;
   auto name = [&](ValueId id) {
     const Value& v = values[static_cast<size_t>(id)];
-    if (v.kind == Value::Kind::Input) return "%in" + std::to_string(v.index);
-    if (v.kind == Value::Kind::Constant) return "%const" + std::to_string(v.index);
-    return "%" + std::to_string(id);
+    // Appended rather than "literal" + string: GCC 12 reports a false -Wrestrict on the latter.
+    std::string s = v.kind == Value::Kind::Input      ? "%in"
+                    : v.kind == Value::Kind::Constant ? "%const"
+                                                      : "%";
+    return s += std::to_string(v.kind == Value::Kind::NodeOutput ? id : v.index);
   };
   for (int32_t i = 0; i < num_inputs; ++i) {
     const Value& v = values[static_cast<size_t>(i)];
@@ -321,8 +372,23 @@ std::string Graph::str() const {
        << '\n';
   }
   size_t next_break = 0;
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    while (next_break < breaks.size() && break_at[next_break] == k) {
+  auto print_value_list = [&](const std::vector<ValueId>& ids) {
+    for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << name(ids[i]);
+  };
+  for (const Step& step : steps) {
+    if (step.kernel >= 0) {
+      const FusedKernel& f = kernels[static_cast<size_t>(step.kernel)];
+      print_value_list(f.outputs);
+      os << " = " << f.name << '(';
+      std::vector<ValueId> in = f.inputs;
+      in.insert(in.end(), f.scalars.begin(), f.scalars.end());
+      print_value_list(in);
+      os << ")  # " << dtype_name(f.dtype) << ' ' << shape_str(f.out_sizes) << ": " << f.ops
+         << '\n';
+      continue;
+    }
+    const size_t k = static_cast<size_t>(step.node);
+    while (next_break < breaks.size() && break_at[next_break] <= k) {
       const GraphBreakInfo& b = breaks[next_break++];
       os << "-- graph break: " << (b.op.empty() ? "" : b.op + ": ") << b.reason
          << (b.location.empty() ? "" : " at " + b.location) << '\n';
@@ -348,7 +414,7 @@ std::string Graph::str() const {
           break;
         case Arg::Kind::TensorList:
           os << '[';
-          for (size_t j = 0; j < a.list.size(); ++j) os << (j ? ", " : "") << name(a.list[j]);
+          print_value_list(a.list);
           os << ']';
           break;
       }
@@ -373,7 +439,13 @@ std::string Graph::str() const {
 
 std::map<std::string, int64_t> Graph::op_counts() const {
   std::map<std::string, int64_t> m;
-  for (const Node& n : nodes) ++m[n.op.name()];
+  for (const Step& s : steps) {
+    if (s.kernel >= 0) {
+      ++m["fused"];
+    } else {
+      ++m[nodes[static_cast<size_t>(s.node)].op.name()];
+    }
+  }
   return m;
 }
 

@@ -199,6 +199,12 @@ struct Entry {
 
 std::atomic<int> g_unnamed{0};
 
+std::string fmt_ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%.0f ms", ms);
+  return b;
+}
+
 }  // namespace
 
 struct CompiledFunction::Impl {
@@ -309,6 +315,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
   }
   for (const Tensor& c : g.constants) e->constants.push_back(TensorGuard::of(c));
   e->failures.assign(e->num_guards(), 0);
+  if (options.backend == CompileBackend::Inductor) compiler::optimize(g, compiler::PassOptions{});
   size_t number = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -318,6 +325,12 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
   if (logs.output_code) {
     std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), number,
                  g.str().c_str());
+    for (const std::string& line : g.pass_log)
+      std::fprintf(stderr, "[compile] %s: pass: %s\n", options.name.c_str(), line.c_str());
+    for (const compiler::FusedKernel& k : g.kernels) {
+      std::fprintf(stderr, "[compile] %s: %s (%s): %s\n%s", options.name.c_str(), k.name.c_str(),
+                   k.ops.c_str(), k.library_path.c_str(), k.source.c_str());
+    }
   }
   if (logs.guards) {
     for (const std::string& line : e->describe_guards())
@@ -351,6 +364,9 @@ CompileReport CompiledFunction::report() const {
     const std::vector<std::string> text = e->describe_guards();
     for (size_t i = 0; i < text.size(); ++i)
       gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
+    gi.passes = e->graph.pass_log;
+    for (const compiler::FusedKernel& k : e->graph.kernels)
+      gi.kernels.push_back(KernelInfo{k.name, k.ops, k.library_path, k.cache_hit, k.build_ms});
     gi.code = e->graph.str();
     r.graphs.push_back(std::move(gi));
   }
@@ -379,6 +395,12 @@ std::string CompileReport::str() const {
       if (gd.failures > 0) os << "  (failed " << gd.failures << "x)";
       os << '\n';
     }
+    for (const std::string& p : g.passes) os << "  pass: " << p << '\n';
+    for (const KernelInfo& k : g.kernels) {
+      os << "  kernel " << k.name << ": " << k.ops << "\n    "
+         << (k.cache_hit ? "from the kernel cache" : "built in " + fmt_ms(k.build_ms)) << ": "
+         << k.library_path << '\n';
+    }
     os << "  code:\n";
     std::istringstream code(g.code);
     std::string line;
@@ -389,10 +411,10 @@ std::string CompileReport::str() const {
 
 CompiledFunction compile(TensorFunction fn, CompileOptions options) {
   LOOM_CHECK(static_cast<bool>(fn), "[compile] compile() needs a function");
-  LOOM_CHECK_AS(NotImplementedError, options.backend == CompileBackend::Eager, "[compile] backend ",
-                options.backend == CompileBackend::Aot ? "aot (the joint graph)"
-                                                       : "inductor (fusion and code generation)",
-                " is not implemented yet; backend eager captures and replays");
+  LOOM_CHECK_AS(NotImplementedError, options.backend != CompileBackend::Aot,
+                "[compile] backend aot (the joint forward and backward graph) is not implemented "
+                "yet; backend inductor fuses and generates code for graphs without gradients, "
+                "backend eager captures and replays");
   LOOM_CHECK_AS(NotImplementedError, options.mode == CompileMode::Default, "[compile] mode ",
                 options.mode == CompileMode::ReduceOverhead ? "reduce-overhead (CUDA graphs)"
                                                             : "max-autotune",

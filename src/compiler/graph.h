@@ -34,6 +34,8 @@ struct Value {
   DType dtype = kFloat32;
   Device device = kCPU;
   std::vector<int64_t> sizes;
+  bool contiguous = true;
+  bool requires_grad = false;  // after the capture's autograd recorded it
 };
 
 // One argument of a node: a host constant, a tensor value, an absent tensor, or a list of values.
@@ -52,15 +54,52 @@ struct Node {
   std::vector<std::vector<ValueId>> returns;
 };
 
+// A pointwise kernel the inductor backend generated for a run of nodes (compiler/fusion.cpp): it
+// reads `inputs` (tensors indexed per row and column of the iteration space) and `scalars` (0-dim
+// tensors read on the host per call) and writes `outputs`, freshly allocated, contiguous.
+struct FusedKernel {
+  // out[k][r*cols + c] for r < rows, c < cols; in[j] is read at r*row_strides[j] + c*col_step[j].
+  using Fn = void (*)(char* const* data, const double* scalars, const int64_t* row_strides,
+                      int64_t cols, int64_t begin, int64_t end);
+  std::string name;  // "fused_0"
+  std::string ops;   // "mul, add, sigmoid"
+  std::vector<ValueId> inputs, scalars, outputs;
+  std::vector<int64_t> row_strides;
+  int64_t rows = 0, cols = 0;
+  DType dtype = kFloat32;
+  std::vector<int64_t> out_sizes;
+  std::string source;        // the generated C++
+  std::string library_path;  // the shared object it was built into
+  bool cache_hit = false;    // loaded from the on-disk cache
+  double build_ms = 0;       // the compiler's time (0 on a cache hit)
+  Fn fn = nullptr;
+  std::shared_ptr<void> library;  // keeps the shared object loaded
+
+  // Allocates the outputs and runs the kernel over loom's thread pool.
+  std::vector<Tensor> run(const std::vector<Tensor>& in,
+                          const std::vector<Tensor>& scalar_in) const;
+};
+
+// One step of a replay: a node through the dispatcher, or a fused kernel.
+struct Step {
+  int32_t node = -1;
+  int32_t kernel = -1;
+};
+
 struct Graph {
   int32_t num_inputs = 0;
   std::vector<Value> values;
   std::vector<Tensor> constants;
   std::vector<Node> nodes;
   std::vector<ValueId> outputs;  // the function's results
-  // Per node: the values whose last use it is, released from the replay's environment once it
+  // What a replay runs, in order: every node once after capture; passes drop, merge and fuse.
+  std::vector<Step> steps;
+  std::vector<FusedKernel> kernels;
+  // Per step: the values whose last use it is, released from the replay's environment once it
   // has run, so that a replay holds no more intermediates than the eager call did.
   std::vector<std::vector<ValueId>> release_after;
+  // What the passes did, one line each ("dce: removed 2 nodes").
+  std::vector<std::string> pass_log;
   // Graph breaks, each before the node of the same position in `break_at`.
   std::vector<GraphBreakInfo> breaks;
   std::vector<size_t> break_at;
@@ -70,8 +109,21 @@ struct Graph {
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
   // One node a line: "%3 = loom::mul.Tensor(%1, %2)  # float32 [8, 16]".
   std::string str() const;
+  // Operators per name over the steps (a fused kernel counts as "fused").
   std::map<std::string, int64_t> op_counts() const;
+  // Recomputes release_after from the steps.
+  void compute_releases();
+  // The values a step reads and writes.
+  std::vector<ValueId> step_reads(const Step& s) const;
+  std::vector<ValueId> step_writes(const Step& s) const;
 };
+
+// The inductor backend's passes, in order: dead-code elimination, common subexpressions, pointwise
+// fusion with C++ code generation (compiler/passes.cpp, compiler/fusion.cpp).
+struct PassOptions {
+  bool fuse = true;
+};
+void optimize(Graph& g, const PassOptions& options);
 
 // Records the operators that run on this thread while it lives; at most one per thread.
 class Capture {
@@ -104,11 +156,11 @@ class Capture {
   ValueId new_value(Value v, const Tensor& t);
 
   Graph graph_;
+  std::vector<Tensor> tensors_;  // per value: the tensor it was, until finish()
   Capture* previous_;
+  // Every tensor seen is kept alive in tensors_ until the capture ends, so that an address in ids_
+  // is never reused by another tensor.
   std::unordered_map<const TensorImpl*, ValueId> ids_;
-  // Every tensor seen, kept alive until the capture ends, so that an address in ids_ is never
-  // reused by another tensor.
-  std::vector<Tensor> keep_;
 };
 
 // The user's frame that called into loom: "function (binary+0x1234)", or "" when unknown.

@@ -20,18 +20,8 @@ namespace loom::data {
 
 namespace fs = std::filesystem;
 
-namespace {
-const config::PathSetting kCacheDir(
-    "LOOM_CACHE_DIR", "",
-    "where derived data goes, e.g. Fashion-MNIST packed into shards "
-    "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
-}  // namespace
-
 std::string default_cache_dir() {
-  if (std::string d = kCacheDir.get(); !d.empty()) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/loom";
-  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/loom";
-  return "/tmp/loom-cache-" + std::to_string(::getuid());
+  return config::cache_dir();
 }
 
 namespace {

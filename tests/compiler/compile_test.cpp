@@ -1,7 +1,7 @@
-// loom::compile with the eager backend: capture at the dispatcher, replay without running the
-// function, guards and recompiles (a stale graph for a changed input must be impossible), graph
-// breaks with their reasons and locations, the recompile limit's policies, and the reports. Every
-// result is checked against the same function run eagerly.
+// loom::compile (the eager backend where a test reads the captured operators): capture at the
+// dispatcher, replay without running the function, guards and recompiles (a stale graph for a
+// changed input must be impossible), graph breaks with their reasons and locations, the recompile
+// limit's policies, and the reports. Every result is checked against the same function run eagerly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,7 +45,7 @@ struct Chain {
 
 TEST(Compile, ReplaysTheGraphWithoutRunningTheFunction) {
   Chain c;
-  CompiledFunction f = compile(c.fn(), {.name = "chain"});
+  CompiledFunction f = compile(c.fn(), {.backend = CompileBackend::Eager, .name = "chain"});
   for (int call = 0; call < 4; ++call) {
     const Tensor a = randn({8, 16}), b = randn({8, 16});
     const Tensors got = f({a, b});
@@ -277,7 +277,8 @@ TEST(Compile, RecompileLimitPolicies) {
 
 TEST(Compile, ACompiledFunctionInsideACaptureIsInlined) {
   Chain inner_c;
-  CompiledFunction inner = compile(inner_c.fn(), {.name = "inner"});
+  CompiledFunction inner =
+      compile(inner_c.fn(), {.backend = CompileBackend::Eager, .name = "inner"});
   int outer_runs = 0;
   CompiledFunction outer = compile(
       [&](const Tensors& in) -> Tensors {
@@ -285,7 +286,7 @@ TEST(Compile, ACompiledFunctionInsideACaptureIsInlined) {
         const Tensors r = inner({in[0], in[1]});
         return {add(r[0], 1.0)};
       },
-      {.name = "outer"});
+      {.backend = CompileBackend::Eager, .name = "outer"});
   const Tensor a = randn({2, 3}), b = randn({2, 3});
   outer({a, b});
   const Tensor a2 = randn({2, 3}), b2 = randn({2, 3});
@@ -353,7 +354,7 @@ TEST(Compile, ReplayFreesIntermediatesAfterTheirLastUse) {
 
 TEST(Compile, UnimplementedOptionsSaySo) {
   Chain c;
-  EXPECT_THROW(compile(c.fn(), {.backend = CompileBackend::Inductor}), NotImplementedError);
+  EXPECT_THROW(compile(c.fn(), {.backend = CompileBackend::Aot}), NotImplementedError);
   EXPECT_THROW(compile(c.fn(), {.mode = CompileMode::ReduceOverhead}), NotImplementedError);
   EXPECT_THROW(compile(c.fn(), {.dynamic = DynamicShapes::On}), NotImplementedError);
   EXPECT_THROW(compile(c.fn(), {.recompile_limit = 0}), ValueError);

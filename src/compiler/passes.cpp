@@ -1,0 +1,155 @@
+// Graph passes of the inductor backend: dead-code elimination and common-subexpression elimination,
+// then pointwise fusion (compiler/fusion.cpp).
+//
+// Note [Pure nodes]
+//   Both passes touch only pure nodes: an operator whose schema writes through no argument (no
+//   "(a!)") and that draws no random numbers (a replay of a random operator must advance the
+//   generator as the eager call did, so it is never dropped or merged). CSE runs only on graphs
+//   without in-place writes: after a merge two eager tensors are one, and a write to one of them
+//   (or to a view of it) would be seen through the other. Nor does it merge two returned values,
+//   which the caller may mutate independently.
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "compiler/graph.h"
+
+namespace loom::compiler {
+
+void fuse_pointwise(Graph& g);
+
+namespace {
+
+bool is_random(const std::string& name) {
+  for (const char* w : {"rand", "dropout", "bernoulli", "normal", "uniform", "multinomial",
+                        "exponential", "geometric", "cauchy", "poisson"}) {
+    if (name.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool is_pure(const Node& n) {
+  return !n.op.schema().is_mutable() && !is_random(n.op.schema().name);
+}
+
+// Removes pure steps none of whose outputs is read later or returned.
+int dead_code(Graph& g) {
+  std::vector<bool> live(g.values.size(), false);
+  for (ValueId id : g.outputs) live[static_cast<size_t>(id)] = true;
+  std::vector<Step> kept;
+  int removed = 0;
+  for (size_t k = g.steps.size(); k-- > 0;) {
+    const Step& s = g.steps[k];
+    const std::vector<ValueId> writes = g.step_writes(s);
+    // A node without results is called for its effect.
+    bool needed = s.kernel >= 0 || !is_pure(g.nodes[static_cast<size_t>(s.node)]) || writes.empty();
+    for (ValueId id : writes) needed = needed || live[static_cast<size_t>(id)];
+    if (!needed) {
+      ++removed;
+      continue;
+    }
+    for (ValueId id : g.step_reads(s)) live[static_cast<size_t>(id)] = true;
+    kept.push_back(s);
+  }
+  g.steps.assign(kept.rbegin(), kept.rend());
+  return removed;
+}
+
+// Replaces value `from` by `to` in every argument and output.
+void replace_uses(Graph& g, ValueId from, ValueId to) {
+  for (Node& n : g.nodes) {
+    for (Arg& a : n.args) {
+      if (a.kind == Arg::Kind::Tensor && a.value == from) a.value = to;
+      for (ValueId& id : a.list)
+        if (id == from) id = to;
+    }
+  }
+  for (ValueId& id : g.outputs)
+    if (id == from) id = to;
+}
+
+// A node's identity for CSE: operator and arguments (value ids and host constants).
+std::string node_key(const Node& n) {
+  std::string k = n.op.schema().full_name() + "(";
+  for (const Arg& a : n.args) {
+    switch (a.kind) {
+      case Arg::Kind::Constant:
+        (k += "c:") += a.constant.repr();
+        break;
+      case Arg::Kind::Tensor:
+        (k += "%") += std::to_string(a.value);
+        break;
+      case Arg::Kind::NoneTensor:
+        k += "none";
+        break;
+      case Arg::Kind::TensorList:
+        k += "[";
+        for (ValueId id : a.list) (k += std::to_string(id)) += ",";
+        k += "]";
+        break;
+    }
+    k += ";";
+  }
+  return k + ")";
+}
+
+// -1 when the graph writes in place (the pass does not run).
+int common_subexpressions(Graph& g) {
+  for (const Step& s : g.steps)
+    if (s.kernel < 0 && g.nodes[static_cast<size_t>(s.node)].op.schema().is_mutable()) return -1;
+  std::vector<bool> returned(g.values.size(), false);
+  for (ValueId id : g.outputs) returned[static_cast<size_t>(id)] = true;
+  std::map<std::string, size_t> seen;  // key -> node
+  std::vector<Step> kept;
+  int merged = 0;
+  for (const Step& s : g.steps) {
+    if (s.kernel >= 0) {
+      kept.push_back(s);
+      continue;
+    }
+    const Node& n = g.nodes[static_cast<size_t>(s.node)];
+    if (!is_pure(n)) {
+      kept.push_back(s);
+      continue;
+    }
+    const std::string key = node_key(n);
+    auto it = seen.find(key);
+    if (it == seen.end()) {
+      seen.emplace(key, static_cast<size_t>(s.node));
+      kept.push_back(s);
+      continue;
+    }
+    const Node& first = g.nodes[it->second];
+    bool both_returned = false;
+    for (size_t r = 0; r < n.returns.size(); ++r)
+      for (size_t i = 0; i < n.returns[r].size(); ++i)
+        both_returned = both_returned || (returned[static_cast<size_t>(n.returns[r][i])] &&
+                                          returned[static_cast<size_t>(first.returns[r][i])]);
+    if (both_returned) {
+      kept.push_back(s);
+      continue;
+    }
+    for (size_t r = 0; r < n.returns.size(); ++r)
+      for (size_t i = 0; i < n.returns[r].size(); ++i)
+        replace_uses(g, n.returns[r][i], first.returns[r][i]);
+    ++merged;
+  }
+  g.steps = std::move(kept);
+  return merged;
+}
+
+}  // namespace
+
+void optimize(Graph& g, const PassOptions& options) {
+  const int dead = dead_code(g);
+  const int merged = common_subexpressions(g);
+  // Merging can leave more dead code behind.
+  const int dead2 = merged > 0 ? dead_code(g) : 0;
+  g.pass_log.push_back("dce: removed " + std::to_string(dead + dead2) + " node(s)");
+  g.pass_log.push_back(merged < 0 ? "cse: skipped (the graph writes in place)"
+                                  : "cse: merged " + std::to_string(merged) + " node(s)");
+  if (options.fuse) fuse_pointwise(g);
+  g.compute_releases();
+}
+
+}  // namespace loom::compiler

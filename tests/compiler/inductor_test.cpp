@@ -1,0 +1,339 @@
+// The inductor backend: passes (dead code, common subexpressions), pointwise fusion into generated
+// C++ kernels, and the kernel cache. Every compiled result is checked against the same function
+// run eagerly: float32 fused kernels use the eager kernels' own math, so they must agree bit for
+// bit.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "loom/autograd.h"
+#include "loom/compile.h"
+#include "loom/config.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+#include "temp_dir.h"
+
+namespace loom {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+// Sets a setting for the scope of a test.
+class ScopedSetting {
+ public:
+  ScopedSetting(const char* name, const std::string& value) : name_(name) {
+    config::set(name, value);
+  }
+  ~ScopedSetting() { config::set(name_, ""); }
+
+ private:
+  const char* name_;
+};
+
+// A kernel cache of the test's own, so that builds and hits are the test's.
+struct FreshCache {
+  testing::TempDir dir{"loom-kernels"};
+  ScopedSetting setting{"LOOM_CACHE_DIR", dir.path()};
+};
+
+// Bit for bit, except that any NaN equals any NaN (its sign and payload are not specified).
+void expect_bitwise(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes().vec(), want.sizes().vec()) << what;
+  ASSERT_EQ(got.dtype(), want.dtype()) << what;
+  const Tensor g = got.contiguous().to(kFloat64), w = want.contiguous().to(kFloat64);
+  const Tensor gb = got.contiguous(), wb = want.contiguous();
+  const size_t width = gb.element_size();
+  const auto* gd = static_cast<const double*>(g.data_ptr());
+  const auto* wd = static_cast<const double*>(w.data_ptr());
+  const auto* gr = static_cast<const unsigned char*>(gb.data_ptr());
+  const auto* wr = static_cast<const unsigned char*>(wb.data_ptr());
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    if (gd[i] != gd[i] && wd[i] != wd[i]) continue;
+    if (std::memcmp(gr + i * width, wr + i * width, width) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " compiled " << gd[i] << " eager " << wd[i];
+      return;
+    }
+  }
+}
+
+// Floats that exercise the math's edges: zeros of both signs, infinities, NaN, large and tiny.
+Tensor edgy(IntArrayRef sizes, DType dtype = kFloat32) {
+  Tensor t = mul(randn(sizes, dtype), 3.0);
+  const double specials[] = {0.0,
+                             -0.0,
+                             1e30,
+                             -1e30,
+                             1e-30,
+                             88.0,
+                             -104.0,
+                             200.0,
+                             -200.0,
+                             std::numeric_limits<double>::infinity(),
+                             -std::numeric_limits<double>::infinity(),
+                             std::numeric_limits<double>::quiet_NaN()};
+  Tensor flat = t.view({-1});
+  for (size_t i = 0; i < sizeof(specials) / sizeof(specials[0]) && int64_t(i) < flat.numel(); ++i)
+    flat.select(0, static_cast<int64_t>(i) * 3 % flat.numel()).fill_(specials[i]);
+  return t;
+}
+
+TEST(Inductor, FusedChainMatchesEagerBitForBit) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    const Tensor& x = in[0];
+    const Tensor a = sigmoid(add(mul(x, 1.5), 0.5));
+    return {add(exp(neg(mul(a, x))), in[1]), tanh(x)};
+  };
+  CompiledFunction f = compile(fn, {.name = "chain"});
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = edgy({37, 129}), y = randn({37, 129});
+    const Tensors got = f({x, y}), want = fn({x, y});
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bitwise(got[i], want[i],
+                     "call " + std::to_string(call) + " output " + std::to_string(i));
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  ASSERT_EQ(r.graphs[0].kernels.size(), 1u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[0].ops, "mul, add, sigmoid, mul, neg, exp, add, tanh");
+  EXPECT_EQ(r.graphs[0].op_counts, (std::map<std::string, int64_t>{{"fused", 1}})) << r.str();
+  EXPECT_TRUE(std::filesystem::exists(r.graphs[0].kernels[0].library_path));
+  std::string cpp = r.graphs[0].kernels[0].library_path;
+  cpp.replace(cpp.size() - 3, 3, ".cpp");
+  EXPECT_TRUE(std::filesystem::exists(cpp)) << "the source is kept beside the object";
+  EXPECT_NE(r.str().find("kernel fused_0: mul, add"), std::string::npos) << r.str();
+}
+
+// Each operator the fusion pass writes, after an add so that it has something to fuse with.
+TEST(Inductor, EveryFusibleOperatorMatchesEager) {
+  FreshCache cache;
+  using Op = std::function<Tensor(const Tensor&, const Tensor&)>;
+  const std::vector<std::pair<std::string, Op>> ops = {
+      {"sub", [](const Tensor& a, const Tensor& b) { return sub(a, b, 0.25); }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return mul(a, b); }},
+      {"div", [](const Tensor& a, const Tensor& b) { return div(a, b); }},
+      {"maximum", [](const Tensor& a, const Tensor& b) { return maximum(a, b); }},
+      {"minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); }},
+      {"neg", [](const Tensor& a, const Tensor&) { return neg(a); }},
+      {"abs", [](const Tensor& a, const Tensor&) { return abs(a); }},
+      {"relu", [](const Tensor& a, const Tensor&) { return relu(a); }},
+      {"reciprocal", [](const Tensor& a, const Tensor&) { return reciprocal(a); }},
+      {"sqrt", [](const Tensor& a, const Tensor&) { return sqrt(a); }},
+      {"rsqrt", [](const Tensor& a, const Tensor&) { return rsqrt(a); }},
+      {"sin", [](const Tensor& a, const Tensor&) { return sin(a); }},
+      {"cos", [](const Tensor& a, const Tensor&) { return cos(a); }},
+      {"exp", [](const Tensor& a, const Tensor&) { return exp(a); }},
+      {"log", [](const Tensor& a, const Tensor&) { return log(a); }},
+      {"log1p", [](const Tensor& a, const Tensor&) { return log1p(a); }},
+      {"tanh", [](const Tensor& a, const Tensor&) { return tanh(a); }},
+      {"erf", [](const Tensor& a, const Tensor&) { return erf(a); }},
+      {"sigmoid", [](const Tensor& a, const Tensor&) { return sigmoid(a); }},
+      {"silu", [](const Tensor& a, const Tensor&) { return silu(a); }},
+      {"gelu", [](const Tensor& a, const Tensor&) { return gelu(a); }},
+      {"gelu tanh", [](const Tensor& a, const Tensor&) { return gelu(a, "tanh"); }},
+      {"pow 2", [](const Tensor& a, const Tensor&) { return pow(a, 2); }},
+      {"clamp", [](const Tensor& a, const Tensor&) { return clamp(a, -0.5, 2.0); }},
+      {"clamp min", [](const Tensor& a, const Tensor&) { return clamp(a, 0.1, std::nullopt); }},
+  };
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (const auto& [name, op] : ops) {
+      const std::string what = name + " " + dtype_name(dt);
+      TensorFunction fn = [&op](const Tensors& in) -> Tensors {
+        return {op(add(in[0], in[1]), in[1])};
+      };
+      CompiledFunction f = compile(fn, {.name = what});
+      const Tensor x = edgy({5, 33}, dt), y = randn({5, 33}, dt);
+      const Tensor got = f({x, y})[0], want = fn({x, y})[0];
+      EXPECT_EQ(f.report().graphs[0].kernels.size(), 1u) << what << "\n" << f.report().str();
+      if (dt == kFloat32) {
+        expect_bitwise(got, want, what);
+      } else {
+        EXPECT_TRUE(allclose(got, want, 1e-12, 1e-12, /*equal_nan=*/true))
+            << what << ": compiled " << got << " eager " << want;
+      }
+    }
+  }
+}
+
+TEST(Inductor, BroadcastOperandsAndScalars) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    // x [6, 5, 7], bias [7], row scale [6, 5, 1], a 0-dim tensor, a [6, 1, 7] that broadcasts in
+    // the middle (its rows do not collapse: not a fusion operand).
+    const Tensor a = mul(add(in[0], in[1]), in[2]);
+    const Tensor b = sigmoid(sub(a, in[3]));
+    return {add(mul(b, in[4]), 1.0)};
+  };
+  CompiledFunction f = compile(fn, {.name = "broadcast"});
+  for (int call = 0; call < 2; ++call) {
+    const Tensors in = {randn({6, 5, 7}), randn({7}), randn({6, 5, 1}), randn({}),
+                        randn({6, 1, 7})};
+    expect_bitwise(f(in)[0], fn(in)[0], "call " + std::to_string(call));
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs[0].kernels.size(), 1u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[0].ops, "add, mul, sub, sigmoid");
+  // The [6, 1, 7] operand ends the group; the add after it is alone.
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::mul"), 1) << r.str();
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::add"), 1) << r.str();
+}
+
+// A 0-dim tensor the function reaches from outside is read when the kernel runs, so an in-place
+// update between calls is seen (as eager would see it).
+TEST(Inductor, ScalarOperandsAreReadOnEveryCall) {
+  FreshCache cache;
+  Tensor scale = scalar_tensor(2.0);
+  TensorFunction fn = [&scale](const Tensors& in) -> Tensors { return {exp(mul(in[0], scale))}; };
+  CompiledFunction f = compile(fn, {.name = "scale"});
+  const Tensor x = randn({64});
+  expect_bitwise(f({x})[0], fn({x})[0], "before the update");
+  scale.fill_(-3.0);
+  expect_bitwise(f({x})[0], fn({x})[0], "after the update");
+  EXPECT_EQ(f.report().graphs[0].replays, 1);
+}
+
+TEST(Inductor, ValuesThatRequireGradAreNotFusedAndSaySo) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {sum(tanh(mul(sigmoid(in[0]), in[1])))};
+  };
+  CompiledFunction f = compile(fn, {.name = "grad"});
+  const Tensor x = randn({4, 8}).requires_grad_(true), y = randn({4, 8});
+  for (int call = 0; call < 2; ++call) {
+    const Tensor got = f({x, y})[0];
+    const Tensor gx = autograd::grad({got}, {x})[0];
+    const Tensor want = fn({x, y})[0];
+    const Tensor wx = autograd::grad({want}, {x})[0];
+    expect_bitwise(got, want, "value");
+    expect_bitwise(gx, wx, "gradient");
+  }
+  CompileReport r = f.report();
+  EXPECT_TRUE(r.graphs[0].kernels.empty()) << r.str();
+  EXPECT_NE(r.str().find("not fused: its result requires grad"), std::string::npos) << r.str();
+  // Without grad mode the same function fuses (a new graph: grad mode is guarded).
+  autograd::NoGradGuard no_grad;
+  expect_bitwise(f({x, y})[0], fn({x, y})[0], "no grad");
+  r = f.report();
+  ASSERT_EQ(r.graphs.size(), 2u);
+  EXPECT_EQ(r.graphs[1].kernels.size(), 1u) << r.str();
+}
+
+TEST(Inductor, DeadCodeGoesButRandomOperatorsStay) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    const Tensor unused = matmul(in[0], in[0]);  // pure, read by nothing
+    (void)unused;
+    const Tensor noise = rand({4, 4});  // random, read by nothing: the generator still advances
+    (void)noise;
+    return {add(in[0], rand({4, 4}))};
+  };
+  CompiledFunction f = compile(fn, {.name = "dead"});
+  const Tensor x = randn({4, 4});
+  f({x});
+  manual_seed(7);
+  const Tensor got = f({x})[0];
+  manual_seed(7);
+  const Tensor want = fn({x})[0];
+  expect_bitwise(got, want, "after the seed");
+  const CompileReport r = f.report();
+  EXPECT_EQ(r.graphs[0].passes[0], "dce: removed 1 node(s)") << r.str();
+  EXPECT_EQ(r.graphs[0].op_counts.count("loom::mm"), 0u) << r.str();
+}
+
+TEST(Inductor, CommonSubexpressionsMergeUnlessTheGraphWritesInPlace) {
+  FreshCache cache;
+  TensorFunction pure = [](const Tensors& in) -> Tensors {
+    return {add(matmul(in[0], in[1]), matmul(in[0], in[1]))};
+  };
+  CompiledFunction f = compile(pure, {.name = "cse"});
+  const Tensor a = randn({3, 3}), b = randn({3, 3});
+  f({a, b});
+  expect_bitwise(f({a, b})[0], pure({a, b})[0], "cse");
+  CompileReport r = f.report();
+  EXPECT_EQ(r.graphs[0].passes[1], "cse: merged 1 node(s)") << r.str();
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::mm"), 1) << r.str();
+
+  // Two equal clones, one written in place: merging them would make the other see the write.
+  TensorFunction writes = [](const Tensors& in) -> Tensors {
+    Tensor c1 = mul(in[0], 2.0), c2 = mul(in[0], 2.0);
+    add_(c1, 1.0);
+    return {add(c1, c2)};
+  };
+  CompiledFunction g = compile(writes, {.name = "cse in place"});
+  g({a});
+  expect_bitwise(g({a})[0], writes({a})[0], "in place");
+  EXPECT_EQ(g.report().graphs[0].passes[1], "cse: skipped (the graph writes in place)");
+}
+
+TEST(Inductor, KernelsAreFoundInTheCache) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {exp(add(in[0], 1.0))}; };
+  CompiledFunction f1 = compile(fn, {.name = "first"});
+  f1({randn({8})});
+  const KernelInfo k1 = f1.report().graphs[0].kernels.at(0);
+  EXPECT_FALSE(k1.cache_hit);
+  EXPECT_GT(k1.build_ms, 0);
+  // Another function with the same kernel, and the same function on a new size: no build.
+  CompiledFunction f2 = compile(fn, {.name = "second"});
+  f2({randn({8})});
+  f2({randn({3, 5})});
+  const CompileReport r2 = f2.report();
+  ASSERT_EQ(r2.graphs.size(), 2u);
+  for (const GraphInfo& g : r2.graphs) {
+    EXPECT_TRUE(g.kernels.at(0).cache_hit);
+    EXPECT_EQ(g.kernels.at(0).library_path, k1.library_path);
+  }
+}
+
+TEST(Inductor, ABrokenCompilerIsACompileErrorNamingIt) {
+  FreshCache cache;
+  ScopedSetting cxx("LOOM_CXX", "/nonexistent/c++");
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {exp(add(in[0], 3.0))}; };
+  CompiledFunction f = compile(fn, {.name = "no compiler"});
+  try {
+    f({randn({8})});
+    FAIL() << "no CompileError";
+  } catch (const CompileError& e) {
+    EXPECT_NE(std::string(e.what()).find("LOOM_CXX"), std::string::npos) << e.what();
+  }
+  // backend eager needs no compiler.
+  CompiledFunction g = compile(fn, {.backend = CompileBackend::Eager, .name = "eager"});
+  const Tensor x = randn({8});
+  expect_bitwise(g({x})[0], fn({x})[0], "eager backend");
+}
+
+TEST(Inductor, TheCacheIsTrimmedToItsLimitOldestFirst) {
+  FreshCache cache;
+  ScopedSetting limit("LOOM_COMPILE_CACHE_MB", "1");
+  const std::string dir = cache.dir.path() + "/compile";
+  std::filesystem::create_directories(dir);
+  const std::vector<char> junk(600 << 10, 'x');
+  for (int i = 0; i < 3; ++i) {
+    const std::string p = dir + "/old" + std::to_string(i) + ".so";
+    std::ofstream(p, std::ios::binary)
+        .write(junk.data(), static_cast<std::streamsize>(junk.size()));
+    struct timeval times[2] = {{1000 + i, 0}, {1000 + i, 0}};
+    ASSERT_EQ(::utimes(p.c_str(), times), 0);
+  }
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {log1p(mul(in[0], 0.125))}; };
+  CompiledFunction f = compile(fn, {.name = "trim"});
+  f({rand({8})});
+  const KernelInfo k = f.report().graphs[0].kernels.at(0);
+  EXPECT_TRUE(std::filesystem::exists(k.library_path));
+  uint64_t total = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) total += e.file_size();
+  EXPECT_LE(total, uint64_t{1} << 20);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/old0.so")) << "the oldest goes first";
+}
+
+}  // namespace
+}  // namespace loom
