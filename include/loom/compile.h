@@ -32,9 +32,14 @@
 // with C++ code generation, built by the system compiler and kept in an on-disk cache (Note
 // [Pointwise fusion] in compiler/fusion.cpp, Note [Kernel cache] in compiler/codecache.h); what
 // the passes did is in the report. aot (the joint forward/backward graph) and the modes
-// reduce-overhead and max-autotune throw NotImplementedError naming what is missing. dynamic=auto
-// specialises every size (a new size is a recompile, logged and counted against the limit);
-// dynamic=on throws NotImplementedError.
+// reduce-overhead and max-autotune throw NotImplementedError naming what is missing.
+//
+// Dynamic shapes (Note [How loom learns symbolic sizes] in compiler/dynamic.cpp): dynamic=auto
+// specialises every size at first; when a call fails a graph's guards only because sizes changed,
+// those input dimensions become symbols and the recapture is a graph that serves every size of
+// them (automatic dynamic: one recompile, not one per size). dynamic=on makes every dimension a
+// symbol from the first call, dynamic=off never does (every new size is a recompile). The options
+// dynamic_dims and static_dims mark dimensions either way (torch's mark_dynamic, mark_static).
 //
 // Logs: LOOM_LOGS is a comma list of recompiles, guards, graph_breaks, output_code; each prints
 // to stderr as it happens, prefixed "[compile]".
@@ -49,6 +54,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/export.h"
@@ -71,6 +77,8 @@ struct CompileOptions {
   int recompile_limit = 8;
   RecompilePolicy on_limit = RecompilePolicy::Warn;
   std::string name;  // for logs and reports; "compiled function #N" when empty
+  // (input, dim) pairs: symbolic from the first call (unless dynamic=off), or never symbolic.
+  std::vector<std::pair<int, int>> dynamic_dims, static_dims;
 };
 
 using TensorFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -132,7 +140,7 @@ class LOOM_API CompiledFunction {
   std::shared_ptr<Impl> impl_;
 };
 
-// NotImplementedError for a backend, mode or dynamic setting that does not exist yet.
+// NotImplementedError for a backend or mode that does not exist yet.
 LOOM_API CompiledFunction compile(TensorFunction fn, CompileOptions options = {});
 
 // Compiles fn, calls it once on `inputs` and reports what the compiler did.

@@ -17,6 +17,12 @@ namespace {
 
 thread_local Capture* tls_capture = nullptr;
 
+std::string sym_str(const std::vector<SymExpr>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) (out += i ? ", " : "") += s[i].str();
+  return out + "]";
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
   os << '[';
@@ -248,12 +254,21 @@ Graph Capture::finish(const std::vector<Tensor>& outputs) {
 namespace {
 
 // Runs one node through the dispatcher, reading its arguments from env and writing its returns.
-void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack) {
+void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
+              const std::vector<int64_t>& symbols) {
   stack.clear();
   for (const Arg& a : n.args) {
     switch (a.kind) {
       case Arg::Kind::Constant:
-        stack.push_back(a.constant);
+        if (a.sym.empty()) {
+          stack.push_back(a.constant);
+        } else if (a.constant.is_int()) {
+          stack.emplace_back(a.sym[0].eval(symbols));
+        } else {
+          std::vector<int64_t> l(a.sym.size());
+          for (size_t i = 0; i < l.size(); ++i) l[i] = a.sym[i].eval(symbols);
+          stack.emplace_back(std::move(l));
+        }
         break;
       case Arg::Kind::Tensor:
         stack.emplace_back(env[static_cast<size_t>(a.value)]);
@@ -333,6 +348,7 @@ std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
   }
   Stack stack;
   std::vector<Tensor> kin, kscalars;
+  const std::vector<int64_t> sym = symbols.empty() ? std::vector<int64_t>{} : bind_symbols(inputs);
   for (size_t k = 0; k < steps.size(); ++k) {
     const Step& step = steps[k];
     if (step.kernel >= 0) {
@@ -341,12 +357,12 @@ std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
       kscalars.clear();
       for (ValueId id : f.inputs) kin.push_back(env[static_cast<size_t>(id)]);
       for (ValueId id : f.scalars) kscalars.push_back(env[static_cast<size_t>(id)]);
-      std::vector<Tensor> out = f.run(kin, kscalars);
+      std::vector<Tensor> out = f.run(kin, kscalars, sym);
       for (size_t i = 0; i < out.size(); ++i)
         env[static_cast<size_t>(f.outputs[i])] = std::move(out[i]);
     } else {
       const Node& n = nodes[static_cast<size_t>(step.node)];
-      run_node(n, env, stack);
+      run_node(n, env, stack, sym);
     }
     for (ValueId id : release_after[k]) env[static_cast<size_t>(id)] = Tensor();
   }
@@ -368,8 +384,8 @@ std::string Graph::str() const {
   };
   for (int32_t i = 0; i < num_inputs; ++i) {
     const Value& v = values[static_cast<size_t>(i)];
-    os << "%in" << i << ": " << dtype_name(v.dtype) << ' ' << v.device << ' ' << shape_str(v.sizes)
-       << '\n';
+    os << "%in" << i << ": " << dtype_name(v.dtype) << ' ' << v.device << ' '
+       << (v.sym_sizes.empty() ? shape_str(v.sizes) : sym_str(v.sym_sizes)) << '\n';
   }
   size_t next_break = 0;
   auto print_value_list = [&](const std::vector<ValueId>& ids) {
@@ -383,8 +399,9 @@ std::string Graph::str() const {
       std::vector<ValueId> in = f.inputs;
       in.insert(in.end(), f.scalars.begin(), f.scalars.end());
       print_value_list(in);
-      os << ")  # " << dtype_name(f.dtype) << ' ' << shape_str(f.out_sizes) << ": " << f.ops
-         << '\n';
+      os << ")  # " << dtype_name(f.dtype) << ' '
+         << (f.out_sym_sizes.empty() ? shape_str(f.out_sizes) : sym_str(f.out_sym_sizes)) << ": "
+         << f.ops << '\n';
       continue;
     }
     const size_t k = static_cast<size_t>(step.node);
@@ -404,7 +421,13 @@ std::string Graph::str() const {
       os << (i ? ", " : "");
       switch (a.kind) {
         case Arg::Kind::Constant:
-          os << a.constant.repr();
+          if (a.sym.empty()) {
+            os << a.constant.repr();
+          } else if (a.constant.is_int()) {
+            os << a.sym[0].str();
+          } else {
+            os << sym_str(a.sym);
+          }
           break;
         case Arg::Kind::Tensor:
           os << name(a.value);
@@ -422,7 +445,8 @@ std::string Graph::str() const {
     os << ')';
     if (!n.returns.empty() && n.returns[0].size() == 1) {
       const Value& v = values[static_cast<size_t>(n.returns[0][0])];
-      os << "  # " << dtype_name(v.dtype) << ' ' << shape_str(v.sizes);
+      os << "  # " << dtype_name(v.dtype) << ' '
+         << (v.sym_sizes.empty() ? shape_str(v.sizes) : sym_str(v.sym_sizes));
     }
     os << '\n';
   }

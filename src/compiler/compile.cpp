@@ -1,14 +1,18 @@
 // loom::compile: guards, the per-function cache of captured graphs, recompiles and their limit,
 // graph breaks, logs and reports (see loom/compile.h).
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "compiler/graph.h"
 #include "loom/autograd.h"
 #include "loom/config.h"
 #include "loom/error.h"
+#include "loom/generator.h"
+#include "loom/ops.h"
 #include "loom/warning.h"
 
 namespace loom {
@@ -73,6 +77,10 @@ struct TensorGuard {
   Device device = kCPU;
   std::vector<int64_t> sizes, strides;
   bool requires_grad = false;
+  // In a dynamic graph: per dim its symbol (-1: the size is guarded), and contiguity is guarded
+  // instead of the strides.
+  std::vector<int> symbol;
+  bool contiguous_only = false;
 
   static TensorGuard of(const Tensor& t) {
     TensorGuard g;
@@ -92,10 +100,23 @@ struct TensorGuard {
     if (t.dtype() != dtype)
       return std::string("dtype ") + dtype_name(dtype) + " -> " + dtype_name(t.dtype());
     if (t.device() != device) return "device " + device.str() + " -> " + t.device().str();
-    if (t.sizes() != IntArrayRef(sizes))
-      return "sizes " + dims_str(sizes) + " -> " + dims_str(t.sizes());
-    if (t.strides() != IntArrayRef(strides))
+    if (symbol.empty()) {
+      if (t.sizes() != IntArrayRef(sizes))
+        return "sizes " + dims_str(sizes) + " -> " + dims_str(t.sizes());
+    } else {
+      if (t.dim() != static_cast<int64_t>(sizes.size()))
+        return "rank " + std::to_string(sizes.size()) + " -> " + std::to_string(t.dim());
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        if (symbol[d] < 0 && t.size(static_cast<int64_t>(d)) != sizes[d])
+          return "sizes " + sizes_str() + " -> " + dims_str(t.sizes());
+      }
+    }
+    if (contiguous_only) {
+      if (!t.is_contiguous())
+        return "is no longer contiguous (strides " + dims_str(t.strides()) + ")";
+    } else if (t.strides() != IntArrayRef(strides)) {
       return "strides " + dims_str(strides) + " -> " + dims_str(t.strides());
+    }
     if (t.requires_grad() != requires_grad)
       return std::string("requires_grad ") + (requires_grad ? "true -> false" : "false -> true");
     return "";
@@ -103,9 +124,24 @@ struct TensorGuard {
   std::string str() const {
     if (!defined) return "undefined";
     std::ostringstream os;
-    os << dtype_name(dtype) << ' ' << device << " sizes " << dims_str(sizes) << " strides "
-       << dims_str(strides) << (requires_grad ? " requires_grad" : "");
+    os << dtype_name(dtype) << ' ' << device << " sizes " << sizes_str();
+    if (contiguous_only) {
+      os << " contiguous";
+    } else {
+      os << " strides " << dims_str(strides);
+    }
+    os << (requires_grad ? " requires_grad" : "");
     return os.str();
+  }
+  // "[8, s0, 64]"
+  std::string sizes_str() const {
+    if (symbol.empty()) return dims_str(sizes);
+    std::string s = "[";
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (d) s += ", ";
+      s += symbol[d] >= 0 ? "s" + std::to_string(symbol[d]) : std::to_string(sizes[d]);
+    }
+    return s + "]";
   }
 };
 
@@ -124,7 +160,9 @@ struct Entry {
   mutable std::vector<int64_t> failures;
   mutable int64_t replays = 0;
 
-  size_t num_guards() const { return 2 + inputs.size() + 1 + constants.size(); }
+  size_t num_guards() const {
+    return 2 + inputs.size() + 1 + constants.size() + graph.symbols.size();
+  }
 
   std::vector<std::string> describe_guards() const {
     std::vector<std::string> g;
@@ -141,6 +179,13 @@ struct Entry {
     g.push_back(alias);
     for (size_t i = 0; i < constants.size(); ++i)
       g.push_back("constant " + std::to_string(i) + ": the same tensor, " + constants[i].str());
+    for (size_t i = 0; i < graph.symbols.size(); ++i) {
+      std::string line = "s" + std::to_string(i);
+      for (const auto& [in, d] : graph.symbols[i].dims)
+        line += " = input " + std::to_string(in) + " dim " + std::to_string(d);
+      line += ", >= 2 (captured at " + std::to_string(graph.symbols[i].hint) + ")";
+      g.push_back(line);
+    }
     return g;
   }
 
@@ -193,6 +238,22 @@ struct Entry {
         return static_cast<int>(alias_guard + 1 + static_cast<int>(i));
       }
     }
+    const int symbol_guard = alias_guard + 1 + static_cast<int>(constants.size());
+    for (size_t i = 0; i < graph.symbols.size(); ++i) {
+      const auto& dims = graph.symbols[i].dims;
+      const int64_t v = in[static_cast<size_t>(dims[0].first)].size(dims[0].second);
+      bool ok = v >= 2;
+      for (const auto& [input, d] : dims) ok = ok && in[static_cast<size_t>(input)].size(d) == v;
+      if (!ok) {
+        *why = "s" + std::to_string(i) + ":";
+        for (const auto& [input, d] : dims) {
+          *why += " input " + std::to_string(input) + " dim " + std::to_string(d) + " = " +
+                  std::to_string(in[static_cast<size_t>(input)].size(d));
+        }
+        *why += v < 2 ? " (sizes 0 and 1 are specialised)" : " (no longer equal)";
+        return symbol_guard + static_cast<int>(i);
+      }
+    }
     return -1;
   }
 };
@@ -216,10 +277,128 @@ struct CompiledFunction::Impl {
   std::vector<GraphBreakInfo> breaks;                // GUARDED_BY(mu)
   std::vector<std::string> recompile_reasons;        // GUARDED_BY(mu)
   int64_t calls = 0, captures = 0, eager_calls = 0;  // GUARDED_BY(mu)
+  // Dimensions that became symbols after their size changed (automatic dynamic).
+  std::set<std::pair<int, int>> auto_dynamic;  // GUARDED_BY(mu)
+  // Why sizes stay static for this function ("" while dynamic shapes may still work).
+  std::string static_reason;  // GUARDED_BY(mu)
 
   std::vector<Tensor> call(const std::vector<Tensor>& inputs);
   std::vector<Tensor> capture(const std::vector<Tensor>& inputs, const LogFlags& logs);
+  // Dimensions of these inputs to make symbols in a new capture.
+  std::vector<std::pair<int, int>> dims_to_symbolise(const std::vector<Tensor>& inputs);
+  // Probes fn at two other sizes and makes g dynamic; false (static_reason set) when it cannot.
+  bool make_dynamic(Graph& g, const std::vector<Tensor>& inputs,
+                    const std::vector<std::pair<int, int>>& dims, const LogFlags& logs);
 };
+
+std::vector<std::pair<int, int>> CompiledFunction::Impl::dims_to_symbolise(
+    const std::vector<Tensor>& inputs) {
+  std::set<std::pair<int, int>> want;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (options.dynamic == DynamicShapes::Off || !static_reason.empty()) return {};
+    want = auto_dynamic;
+  }
+  for (const auto& d : options.dynamic_dims) want.insert(d);
+  if (options.dynamic == DynamicShapes::On) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      for (int64_t d = 0; inputs[i].defined() && d < inputs[i].dim(); ++d)
+        want.insert({static_cast<int>(i), static_cast<int>(d)});
+  }
+  std::vector<std::pair<int, int>> dims;
+  for (const auto& [i, d] : want) {
+    if (i < 0 || static_cast<size_t>(i) >= inputs.size()) continue;
+    const Tensor& t = inputs[static_cast<size_t>(i)];
+    // Sizes 0 and 1 stay specialised; so do non-contiguous inputs (strides follow no symbol).
+    if (!t.defined() || d < 0 || d >= t.dim() || t.size(d) < 2 || !t.is_contiguous()) continue;
+    bool pinned = false;
+    for (const auto& p : options.static_dims) pinned = pinned || p == std::make_pair(i, d);
+    if (!pinned) dims.emplace_back(i, d);
+  }
+  return dims;
+}
+
+bool CompiledFunction::Impl::make_dynamic(Graph& g, const std::vector<Tensor>& inputs,
+                                          const std::vector<std::pair<int, int>>& dims,
+                                          const LogFlags& logs) {
+  std::string why;
+  for (const compiler::Node& n : g.nodes) {
+    if (n.op.schema().is_mutable()) {
+      why = "the function writes in place (" + n.op.name() +
+            "), and probing it at other sizes would repeat its writes";
+      break;
+    }
+  }
+  // Duck sizing: dimensions of equal size share a symbol.
+  std::vector<compiler::Symbol> symbols;
+  for (const auto& [i, d] : dims) {
+    const int64_t size = inputs[static_cast<size_t>(i)].size(d);
+    auto it = std::find_if(symbols.begin(), symbols.end(),
+                           [size](const compiler::Symbol& s) { return s.hint == size; });
+    if (it == symbols.end()) {
+      symbols.push_back(compiler::Symbol{{}, size});
+      it = symbols.end() - 1;
+    }
+    it->dims.emplace_back(i, d);
+  }
+  std::vector<compiler::Graph> probes;
+  std::vector<std::vector<int64_t>> probe_values(2);
+  for (int k = 0; k < 2 && why.empty(); ++k) {
+    for (size_t s = 0; s < symbols.size(); ++s) {
+      const int64_t h = symbols[s].hint;
+      probe_values[k].push_back(k == 0 ? h + 1 + 2 * static_cast<int64_t>(s)
+                                       : h + 3 + 3 * static_cast<int64_t>(s));
+    }
+    // Each input with a symbolic dimension is replaced by a fresh one at the probe's sizes.
+    std::vector<std::vector<int64_t>> sizes(inputs.size());
+    for (size_t s = 0; s < symbols.size(); ++s) {
+      for (const auto& [i, d] : symbols[s].dims) {
+        std::vector<int64_t>& sz = sizes[static_cast<size_t>(i)];
+        if (sz.empty()) sz = inputs[static_cast<size_t>(i)].sizes().vec();
+        sz[static_cast<size_t>(d)] = probe_values[k][s];
+      }
+    }
+    std::vector<Tensor> in = inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (sizes[i].empty()) continue;
+      const Tensor& src = inputs[i];
+      const TensorOptions o = TensorOptions(src.dtype()).with_device(src.device());
+      in[i] = is_floating(src.dtype()) ? randn(sizes[i], o) : zeros(sizes[i], o);
+      if (src.requires_grad()) in[i].requires_grad_(true);
+    }
+    const GeneratorState rng = default_generator().state();
+    try {
+      Capture cap(in);
+      const std::vector<Tensor> out = fn(in);
+      probes.push_back(cap.finish(out));
+    } catch (const Error& e) {
+      why = std::string("probing at other sizes raised ") + e.kind() + ": " + e.what();
+    }
+    default_generator().set_state(rng);
+    if (why.empty() && !probes.back().breaks.empty())
+      why = "probing at other sizes broke the graph: " + probes.back().breaks[0].reason;
+  }
+  if (why.empty() && compiler::generalize(g, probes[0], probes[1], symbols, probe_values[0],
+                                          probe_values[1], &why)) {
+    if (logs.recompiles) {
+      std::string line;
+      for (size_t s = 0; s < symbols.size(); ++s) {
+        line += (s ? "; s" : "s") + std::to_string(s);
+        for (const auto& [i, d] : symbols[s].dims)
+          line += " = input " + std::to_string(i) + " dim " + std::to_string(d);
+      }
+      std::fprintf(stderr, "[compile] %s: dynamic graph: %s\n", options.name.c_str(), line.c_str());
+    }
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    static_reason = why;
+  }
+  warn_once("compile.dynamic:" + options.name,
+            "[compile] " + options.name + ": dynamic shapes: sizes stay static: " + why);
+  return false;
+}
 
 std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inputs) {
   // Inside another function's capture: run inline, so that its graph records these operators.
@@ -255,6 +434,29 @@ std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inpu
         warn_once("compile.limit:" + options.name,
                   msg + "; the function runs eagerly from now on (loom::explain shows the guards)");
       } else {
+        // Automatic dynamic: the dimensions whose size changed against the newest graph.
+        const Entry& last = *entries.back();
+        if (options.dynamic == DynamicShapes::Auto && static_reason.empty() &&
+            last.inputs.size() == inputs.size()) {
+          std::string changed;
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            const TensorGuard& gd = last.inputs[i];
+            if (!gd.defined || !inputs[i].defined() ||
+                inputs[i].dim() != static_cast<int64_t>(gd.sizes.size()))
+              continue;
+            for (size_t d = 0; d < gd.sizes.size(); ++d) {
+              const bool symbolic = !gd.symbol.empty() && gd.symbol[d] >= 0;
+              const int64_t now = inputs[i].size(static_cast<int64_t>(d));
+              if (symbolic || now == gd.sizes[d]) continue;
+              if (auto_dynamic.insert({static_cast<int>(i), static_cast<int>(d)}).second) {
+                changed += (changed.empty() ? "" : ", ") + std::string("input ") +
+                           std::to_string(i) + " dim " + std::to_string(d) + " (" +
+                           std::to_string(gd.sizes[d]) + " -> " + std::to_string(now) + ")";
+              }
+            }
+          }
+          if (!changed.empty()) why += "; automatic dynamic: " + changed + " become symbols";
+        }
         recompile_reasons.push_back(why);
         if (logs.recompiles) {
           std::fprintf(stderr, "[compile] %s: recompiling (graph %zu): %s\n", options.name.c_str(),
@@ -314,6 +516,17 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     return out;
   }
   for (const Tensor& c : g.constants) e->constants.push_back(TensorGuard::of(c));
+  const std::vector<std::pair<int, int>> dims = dims_to_symbolise(inputs);
+  if (!dims.empty() && make_dynamic(g, inputs, dims, logs)) {
+    for (size_t s = 0; s < g.symbols.size(); ++s) {
+      for (const auto& [i, d] : g.symbols[s].dims) {
+        TensorGuard& gd = e->inputs[static_cast<size_t>(i)];
+        if (gd.symbol.empty()) gd.symbol.assign(gd.sizes.size(), -1);
+        gd.symbol[static_cast<size_t>(d)] = static_cast<int>(s);
+        gd.contiguous_only = true;
+      }
+    }
+  }
   e->failures.assign(e->num_guards(), 0);
   if (options.backend == CompileBackend::Inductor) compiler::optimize(g, compiler::PassOptions{});
   size_t number = 0;
@@ -419,9 +632,6 @@ CompiledFunction compile(TensorFunction fn, CompileOptions options) {
                 options.mode == CompileMode::ReduceOverhead ? "reduce-overhead (CUDA graphs)"
                                                             : "max-autotune",
                 " is not implemented yet; use mode default");
-  LOOM_CHECK_AS(NotImplementedError, options.dynamic != DynamicShapes::On,
-                "[compile] dynamic=on (symbolic sizes) is not implemented yet: sizes are "
-                "specialised and a new size recompiles");
   LOOM_CHECK(options.recompile_limit >= 1, "[compile] recompile_limit must be at least 1, got ",
              options.recompile_limit);
   if (options.name.empty()) options.name = "compiled function #" + std::to_string(++g_unnamed);

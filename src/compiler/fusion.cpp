@@ -202,6 +202,32 @@ bool broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t
   return true;
 }
 
+// The kernel's iteration space for outputs of `out` sizes and its tensor operands' sizes: rows,
+// cols and each operand's row stride and column step; one row of numel columns when every operand
+// is same-shape or a broadcast scalar. False when an operand does not broadcast that way.
+bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vector<int64_t>>& in,
+                   int64_t* rows, int64_t* cols, std::vector<int64_t>* rs, std::vector<bool>* cs) {
+  int64_t numel = 1;
+  for (int64_t s : out) numel *= s;
+  *cols = out.back();
+  *rows = *cols == 0 ? 0 : numel / *cols;
+  rs->assign(in.size(), 0);
+  cs->assign(in.size(), false);
+  bool flat = true;
+  for (size_t j = 0; j < in.size(); ++j) {
+    bool step = false;
+    if (!broadcast_strides(in[j], out, &(*rs)[j], &step)) return false;
+    (*cs)[j] = step;
+    flat = flat && (((*rs)[j] == *cols && step) || ((*rs)[j] == 0 && !step) || *rows == 1);
+  }
+  if (flat && *rows > 1) {
+    rs->assign(in.size(), 0);
+    *cols = numel;
+    *rows = 1;
+  }
+  return true;
+}
+
 class GroupBuilder {
  public:
   GroupBuilder(Graph& g, const std::vector<int64_t>& uses_after) : g_(g), uses_after_(uses_after) {}
@@ -297,21 +323,14 @@ class GroupBuilder {
       if (uses_after_[static_cast<size_t>(r)] > static_cast<int64_t>(last_step))
         f.outputs.push_back(r);
     }
-    int64_t numel = 1;
-    for (int64_t s : sizes_) numel *= s;
-    f.cols = sizes_.back();
-    f.rows = f.cols == 0 ? 0 : numel / f.cols;
-    bool flat = true;
-    for (size_t j = 0; j < inputs_.size(); ++j) {
-      flat = flat && ((row_strides_[j] == f.cols && column_steps_[j]) ||
-                      (row_strides_[j] == 0 && !column_steps_[j]) || f.rows == 1);
-    }
-    if (flat && f.rows > 1) {
-      for (size_t j = 0; j < inputs_.size(); ++j) row_strides_[j] = 0;
-      f.cols = numel;
-      f.rows = 1;
-    }
-    f.row_strides = row_strides_;
+    std::vector<std::vector<int64_t>> in_sizes;
+    for (ValueId id : inputs_) in_sizes.push_back(g_.values[static_cast<size_t>(id)].sizes);
+    std::vector<bool> steps;
+    LOOM_INTERNAL_ASSERT(kernel_layout(sizes_, in_sizes, &f.rows, &f.cols, &f.row_strides, &steps),
+                         "[compile] ", f.name, ": operands do not broadcast as when grouped");
+    f.column_steps = steps;
+    const ValueId first = g_.nodes[nodes_.front()].returns[0][0];
+    f.out_sym_sizes = g_.values[static_cast<size_t>(first)].sym_sizes;
     f.source = source(f);
     SharedObject so = build_shared_object(f.source);
     f.fn = reinterpret_cast<FusedKernel::Fn>(find_symbol(so, "loom_kernel"));
@@ -408,13 +427,30 @@ double scalar_value(const Tensor& t) {
 }  // namespace
 
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
-                                     const std::vector<Tensor>& scalar_in) const {
+                                     const std::vector<Tensor>& scalar_in,
+                                     const std::vector<int64_t>& symbols) const {
+  // A dynamic graph's kernel: this call's sizes, and its operands' strides for them.
+  std::vector<int64_t> sizes_now;
+  int64_t rows_now = rows, cols_now = cols;
+  std::vector<int64_t> rs_now;
+  const bool dynamic = !out_sym_sizes.empty() && !symbols.empty();
+  if (dynamic) {
+    for (const SymExpr& e : out_sym_sizes) sizes_now.push_back(e.eval(symbols));
+    std::vector<std::vector<int64_t>> in_sizes;
+    for (const Tensor& t : in) in_sizes.push_back(t.sizes().vec());
+    std::vector<bool> steps;
+    LOOM_INTERNAL_ASSERT(
+        kernel_layout(sizes_now, in_sizes, &rows_now, &cols_now, &rs_now, &steps) &&
+            steps == column_steps,
+        "[compile] ", name, ": the operands no longer broadcast as the kernel was written for");
+  }
+  const std::vector<int64_t>& osizes = dynamic ? sizes_now : out_sizes;
   std::vector<Tensor> out;
   out.reserve(outputs.size());
   std::vector<char*> data;
   data.reserve(outputs.size() + in.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
-    out.push_back(empty_tensor(out_sizes, dtype, kCPU));
+    out.push_back(empty_tensor(osizes, dtype, kCPU));
     data.push_back(static_cast<char*>(out.back().data_ptr()));
   }
   for (const Tensor& t : in) data.push_back(static_cast<char*>(t.data_ptr()));
@@ -426,11 +462,11 @@ std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
     sp = more.data();
   }
   for (size_t i = 0; i < scalar_in.size(); ++i) sp[i] = scalar_value(scalar_in[i]);
-  const int64_t total = rows * cols;
+  const int64_t total = rows_now * cols_now;
   if (total == 0) return out;
   char* const* d = data.data();
-  const int64_t* rs = row_strides.data();
-  const int64_t c = cols;
+  const int64_t* rs = dynamic ? rs_now.data() : row_strides.data();
+  const int64_t c = cols_now;
   Fn f = fn;
   // About 32 KiB of float32 output a task: enough to hide the pool's wake-up.
   parallel_for(0, total, 8192, [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });

@@ -318,11 +318,22 @@ Tensors run(const Program& p, const Tensors& in) {
   return outs;
 }
 
-Tensors make_inputs(const Program& p, uint64_t seed) {
+// `grow` is added to one dimension of every input (the innermost of input 0 that is at least 2,
+// aligned from the right, in each input where it has that size), so that broadcasting still holds.
+Tensors make_inputs(const Program& p, uint64_t seed, int64_t grow = 0) {
   Generator g(seed);
   Tensors in;
+  const std::vector<int64_t>& base = p.shapes[0];
+  int64_t from_right = -1;
+  for (size_t k = 0; k < base.size() && grow != 0; ++k)
+    if (base[base.size() - 1 - k] >= 2 && from_right < 0) from_right = static_cast<int64_t>(k);
   for (size_t i = 0; i < p.shapes.size(); ++i) {
-    Tensor t = randn(p.shapes[i], {}, g);
+    std::vector<int64_t> shape = p.shapes[i];
+    const int64_t at = static_cast<int64_t>(shape.size()) - 1 - from_right;
+    if (from_right >= 0 && at >= 0 &&
+        shape[static_cast<size_t>(at)] == base[base.size() - 1 - static_cast<size_t>(from_right)])
+      shape[static_cast<size_t>(at)] += grow;
+    Tensor t = randn(shape, {}, g);
     if (p.requires_grad[i]) t.requires_grad_();
     in.push_back(t);
   }
@@ -380,8 +391,10 @@ Tensors gradients(const Tensors& outs, const Tensors& in) {
 
 std::string FuzzReport::str() const {
   std::ostringstream os;
-  os << programs << " program(s), " << replays << " replayed call(s), " << eager_errors
-     << " raising the same error eagerly and compiled, " << failures.size() << " failure(s)\n";
+  os << programs << " program(s), " << replays << " replayed call(s) (" << dynamic_replays
+     << " of a graph with symbolic sizes), " << fused_kernels << " fused kernel(s), "
+     << eager_errors << " raising the same error eagerly and compiled, " << failures.size()
+     << " failure(s)\n";
   for (const FuzzFailure& f : failures)
     os << "seed " << f.seed << ": " << f.what << "\n" << f.program << "\n";
   return os.str();
@@ -401,8 +414,12 @@ FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
     CompiledFunction f = compile([&p](const Tensors& in) { return run(p, in); },
                                  {.name = "fuzz " + std::to_string(seed)});
     std::string failure;
+    // Odd seeds change a size between calls: call 1 recompiles with a symbol (automatic dynamic),
+    // call 2 replays that graph at a third size.
+    const bool dynamic = seed % 2 == 1;
     for (uint64_t call = 0; call < 3 && failure.empty(); ++call) {
-      const Tensors in = make_inputs(p, seed * 7919 + call);
+      const int64_t grow = dynamic ? static_cast<int64_t>(call * (call + 1) / 2) : 0;  // 0, 1, 3
+      const Tensors in = make_inputs(p, seed * 7919 + call, grow);
       const Tensors eager_in = copies(in), compiled_in = copies(in);
       Tensors want, got;
       std::string eager_error, compiled_error;
@@ -436,7 +453,13 @@ FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
       if (!failure.empty()) failure = "call " + std::to_string(call) + ": " + failure;
     }
     const CompileReport r = f.report();
-    for (const GraphInfo& g : r.graphs) report.replays += g.replays;
+    for (const GraphInfo& g : r.graphs) {
+      report.replays += g.replays;
+      report.fused_kernels += static_cast<int64_t>(g.kernels.size());
+      bool symbolic = false;
+      for (const GuardInfo& gd : g.guards) symbolic = symbolic || gd.text.rfind("s0 = ", 0) == 0;
+      if (symbolic) report.dynamic_replays += g.replays;
+    }
     if (failure.empty() && !r.breaks.empty()) failure = "a graph break: " + r.breaks[0].reason;
     if (!failure.empty()) report.failures.push_back(FuzzFailure{seed, p.str(), failure});
   }

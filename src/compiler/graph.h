@@ -25,6 +25,26 @@ namespace loom::compiler {
 
 using ValueId = int32_t;
 
+// Note [Symbolic sizes]: an integer of a dynamic graph that follows the inputs' sizes, written
+// a * (product of symbols) + b; a constant when syms is empty. Symbols are numbered per graph and
+// bound, on every call, from the input dimensions they stand for (compiler/dynamic.cpp).
+struct SymExpr {
+  int64_t a = 0, b = 0;
+  std::vector<int> syms;  // sorted; a symbol may repeat (s0*s0)
+
+  static SymExpr constant(int64_t v) { return SymExpr{0, v, {}}; }
+  bool is_constant() const { return syms.empty() || a == 0; }
+  int64_t eval(const std::vector<int64_t>& symbols) const;
+  std::string str() const;  // "64*s0 + 1", "s1", "7"
+};
+
+// A size symbol: the input dimensions it stands for (duck sizing: dimensions of equal size share
+// one), the size it had when captured, and the guards it implies: all its dimensions equal, >= 2.
+struct Symbol {
+  std::vector<std::pair<int, int>> dims;  // (input, dim)
+  int64_t hint = 0;
+};
+
 struct Value {
   enum class Kind : uint8_t { Input, Constant, NodeOutput };
   Kind kind = Kind::Input;
@@ -35,7 +55,8 @@ struct Value {
   Device device = kCPU;
   std::vector<int64_t> sizes;
   bool contiguous = true;
-  bool requires_grad = false;  // after the capture's autograd recorded it
+  bool requires_grad = false;      // after the capture's autograd recorded it
+  std::vector<SymExpr> sym_sizes;  // in a dynamic graph: the sizes as expressions
 };
 
 // One argument of a node: a host constant, a tensor value, an absent tensor, or a list of values.
@@ -45,6 +66,9 @@ struct Arg {
   IValue constant;
   ValueId value = -1;
   std::vector<ValueId> list;
+  // In a dynamic graph, a host int (one expression) or int list (one per element) that follows
+  // the sizes; empty when the constant is the same for every size.
+  std::vector<SymExpr> sym;
 };
 
 struct Node {
@@ -65,19 +89,22 @@ struct FusedKernel {
   std::string ops;   // "mul, add, sigmoid"
   std::vector<ValueId> inputs, scalars, outputs;
   std::vector<int64_t> row_strides;
+  std::vector<bool> column_steps;  // per input: read along the columns (else broadcast)
   int64_t rows = 0, cols = 0;
   DType dtype = kFloat32;
   std::vector<int64_t> out_sizes;
-  std::string source;        // the generated C++
-  std::string library_path;  // the shared object it was built into
-  bool cache_hit = false;    // loaded from the on-disk cache
-  double build_ms = 0;       // the compiler's time (0 on a cache hit)
+  std::vector<SymExpr> out_sym_sizes;  // in a dynamic graph: out_sizes as expressions
+  std::string source;                  // the generated C++
+  std::string library_path;            // the shared object it was built into
+  bool cache_hit = false;              // loaded from the on-disk cache
+  double build_ms = 0;                 // the compiler's time (0 on a cache hit)
   Fn fn = nullptr;
   std::shared_ptr<void> library;  // keeps the shared object loaded
 
-  // Allocates the outputs and runs the kernel over loom's thread pool.
-  std::vector<Tensor> run(const std::vector<Tensor>& in,
-                          const std::vector<Tensor>& scalar_in) const;
+  // Allocates the outputs and runs the kernel over loom's thread pool; `symbols` are the size
+  // symbols' values for this call (a dynamic graph's kernel takes its sizes from them).
+  std::vector<Tensor> run(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
+                          const std::vector<int64_t>& symbols) const;
 };
 
 // One step of a replay: a node through the dispatcher, or a fused kernel.
@@ -88,6 +115,7 @@ struct Step {
 
 struct Graph {
   int32_t num_inputs = 0;
+  std::vector<Symbol> symbols;  // empty: every size is specialised
   std::vector<Value> values;
   std::vector<Tensor> constants;
   std::vector<Node> nodes;
@@ -107,6 +135,8 @@ struct Graph {
   // Replays the nodes through the dispatcher (Autograd records as in an eager call) and returns
   // the outputs.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // The symbols' values for these inputs (the guards checked that they are consistent).
+  std::vector<int64_t> bind_symbols(const std::vector<Tensor>& inputs) const;
   // One node a line: "%3 = loom::mul.Tensor(%1, %2)  # float32 [8, 16]".
   std::string str() const;
   // Operators per name over the steps (a fused kernel counts as "fused").
@@ -124,6 +154,14 @@ struct PassOptions {
   bool fuse = true;
 };
 void optimize(Graph& g, const PassOptions& options);
+
+// Makes g0 (captured at the hints) dynamic in `symbols`, from two more captures of the same
+// function at other sizes (probe1, probe2: the symbols' values there): every host int and every
+// size that changed between them gets an expression that fits all three. False, with the reason,
+// when the graphs differ in structure or an integer follows no expression of the supported form.
+bool generalize(Graph& g0, const Graph& g1, const Graph& g2, const std::vector<Symbol>& symbols,
+                const std::vector<int64_t>& probe1, const std::vector<int64_t>& probe2,
+                std::string* why);
 
 // Records the operators that run on this thread while it lives; at most one per thread.
 class Capture {

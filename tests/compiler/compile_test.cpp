@@ -67,7 +67,8 @@ TEST(Compile, ReplaysTheGraphWithoutRunningTheFunction) {
 // graph is still used for the first kind of input.
 TEST(Compile, EveryInputGuardRecompilesAndNamesItself) {
   Chain c;
-  CompiledFunction f = compile(c.fn(), {.name = "guarded"});
+  // Sizes static: this test is about each guard (tests/compiler/dynamic_test.cpp has symbols).
+  CompiledFunction f = compile(c.fn(), {.dynamic = DynamicShapes::Off, .name = "guarded"});
   const Tensor a = randn({4, 6}), b = randn({4, 6});
   f({a, b});
   struct Case {
@@ -253,7 +254,8 @@ TEST(Compile, BackwardInsideTheFunctionIsAGraphBreak) {
 
 TEST(Compile, RecompileLimitPolicies) {
   Chain c;
-  CompiledFunction warn = compile(c.fn(), {.recompile_limit = 2, .name = "limited"});
+  CompiledFunction warn =
+      compile(c.fn(), {.dynamic = DynamicShapes::Off, .recompile_limit = 2, .name = "limited"});
   {
     WarningsToStderr quiet(false);
     for (int64_t n = 1; n <= 5; ++n) {
@@ -269,8 +271,10 @@ TEST(Compile, RecompileLimitPolicies) {
   EXPECT_TRUE(warned);
 
   Chain c2;
-  CompiledFunction strict =
-      compile(c2.fn(), {.recompile_limit = 1, .on_limit = RecompilePolicy::Error, .name = "x"});
+  CompiledFunction strict = compile(c2.fn(), {.dynamic = DynamicShapes::Off,
+                                              .recompile_limit = 1,
+                                              .on_limit = RecompilePolicy::Error,
+                                              .name = "x"});
   strict({randn({1, 2}), randn({1, 2})});
   EXPECT_THROW(strict({randn({2, 2}), randn({2, 2})}), CompileError);
 }
@@ -356,7 +360,6 @@ TEST(Compile, UnimplementedOptionsSaySo) {
   Chain c;
   EXPECT_THROW(compile(c.fn(), {.backend = CompileBackend::Aot}), NotImplementedError);
   EXPECT_THROW(compile(c.fn(), {.mode = CompileMode::ReduceOverhead}), NotImplementedError);
-  EXPECT_THROW(compile(c.fn(), {.dynamic = DynamicShapes::On}), NotImplementedError);
   EXPECT_THROW(compile(c.fn(), {.recompile_limit = 0}), ValueError);
 }
 

@@ -15,8 +15,9 @@ int run_fuzz_compile(const std::vector<std::string>& argv) {
     std::printf(
         "usage: loom fuzz compile [--programs N] [--seed S]\n"
         "  Runs N random operator programs (default 10000) from seed S (default 1) eagerly and\n"
-        "  through loom::compile (a capture and two replays each) and compares outputs, mutated\n"
-        "  inputs and gradients. Exits 1 when any differs, printing the program.\n");
+        "  through loom::compile (three calls each; odd seeds change a size between calls, so\n"
+        "  the third replays a graph with symbolic sizes) and compares outputs, mutated inputs\n"
+        "  and gradients. Exits 1 when any differs, printing the program.\n");
     return 0;
   }
   const int64_t n = args.get_int("programs", 10000, 1, int64_t{1} << 40);

@@ -29,8 +29,10 @@ struct FuzzFailure {
 
 struct LOOM_API FuzzReport {
   int64_t programs = 0;
-  int64_t replays = 0;       // compiled calls that replayed a graph
-  int64_t eager_errors = 0;  // programs whose eager run raised (and the compiled run as well)
+  int64_t replays = 0;          // compiled calls that replayed a graph
+  int64_t dynamic_replays = 0;  // of those, replays of a graph with symbolic sizes
+  int64_t fused_kernels = 0;    // kernels the inductor backend generated
+  int64_t eager_errors = 0;     // programs whose eager run raised (and the compiled run as well)
   std::vector<FuzzFailure> failures;
   std::string str() const;
 };

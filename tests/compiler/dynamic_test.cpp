@@ -1,0 +1,141 @@
+// Dynamic shapes (lesson 11): automatic dynamic after a size change, duck sizing, 0/1
+// specialisation, dynamic=on/off, dynamic_dims/static_dims, and the loud cases where sizes stay
+// static. Every compiled result is checked against the same function run eagerly, so a stale
+// graph (or a host int that did not follow the sizes) fails the test.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "loom/compile.h"
+#include "loom/error.h"
+#include "loom/ops.h"
+#include "loom/warning.h"
+
+namespace loom {
+namespace {
+
+using Tensors = std::vector<Tensor>;
+
+void expect_equal(const Tensors& got, const Tensors& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes().vec(), want[i].sizes().vec()) << what << " output " << i;
+    EXPECT_TRUE(equal(got[i], want[i])) << what << " output " << i;
+  }
+}
+
+// Reads sizes on the host (a reshape to [B * L, 64]) and fuses a pointwise chain over [B, L, 64].
+Tensors attention_like(const Tensors& in) {
+  const Tensor& x = in[0];
+  const Tensor flat = x.reshape({x.size(0) * x.size(1), x.size(2)});
+  return {softmax(mul(flat, 0.125), -1), sigmoid(add(mul(x, 2.0), 1.0))};
+}
+
+TEST(Dynamic, ASizeChangeRecompilesOnceWithASymbol) {
+  CompiledFunction f = compile(attention_like, {.name = "lengths"});
+  for (int64_t len = 16; len < 28; ++len) {
+    const Tensors in = {randn({4, len, 64})};
+    expect_equal(f(in), attention_like(in), "length " + std::to_string(len));
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 2u) << r.str();
+  EXPECT_EQ(r.graphs[1].replays, 10);
+  ASSERT_EQ(r.recompile_reasons.size(), 1u);
+  EXPECT_NE(r.recompile_reasons[0].find("automatic dynamic: input 0 dim 1 (16 -> 17)"),
+            std::string::npos)
+      << r.recompile_reasons[0];
+  EXPECT_NE(r.str().find("input 0: float32 cpu sizes [4, s0, 64] contiguous"), std::string::npos)
+      << r.str();
+  EXPECT_NE(r.graphs[1].code.find("loom::view(%in0, [4*s0, 64])"), std::string::npos)
+      << r.graphs[1].code;
+  EXPECT_EQ(r.graphs[1].kernels.size(), 1u) << "the fused kernel serves every length";
+  // A changed batch (a dimension still static) recompiles again, and that dimension joins.
+  const Tensors in = {randn({6, 20, 64})};
+  expect_equal(f(in), attention_like(in), "batch 6");
+  EXPECT_EQ(f.report().graphs.size(), 3u);
+  const Tensors in2 = {randn({3, 30, 64})};
+  expect_equal(f(in2), attention_like(in2), "batch 3");
+  EXPECT_EQ(f.report().graphs.size(), 3u) << f.report().str();
+}
+
+TEST(Dynamic, EqualSizesShareASymbolAndAreGuardedEqual) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {add(mul(in[0], in[1]), 1.0)}; };
+  CompiledFunction f = compile(fn, {.dynamic = DynamicShapes::On, .name = "duck"});
+  const Tensors a = {randn({5, 3}), randn({5, 3})};
+  expect_equal(f(a), fn(a), "5");
+  const Tensors b = {randn({9, 3}), randn({9, 3})};
+  expect_equal(f(b), fn(b), "9");
+  CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u) << r.str();
+  EXPECT_NE(r.str().find("s0 = input 0 dim 0 = input 1 dim 0, >= 2"), std::string::npos) << r.str();
+  EXPECT_NE(r.str().find("s1 = input 0 dim 1 = input 1 dim 1"), std::string::npos) << r.str();
+  // Broadcasting [9, 3] with [1, 3]: the symbol's guard fails (sizes 0 and 1 are specialised).
+  const Tensors c = {randn({9, 3}), randn({1, 3})};
+  expect_equal(f(c), fn(c), "broadcast");
+  r = f.report();
+  ASSERT_EQ(r.graphs.size(), 2u) << r.str();
+  EXPECT_NE(r.recompile_reasons[0].find("input 1 dim 0 = 1"), std::string::npos)
+      << r.recompile_reasons[0];
+}
+
+TEST(Dynamic, OffRecompilesEverySizeAndStaticDimsStayPinned) {
+  CompiledFunction off = compile(attention_like, {.dynamic = DynamicShapes::Off, .name = "off"});
+  for (int64_t len = 8; len < 12; ++len) off({randn({2, len, 64})});
+  EXPECT_EQ(off.report().graphs.size(), 4u);
+
+  CompiledFunction pinned = compile(attention_like, {.name = "pinned", .static_dims = {{0, 1}}});
+  for (int64_t len = 8; len < 12; ++len) pinned({randn({2, len, 64})});
+  EXPECT_EQ(pinned.report().graphs.size(), 4u) << pinned.report().str();
+
+  CompiledFunction marked = compile(attention_like, {.name = "marked", .dynamic_dims = {{0, 1}}});
+  for (int64_t len = 8; len < 12; ++len) {
+    const Tensors in = {randn({2, len, 64})};
+    expect_equal(marked(in), attention_like(in), "marked " + std::to_string(len));
+  }
+  EXPECT_EQ(marked.report().graphs.size(), 1u) << marked.report().str();
+}
+
+// A host value computed from a size (here a float scale) cannot follow a symbol: the function's
+// sizes stay static, said once, and every size still gets its own correct graph.
+TEST(Dynamic, HostValuesThatFollowNoSymbolKeepSizesStaticAndSaySo) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {mul(in[0], 1.0 / static_cast<double>(in[0].size(0)))};
+  };
+  CompiledFunction f = compile(fn, {.name = "scaled by its length"});
+  std::string warnings;
+  {
+    WarningsToStderr quiet(false);
+    for (int64_t n = 4; n < 8; ++n) {
+      const Tensors in = {randn({n})};
+      expect_equal(f(in), fn(in), "n " + std::to_string(n));
+    }
+    for (const Warning& w : loom::warnings()) warnings += w.message + "\n";
+  }
+  EXPECT_EQ(f.report().graphs.size(), 4u) << f.report().str();
+  EXPECT_NE(warnings.find("scaled by its length: dynamic shapes: sizes stay static: the host "
+                          "value"),
+            std::string::npos)
+      << warnings;
+}
+
+TEST(Dynamic, FunctionsThatWriteInPlaceAreNotProbed) {
+  int runs = 0;
+  TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
+    ++runs;
+    Tensor y = mul(in[0], 2.0);
+    add_(y, 1.0);
+    return {y};
+  };
+  CompiledFunction f = compile(fn, {.dynamic = DynamicShapes::On, .name = "writes"});
+  WarningsToStderr quiet(false);
+  for (int64_t n = 4; n < 7; ++n) {
+    const Tensors in = {randn({n})};
+    expect_equal(f(in), fn(in), "n " + std::to_string(n));
+  }
+  EXPECT_EQ(runs, 3 + 3) << "captures (one per size) and the eager reference calls, no probes";
+  EXPECT_EQ(f.report().graphs.size(), 3u);
+}
+
+}  // namespace
+}  // namespace loom
