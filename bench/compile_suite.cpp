@@ -8,8 +8,17 @@
 //   dispatch), on 16M elements with 2 threads its effective bandwidth (input + output bytes over
 //   the time). guard_16_inputs is a compiled function of 16 inputs that records no operator: its
 //   call is the guard check plus the smallest replay. dynamic_40_lengths counts the graphs
-//   captured for 40 sequence lengths ([8, L, 64], L = 16 .. 55) with dynamic=auto.
+//   captured for 40 sequence lengths ([8, L, 64], L = 16 .. 55) with dynamic=auto, and
+//   dynamic_40_lengths_time the seconds those 40 first calls took (compiles included).
+//   cold_first_call is a new function's first call with an empty kernel cache (capture, passes,
+//   the C++ compiler); warm_cache_first_call the same with the kernel built on disk by another
+//   function but not loaded in this process (what a new process's first call costs).
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -18,6 +27,8 @@
 
 #include "bench.h"
 #include "loom/compile.h"
+#include "loom/config.h"
+#include "loom/error.h"
 #include "loom/ops.h"
 #include "loom/warning.h"
 
@@ -31,6 +42,32 @@ Tensors chain(const Tensors& in) {
   const Tensor a = sigmoid(add(mul(x, 1.5), 0.5));
   return {add(exp(neg(mul(a, x))), x)};
 }
+
+double seconds(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A kernel cache folder of its own while it lives (LOOM_CACHE_DIR), empty or a copy of another.
+struct TempCacheDir {
+  std::string path;
+  explicit TempCacheDir(const std::string& copy_of = "") {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "loom-bench-XXXXXX").string();
+    LOOM_CHECK(::mkdtemp(tmpl.data()) != nullptr, "[bench compile] mkdtemp failed");
+    path = tmpl;
+    if (!copy_of.empty()) {
+      std::filesystem::copy(copy_of, path, std::filesystem::copy_options::recursive |
+                                               std::filesystem::copy_options::overwrite_existing);
+    }
+    config::set("LOOM_CACHE_DIR", path);
+  }
+  ~TempCacheDir() {
+    config::set("LOOM_CACHE_DIR", "");
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 struct CompileState {
   Tensor tiny, big;
@@ -107,6 +144,30 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
     for (int64_t len = 16; len < 56; ++len) f({randn({8, len, 64})});
     return static_cast<double>(f.report().graphs.size());
   })->value_target = 2.0;
+  row("dynamic_40_lengths_time", "s wall", true, 1, [] {
+    WarningsToStderr quiet(false);
+    CompiledFunction f =
+        compile([](const Tensors& in) -> Tensors { return {softmax(mul(in[0], 0.125), -1)}; },
+                {.recompile_limit = 64, .name = "bench dynamic (timed)"});
+    return seconds([&] {
+      for (int64_t len = 16; len < 56; ++len) f({randn({8, len, 64})});
+    });
+  });
+  // The first call of a new function whose kernel is in no cache (the C++ compiler runs), then of
+  // another with the built kernel on disk but not yet loaded by this process (a new process's
+  // first call with a warm cache).
+  row("cold_first_call", "ms wall", true, 1, [s] {
+    TempCacheDir cold;
+    CompiledFunction f = compile(chain, {.name = "bench cold"});
+    const double ms = seconds([&] { f({s->tiny}); }) * 1e3;
+    TempCacheDir warm(cold.path);
+    CompiledFunction g = compile(chain, {.name = "bench warm"});
+    s->last["warm_cache_first_call"] = seconds([&] { g({s->tiny}); }) * 1e3;
+    return ms;
+  })->value_target = 1000;
+  row("warm_cache_first_call", "ms wall", true, 1, [s] {
+    return s->last.count("warm_cache_first_call") ? s->last["warm_cache_first_call"] : NAN;
+  })->value_target = 20;
   return m;
 }
 

@@ -56,6 +56,8 @@ constexpr UnitInfo kUnits[] = {
     {"us/call", "microseconds of host time per call of a (compiled or eager) function"},
     {"of eager", "the compiled row's figure / the eager row's, same run"},
     {"graphs", "graphs a compiled function captured"},
+    {"ms wall", "milliseconds of wall time of one call (a first call: capture and compiling)"},
+    {"s wall", "seconds of wall time of the calls the row describes, compiling included"},
     {"us", "microseconds per collective call (the slowest rank's)"},
     {"GB/s algbw", "algorithm bandwidth: message bytes / time"},
     {"GB/s busbw",
