@@ -61,6 +61,13 @@ struct RegisterSuite {
 double median_seconds(const std::function<void()>& fn, int reps);
 double median(std::vector<double> v);  // NaN entries ignored; NaN when none is left
 
+// GPU rows (CUDA device 0). Why no row can run here, or "" when a CUDA device is visible.
+std::string why_no_gpu();
+// Median device milliseconds of fn() over `reps` repetitions after `warmup` calls, from CUDA
+// events on the current stream (Note [gpu suite] in gpu_suite.cpp).
+double device_ms(const std::function<void()>& fn, int warmup, int reps);
+void synchronize_gpu();
+
 std::string cpu_model();
 
 }  // namespace loom::bench

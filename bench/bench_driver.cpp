@@ -20,9 +20,12 @@
 #include "bench.h"
 #include "cli.h"
 #include "job.h"
+#include "loom/cuda.h"
+#include "loom/device_interface.h"
 #include "loom/error.h"
 #include "loom/parallel.h"
 #include "loom/parse.h"
+#include "loom/stream.h"
 #include "report.h"
 
 namespace loom::bench {
@@ -34,6 +37,40 @@ std::vector<Suite>& suites() {
 
 double median(std::vector<double> v) {
   return report::median(std::move(v));
+}
+
+std::string why_no_gpu() {
+  if (!cuda::is_built()) {
+    return "no CUDA device is visible (this build has no CUDA backend: configure with "
+           "-DLOOM_CUDA=ON)";
+  }
+  if (!cuda::is_available()) {
+    return "no CUDA device is visible (the CUDA runtime reports none: no GPU, no driver, or "
+           "CUDA_VISIBLE_DEVICES hides them)";
+  }
+  return "";
+}
+
+double device_ms(const std::function<void()>& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  const Device gpu(DeviceType::CUDA, 0);
+  const Stream stream = current_stream(gpu);
+  std::vector<std::pair<Event, Event>> events;
+  events.reserve(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    events.emplace_back(Event::timed(DeviceType::CUDA), Event::timed(DeviceType::CUDA));
+    events.back().first.record(stream);
+    fn();
+    events.back().second.record(stream);
+  }
+  events.back().second.synchronize();  // the stream runs in order: every event has passed
+  std::vector<double> ms;
+  for (const auto& [start, end] : events) ms.push_back(start.elapsed_ms(end));
+  return median(ms);
+}
+
+void synchronize_gpu() {
+  device_interface(DeviceType::CUDA).synchronize_device(0);
 }
 
 double median_seconds(const std::function<void()>& fn, int reps) {

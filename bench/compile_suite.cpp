@@ -13,13 +13,15 @@
 //   cold_first_call is a new function's first call with an empty kernel cache (capture, passes,
 //   the C++ compiler); warm_cache_first_call the same with the kernel built on disk by another
 //   function but not loaded in this process (what a new process's first call costs).
+//   The GPU rows (skipped without a GPU) run the chain over 256M float32 on CUDA device 0, eager
+//   and compiled (one NVRTC kernel), against a copy in the same round.
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,8 +59,9 @@ struct TempCacheDir {
     LOOM_CHECK(::mkdtemp(tmpl.data()) != nullptr, "[bench compile] mkdtemp failed");
     path = tmpl;
     if (!copy_of.empty()) {
-      std::filesystem::copy(copy_of, path, std::filesystem::copy_options::recursive |
-                                               std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::copy(copy_of, path,
+                            std::filesystem::copy_options::recursive |
+                                std::filesystem::copy_options::overwrite_existing);
     }
     config::set("LOOM_CACHE_DIR", path);
   }
@@ -71,6 +74,9 @@ struct TempCacheDir {
 
 struct CompileState {
   Tensor tiny, big;
+  Tensor gpu_x, gpu_out, gpu_tiny;
+  CompiledFunction gpu_fn = compile(chain, {.name = "bench chain (GPU, 256M)"});
+  CompiledFunction gpu_tiny_fn = compile(chain, {.name = "bench chain (GPU, tiny)"});
   Tensors sixteen;
   std::map<std::string, double> last;
   CompiledFunction tiny_fn = compile(chain, {.name = "bench chain (tiny)"});
@@ -168,6 +174,49 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   row("warm_cache_first_call", "ms wall", true, 1, [s] {
     return s->last.count("warm_cache_first_call") ? s->last["warm_cache_first_call"] : NAN;
   })->value_target = 20;
+
+  // The same chain on the GPU: 256M float32 (1 GiB a tensor), device time from CUDA events; the
+  // compiled chain is one generated kernel (NVRTC), measured against this round's copy.
+  const std::string no_gpu = why_no_gpu();
+  auto gpu_row = [&](const std::string& name, const std::string& unit, bool lower,
+                     std::function<double()> fn) {
+    Measure* r = row(name, unit, lower, 1, std::move(fn));
+    r->skip = no_gpu;
+    return r;
+  };
+  auto need_gpu = [s] {
+    if (s->gpu_x.defined()) return;
+    const TensorOptions o = TensorOptions(kFloat32).with_device(Device(DeviceType::CUDA, 0));
+    s->gpu_x = randn({int64_t{256} << 20}, o);
+    s->gpu_out = empty({int64_t{256} << 20}, o);
+    s->gpu_tiny = randn({16}, o);
+  };
+  const double gpu_bytes = 2.0 * 4 * static_cast<double>(int64_t{256} << 20);
+  gpu_row("copy_256m_gpu", "GB/s", false, [s, need_gpu, reps, gpu_bytes] {
+    need_gpu();
+    return gpu_bytes / (device_ms([s] { s->gpu_out.copy_(s->gpu_x); }, 2, reps) * 1e-3) / 1e9;
+  });
+  gpu_row("chain_256m_gpu_eager", "GB/s", false, [s, need_gpu, reps, gpu_bytes] {
+    need_gpu();
+    return gpu_bytes / (device_ms([s] { chain({s->gpu_x}); }, 2, reps) * 1e-3) / 1e9;
+  });
+  gpu_row("chain_256m_gpu_compiled", "GB/s", false, [s, need_gpu, reps, gpu_bytes] {
+    need_gpu();
+    return gpu_bytes / (device_ms([s] { s->gpu_fn({s->gpu_x}); }, 2, reps) * 1e-3) / 1e9;
+  });
+  gpu_row("chain_256m_gpu_compiled_of_copy", "of copy", false,
+          ratio("chain_256m_gpu_compiled", "copy_256m_gpu"))
+      ->value_target = 0.8;
+  gpu_row("chain_256m_gpu_compiled_of_eager", "of eager", false,
+          ratio("chain_256m_gpu_compiled", "chain_256m_gpu_eager"));
+  // Host time per call of the compiled chain on 16 elements: guards and one kernel launch (no
+  // CUDA graphs: mode reduce-overhead is not built).
+  gpu_row("tiny_chain_gpu_compiled", "us/call", true, [s, need_gpu, per_call_us] {
+    need_gpu();
+    const double us = per_call_us([s] { s->gpu_tiny_fn({s->gpu_tiny}); });
+    synchronize_gpu();
+    return us;
+  });
   return m;
 }
 

@@ -63,41 +63,6 @@ TensorOptions on_cuda(DType t = kFloat32) {
   return TensorOptions(t).with_device(kCuda);
 }
 
-// Why no row can run here, or "" when a CUDA device is visible.
-std::string why_no_gpu() {
-  if (!cuda::is_built()) {
-    return "no CUDA device is visible (this build has no CUDA backend: configure with "
-           "-DLOOM_CUDA=ON)";
-  }
-  if (!cuda::is_available()) {
-    return "no CUDA device is visible (the CUDA runtime reports none: no GPU, no driver, or "
-           "CUDA_VISIBLE_DEVICES hides them)";
-  }
-  return "";
-}
-
-// Median device milliseconds of fn() over `reps` repetitions (Note [gpu suite]).
-double device_ms(const std::function<void()>& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  const Stream stream = current_stream(kCuda);
-  std::vector<std::pair<Event, Event>> events;
-  events.reserve(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    events.emplace_back(Event::timed(DeviceType::CUDA), Event::timed(DeviceType::CUDA));
-    events.back().first.record(stream);
-    fn();
-    events.back().second.record(stream);
-  }
-  events.back().second.synchronize();  // the stream runs in order: every event has passed
-  std::vector<double> ms;
-  for (const auto& [start, end] : events) ms.push_back(start.elapsed_ms(end));
-  return median(ms);
-}
-
-void synchronize_gpu() {
-  device_interface(DeviceType::CUDA).synchronize_device(kCuda.index());
-}
-
 // Allows TF32 for a scope (or forbids it) and restores the previous setting.
 class Tf32Scope {
  public:

@@ -144,67 +144,105 @@ std::string kernel_cache_dir() {
   return config::cache_dir() + "/compile";
 }
 
-SharedObject build_shared_object(const std::string& source) {
-  std::lock_guard<std::mutex> lock(g_mu);
+namespace {
+
+std::string hash_key(const std::string& text) {
+  char key[40];
+  std::snprintf(key, sizeof(key), "%016llx%016llx",
+                static_cast<unsigned long long>(fnv1a(text, 14695981039346656037ull)),
+                static_cast<unsigned long long>(fnv1a(text, 0x9e3779b97f4a7c15ull)));
+  return key;
+}
+
+std::string make_cache_dir() {
   const std::string dir = kernel_cache_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);
   LOOM_CHECK_AS(CompileError, !ec, "[compile] cannot create the kernel cache folder ", dir, ": ",
                 ec.message(), " (LOOM_CACHE_DIR sets where it goes)");
+  return dir;
+}
+
+// cached_file without the lock.
+CachedFile cached_file_locked(const std::string& key_text, const std::string& ext,
+                              const CacheBuilder& build) {
+  const std::string dir = make_cache_dir();
+  CachedFile f;
+  f.stem = dir + "/" + hash_key(key_text);
+  f.path = f.stem + ext;
+  struct stat st {};
+  if (::stat(f.path.c_str(), &st) == 0) {
+    f.cache_hit = true;
+    ::utimensat(AT_FDCWD, f.path.c_str(), nullptr, 0);  // most recently used
+    return f;
+  }
+  const std::string tmp = f.path + ".tmp." + std::to_string(::getpid());
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    build(tmp, f.stem);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  f.build_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  LOOM_CHECK_AS(CompileError, ::rename(tmp.c_str(), f.path.c_str()) == 0,
+                "[compile] cannot move the built kernel into the cache: ", f.path);
+  trim_cache(dir);
+  return f;
+}
+
+}  // namespace
+
+CachedFile cached_file(const std::string& key_text, const std::string& ext,
+                       const CacheBuilder& build) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return cached_file_locked(key_text, ext, build);
+}
+
+SharedObject build_shared_object(const std::string& source) {
+  std::lock_guard<std::mutex> lock(g_mu);
   const std::string cxx = kCxx.get();
   std::string key_text = "loom codegen " + std::to_string(kCodegenVersion) + "\n" +
-                         compiler_identity(cxx, dir) + "\n" + cpu_identity() + "\n";
+                         compiler_identity(cxx, make_cache_dir()) + "\n" + cpu_identity() + "\n";
   for (const std::string& f : compile_flags()) key_text += f + " ";
   key_text += "\n" + source;
-  char key[40];
-  std::snprintf(key, sizeof(key), "%016llx%016llx",
-                static_cast<unsigned long long>(fnv1a(key_text, 14695981039346656037ull)),
-                static_cast<unsigned long long>(fnv1a(key_text, 0x9e3779b97f4a7c15ull)));
-  const std::string loaded_key = dir + "/" + key;
+  const std::string loaded_key = kernel_cache_dir() + "/" + hash_key(key_text);
   if (auto it = g_loaded.find(loaded_key); it != g_loaded.end()) {
     SharedObject so = it->second;
     so.cache_hit = true;
     so.build_ms = 0;
     return so;
   }
+  const CachedFile file =
+      cached_file_locked(key_text, ".so", [&](const std::string& tmp, const std::string& stem) {
+        const std::string tmp_src = stem + ".cpp.tmp." + std::to_string(::getpid());
+        {
+          std::ofstream out(tmp_src, std::ios::binary);
+          out << source;
+          LOOM_CHECK_AS(CompileError, out.good(), "[compile] cannot write ", tmp_src);
+        }
+        std::vector<std::string> argv = {cxx};
+        argv.insert(argv.end(), compile_flags().begin(), compile_flags().end());
+        argv.insert(argv.end(), {"-o", tmp, "-x", "c++", tmp_src});
+        const std::string log = stem + ".log." + std::to_string(::getpid());
+        const int rc = run_process(argv, log);
+        const std::string output = read_head(log, 20);
+        ::unlink(log.c_str());
+        if (rc != 0) {
+          std::string cmd;
+          for (const std::string& a : argv) cmd += a + " ";
+          LOOM_THROW(CompileError, "[compile] building a generated kernel failed (", cxx, " exit ",
+                     rc, "): ", cmd, "\nthe source is kept at ", tmp_src, "\n", output);
+        }
+        // The source first, so that a visible object always has its source beside it.
+        ::rename(tmp_src.c_str(), (stem + ".cpp").c_str());
+      });
   SharedObject so;
-  so.path = dir + "/" + key + ".so";
-  so.source_path = dir + "/" + key + ".cpp";
-  struct stat st {};
-  if (::stat(so.path.c_str(), &st) == 0) {
-    so.cache_hit = true;
-    ::utimensat(AT_FDCWD, so.path.c_str(), nullptr, 0);  // most recently used
-  } else {
-    const std::string tmp = so.path + ".tmp." + std::to_string(::getpid());
-    const std::string tmp_src = so.source_path + ".tmp." + std::to_string(::getpid());
-    {
-      std::ofstream out(tmp_src, std::ios::binary);
-      out << source;
-      LOOM_CHECK_AS(CompileError, out.good(), "[compile] cannot write ", tmp_src);
-    }
-    std::vector<std::string> argv = {cxx};
-    argv.insert(argv.end(), compile_flags().begin(), compile_flags().end());
-    argv.insert(argv.end(), {"-o", tmp, "-x", "c++", tmp_src});
-    const std::string log = so.path + ".log." + std::to_string(::getpid());
-    const auto t0 = std::chrono::steady_clock::now();
-    const int rc = run_process(argv, log);
-    so.build_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const std::string output = read_head(log, 20);
-    ::unlink(log.c_str());
-    if (rc != 0) {
-      ::unlink(tmp.c_str());
-      std::string cmd;
-      for (const std::string& a : argv) cmd += a + " ";
-      LOOM_THROW(CompileError, "[compile] building a generated kernel failed (", cxx, " exit ", rc,
-                 "): ", cmd, "\nthe source is kept at ", tmp_src, "\n", output);
-    }
-    // The source first, so that a visible object always has its source beside it.
-    ::rename(tmp_src.c_str(), so.source_path.c_str());
-    LOOM_CHECK_AS(CompileError, ::rename(tmp.c_str(), so.path.c_str()) == 0,
-                  "[compile] cannot move the built kernel into the cache: ", so.path);
-    trim_cache(dir);
-  }
+  so.path = file.path;
+  so.source_path = file.stem + ".cpp";
+  so.cache_hit = file.cache_hit;
+  so.build_ms = file.build_ms;
   void* h = ::dlopen(so.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   LOOM_CHECK_AS(CompileError, h != nullptr, "[compile] cannot load the built kernel ", so.path,
                 ": ", ::dlerror());

@@ -20,6 +20,7 @@
 // serialises builds and the in-process map.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,20 @@ struct SharedObject {
   bool cache_hit = false;        // found on disk or already loaded in this process
   double build_ms = 0;           // the compiler's wall time when it ran
 };
+
+// A file of the cache: <dir>/<hash of key_text><ext>.
+struct CachedFile {
+  std::string path;
+  std::string stem;  // the path without its extension, for files kept beside it
+  bool cache_hit = false;
+  double build_ms = 0;
+};
+// Writes the file at `tmp` (and may write others beside `stem`); throws on failure.
+using CacheBuilder = std::function<void(const std::string& tmp, const std::string& stem)>;
+// The cached file for key_text, built when missing, renamed into place atomically, the folder
+// trimmed to its limit afterwards.
+CachedFile cached_file(const std::string& key_text, const std::string& ext,
+                       const CacheBuilder& build);
 
 // Builds (or finds) `source`; throws CompileError when the compiler fails.
 SharedObject build_shared_object(const std::string& source);

@@ -20,14 +20,17 @@
 //   float32 math is the eager kernels' own (the prelude is src/ops/unary_math.h), built with the
 //   same -march=native and without FP contraction, so fused results match eager ones bit for bit.
 //   A group of one node is left to its eager kernel: there is nothing to fuse.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 
 #include "compiler/codecache.h"
+#include "compiler/cuda_codegen.h"
 #include "compiler/graph.h"
 #include "loom/error.h"
+#include "loom/ops.h"
 #include "loom/parallel.h"
 
 namespace loom::compiler {
@@ -40,12 +43,88 @@ const char* ctype(DType d) {
   return d == kFloat64 ? "double" : "float";
 }
 
-// A host constant as a literal of type T, exact (hexadecimal floating point).
+// Note [Kernel math]: the lm_* functions of each target compute as that target's eager kernels do
+// (CPU: cpu/unary_kernels.cpp over unary_math.h; CUDA: cuda/unary_kernels.cu over device_math.cuh),
+// for float and for double, so that a fused kernel computes what the eager operators did.
+const char kCpuMath[] = R"LM(
+#include <cmath>
+#include <cstdint>
+#define LM_INF __builtin_inf()
+#define LM_NAN __builtin_nan("")
+#define LM_F(name, f32, f64)                                         \
+  static LOOM_ALWAYS_INLINE float lm_##name(float x) { return f32; } \
+  static LOOM_ALWAYS_INLINE double lm_##name(double x) { return f64; }
+LM_F(abs, std::fabs(x), std::fabs(x))
+LM_F(sqrt, std::sqrt(x), std::sqrt(x))
+LM_F(sin, std::sin(x), std::sin(x))
+LM_F(cos, std::cos(x), std::cos(x))
+LM_F(exp, loom::fastmath::exp_f32(x), std::exp(x))
+LM_F(log, loom::fastmath::log_f32(x), std::log(x))
+LM_F(log1p, loom::fastmath::log1p_f32(x), std::log1p(x))
+LM_F(tanh, loom::fastmath::tanh_f32(x), std::tanh(x))
+LM_F(erf, loom::fastmath::erf_f32(x), std::erf(x))
+LM_F(sigmoid, loom::fastmath::sigmoid_f32(x), 1.0 / (1.0 + std::exp(-x)))
+LM_F(silu, x * loom::fastmath::sigmoid_f32(x), x / (1.0 + std::exp(-x)))
+LM_F(gelu, 0.5f * x * (1.0f + loom::fastmath::erf_f32(x * 0.70710678118654752440f)),
+     0.5 * x * (1.0 + std::erf(x * 0.70710678118654752440)))
+LM_F(gelu_tanh,
+     0.5f * x * (1.0f + loom::fastmath::tanh_f32(0.79788456080286535588f * (x + 0.044715f * x * x * x))),
+     0.5 * x * (1.0 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))))
+template <class T>
+static LOOM_ALWAYS_INLINE T lm_maximum(T a, T b) {
+  return (a != a || b != b) ? T(LM_NAN) : (a > b ? a : b);
+}
+template <class T>
+static LOOM_ALWAYS_INLINE T lm_minimum(T a, T b) {
+  return (a != a || b != b) ? T(LM_NAN) : (a < b ? a : b);
+}
+)LM";
+
+const char kCudaMath[] = R"LM(
+#define LM_INF __longlong_as_double(0x7ff0000000000000LL)
+#define LM_NAN __longlong_as_double(0x7ff8000000000000LL)
+#define LM_D static __device__ __forceinline__
+#define LM_F(name, f32, f64)                \
+  LM_D float lm_##name(float x) { return f32; } \
+  LM_D double lm_##name(double x) { return f64; }
+LM_F(abs, fabsf(x), fabs(x))
+LM_F(sqrt, sqrtf(x), sqrt(x))
+LM_F(sin, sinf(x), sin(x))
+LM_F(cos, cosf(x), cos(x))
+LM_F(exp, expf(x), exp(x))
+LM_F(log, logf(x), log(x))
+LM_F(log1p, log1pf(x), log1p(x))
+LM_F(tanh, tanhf(x), tanh(x))
+LM_F(erf, erff(x), erf(x))
+LM_D float lm_sigmoid(float x) {
+  const float e = expf(-fabsf(x));
+  const float s = 1.0f / (1.0f + e);
+  return x >= 0.0f ? s : e * s;
+}
+LM_D double lm_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+LM_D float lm_silu(float x) { return x * lm_sigmoid(x); }
+LM_D double lm_silu(double x) { return x / (1.0 + exp(-x)); }
+template <class T>
+LM_D T lm_gelu(T x) { return T(0.5) * x * (T(1) + lm_erf(x * T(0.70710678118654752440))); }
+template <class T>
+LM_D T lm_gelu_tanh(T x) {
+  const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+  return T(0.5) * x * (T(1) + lm_tanh(inner));
+}
+template <class T>
+LM_D T lm_maximum(T a, T b) { return (a != a || b != b) ? T(LM_NAN) : (a > b ? a : b); }
+template <class T>
+LM_D T lm_minimum(T a, T b) { return (a != a || b != b) ? T(LM_NAN) : (a < b ? a : b); }
+)LM";
+
+// A host constant as a literal of type T, exact (hexadecimal floating point). The preludes define
+// LM_INF and LM_NAN for both targets.
 std::string literal(double v, DType d) {
+  const std::string T = ctype(d);
+  if (v != v) return T + "(LM_NAN)";
+  if (v == __builtin_inf()) return T + "(LM_INF)";
+  if (v == -__builtin_inf()) return "(-" + T + "(LM_INF))";
   char buf[64];
-  if (v != v) return d == kFloat64 ? "__builtin_nan(\"\")" : "__builtin_nanf(\"\")";
-  if (v == __builtin_inf()) return d == kFloat64 ? "__builtin_inf()" : "__builtin_inff()";
-  if (v == -__builtin_inf()) return d == kFloat64 ? "(-__builtin_inf())" : "(-__builtin_inff())";
   if (d == kFloat64) {
     std::snprintf(buf, sizeof(buf), "(%a)", v);
   } else {
@@ -55,14 +134,15 @@ std::string literal(double v, DType d) {
 }
 
 // The expression of a pointwise node over its tensor operands' expressions, or "" when this file
-// cannot write it. `t` is the operands in argument order.
+// cannot write it. `t` is the operands in argument order. Math goes through the lm_* functions,
+// which each target's prelude defines for float and double as its eager kernels compute them.
 std::string pointwise_expr(const Node& n, const std::vector<std::string>& t, DType d) {
   const std::string op = n.op.schema().full_name();
-  const bool f32 = d == kFloat32;
   const std::string T = ctype(d);
   auto scalar_arg = [&](size_t i, double* out) {
+    if (i >= n.args.size() || n.args[i].kind != Arg::Kind::Constant) return false;
     const IValue& v = n.args[i].constant;
-    if (n.args[i].kind != Arg::Kind::Constant || v.is_none()) return false;
+    if (v.is_none()) return false;
     *out = v.to_scalar().to<double>();
     return true;
   };
@@ -76,59 +156,25 @@ std::string pointwise_expr(const Node& n, const std::vector<std::string>& t, DTy
   if (nt == 2 && op == "loom::mul") return "(" + t[0] + " * " + t[1] + ")";
   if (nt == 2 && op == "loom::div") return "(" + t[0] + " / " + t[1] + ")";
   if (nt == 2 && (op == "loom::maximum" || op == "loom::minimum")) {
-    const char* cmp = op == "loom::maximum" ? " > " : " < ";
-    return "((" + t[0] + " != " + t[0] + " || " + t[1] + " != " + t[1] + ") ? " +
-           (f32 ? "__builtin_nanf(\"\")" : "__builtin_nan(\"\")") + " : (" + t[0] + cmp + t[1] +
-           " ? " + t[0] + " : " + t[1] + "))";
+    return (op == "loom::maximum" ? "lm_maximum(" : "lm_minimum(") + t[0] + ", " + t[1] + ")";
   }
   if (nt != 1) return "";
   const std::string& x = t[0];
   if (op == "loom::neg") return "(-" + x + ")";
-  if (op == "loom::abs") return "std::fabs(" + x + ")";
   if (op == "loom::relu") return "(" + x + " < " + T + "(0) ? " + T + "(0) : " + x + ")";
   if (op == "loom::reciprocal") return "(" + T + "(1) / " + x + ")";
-  if (op == "loom::sqrt") return "std::sqrt(" + x + ")";
-  if (op == "loom::rsqrt") return "(" + T + "(1) / std::sqrt(" + x + "))";
-  if (op == "loom::sin") return "std::sin(" + x + ")";
-  if (op == "loom::cos") return "std::cos(" + x + ")";
-  struct Math {
-    const char* op;
-    const char* f32;
-    const char* f64;
-  };
-  static const Math kMath[] = {
-      {"loom::exp", "loom::fastmath::exp_f32", "std::exp"},
-      {"loom::log", "loom::fastmath::log_f32", "std::log"},
-      {"loom::log1p", "loom::fastmath::log1p_f32", "std::log1p"},
-      {"loom::tanh", "loom::fastmath::tanh_f32", "std::tanh"},
-      {"loom::erf", "loom::fastmath::erf_f32", "std::erf"},
-  };
-  for (const Math& m : kMath) {
-    if (op == m.op) return std::string(f32 ? m.f32 : m.f64) + "(" + x + ")";
-  }
-  if (op == "loom::sigmoid") {
-    return f32 ? "loom::fastmath::sigmoid_f32(" + x + ")" : "(1.0 / (1.0 + std::exp(-" + x + ")))";
-  }
-  if (op == "loom::silu") {
-    return f32 ? "(" + x + " * loom::fastmath::sigmoid_f32(" + x + "))"
-               : "(" + x + " / (1.0 + std::exp(-" + x + ")))";
+  if (op == "loom::rsqrt") return "(" + T + "(1) / lm_sqrt(" + x + "))";
+  for (const char* f :
+       {"abs", "sqrt", "sin", "cos", "exp", "log", "log1p", "tanh", "erf", "sigmoid", "silu"}) {
+    if (op == std::string("loom::") + f) return std::string("lm_") + f + "(" + x + ")";
   }
   if (op == "loom::gelu") {
     if (n.args.size() < 2 || n.args[1].kind != Arg::Kind::Constant ||
         !n.args[1].constant.is_string())
       return "";
     const std::string& approx = n.args[1].constant.to_string();
-    if (approx == "none") {
-      return f32 ? "(0.5f * " + x + " * (1.0f + loom::fastmath::erf_f32(" + x +
-                       " * 0.70710678118654752440f)))"
-                 : "(0.5 * " + x + " * (1.0 + std::erf(" + x + " * 0.70710678118654752440)))";
-    }
-    if (approx == "tanh") {
-      const std::string inner = "(" + T + "(0.79788456080286535588) * (" + x + " + " + T +
-                                "(0.044715) * " + x + " * " + x + " * " + x + "))";
-      return f32 ? "(0.5f * " + x + " * (1.0f + loom::fastmath::tanh_f32(" + inner + ")))"
-                 : "(0.5 * " + x + " * (1.0 + std::tanh(" + inner + ")))";
-    }
+    if (approx == "none") return "lm_gelu(" + x + ")";
+    if (approx == "tanh") return "lm_gelu_tanh(" + x + ")";
     return "";
   }
   if (op == "loom::pow.Tensor_Scalar") {
@@ -237,9 +283,16 @@ class GroupBuilder {
     const Node& n = g_.nodes[k];
     if (n.returns.size() != 1 || n.returns[0].size() != 1) return false;
     const Value& out = g_.values[static_cast<size_t>(n.returns[0][0])];
-    if (out.device != kCPU || (out.dtype != kFloat32 && out.dtype != kFloat64) || !out.contiguous ||
-        out.sizes.empty())
+    if ((out.dtype != kFloat32 && out.dtype != kFloat64) || !out.contiguous || out.sizes.empty())
       return false;
+    if (out.device.type() != DeviceType::CPU) {
+      if (out.device.type() != DeviceType::CUDA) return false;
+      const std::string why = cuda_codegen_unavailable(out.device.index());
+      if (!why.empty()) {
+        *why_not = "no CUDA code generator: " + why;
+        return false;
+      }
+    }
     // Autograd recorded this node (grad mode on and an operand requires grad).
     if (out.requires_grad) {
       *why_not = "its result requires grad";
@@ -248,7 +301,8 @@ class GroupBuilder {
     if (nodes_.empty()) {
       sizes_ = out.sizes;
       dtype_ = out.dtype;
-    } else if (out.sizes != sizes_ || out.dtype != dtype_) {
+      device_ = out.device;
+    } else if (out.sizes != sizes_ || out.dtype != dtype_ || out.device != device_) {
       return false;
     }
     // Operands first, without committing, so that a refusal leaves the group as it was.
@@ -271,7 +325,7 @@ class GroupBuilder {
           if (is_scalar_value(v)) {
             o.kind = Operand::Kind::Scalar;
             o.index = static_cast<int>(scalars_.size() + count(fresh, Operand::Kind::Scalar));
-          } else if (v.device == kCPU && v.dtype == dtype_ && v.contiguous &&
+          } else if (v.device == device_ && v.dtype == dtype_ && v.contiguous &&
                      broadcast_strides(v.sizes, sizes_, &o.row_stride, &o.column_step)) {
             o.kind = Operand::Kind::Tensor;
             o.index = static_cast<int>(inputs_.size() + count(fresh, Operand::Kind::Tensor));
@@ -331,6 +385,18 @@ class GroupBuilder {
     f.column_steps = steps;
     const ValueId first = g_.nodes[nodes_.front()].returns[0][0];
     f.out_sym_sizes = g_.values[static_cast<size_t>(first)].sym_sizes;
+    f.device = device_;
+    if (device_.type() == DeviceType::CUDA) {
+      f.source = cuda_source(f);
+      const CudaModule m = build_cuda_module(f.source, device_.index());
+      f.cuda_kernel = m.kernel;
+      f.cuda_kernel_vec4 = m.kernel_vec4;
+      f.cuda_multiprocessors = m.multiprocessors;
+      f.library_path = m.path;
+      f.cache_hit = m.cache_hit;
+      f.build_ms = m.build_ms;
+      return f;
+    }
     f.source = source(f);
     SharedObject so = build_shared_object(f.source);
     f.fn = reinterpret_cast<FusedKernel::Fn>(find_symbol(so, "loom_kernel"));
@@ -353,8 +419,7 @@ class GroupBuilder {
       case Operand::Kind::Scalar:
         return "s" + std::to_string(o.index);
       case Operand::Kind::Tensor:
-        return o.column_step ? "p" + std::to_string(o.index) + "[c]"
-                             : "p" + std::to_string(o.index) + "[0]";
+        return "in" + std::to_string(o.index);
       case Operand::Kind::Internal:
         break;
     }
@@ -371,7 +436,7 @@ class GroupBuilder {
     std::ostringstream os;
     // Sizes stay out of the source (they are arguments), so a new size finds the kernel built.
     os << "// loom generated kernel: " << f.ops << " over " << dtype_name(dtype_) << "\n"
-       << prelude << "\n#include <cstdint>\n\n";
+       << prelude << kCpuMath << "\n";
     os << "extern \"C\" LOOM_WIDE_VECTOR_LOOP void loom_kernel(char* const* d, const double* s,\n"
           "    const int64_t* rs, int64_t C, int64_t begin, int64_t end) {\n";
     for (size_t i = 0; i < scalars_.size(); ++i)
@@ -385,10 +450,82 @@ class GroupBuilder {
     for (size_t j = 0; j < inputs_.size(); ++j)
       os << "    const " << T << "* __restrict p" << j << " = reinterpret_cast<const " << T
          << "*>(d[" << f.outputs.size() + j << "]) + r * rs[" << j << "];\n";
-    os << "    for (int64_t c = c0; c < c0 + n; ++c) {\n" << body_;
+    os << "    for (int64_t c = c0; c < c0 + n; ++c) {\n";
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      os << "      const " << T << " in" << j << " = p" << j << (column_steps_[j] ? "[c]" : "[0]")
+         << ";\n";
+    os << body_;
     for (size_t k = 0; k < f.outputs.size(); ++k)
       os << "      o" << k << "[c] = v" << f.outputs[k] << ";\n";
     os << "    }\n    begin += n;\n    c0 = 0;\n    ++r;\n  }\n}\n";
+    return os.str();
+  }
+
+  // Two kernels over the same arguments: the general one, a thread per element of [rows, cols];
+  // and for float32 a vectorised one for a single row (the flat case), four elements a thread
+  // through 16-byte loads and stores, which the launch picks when the pointers are aligned.
+  // Arguments: outputs, inputs, scalars (double), row strides, cols, total.
+  std::string cuda_source(const FusedKernel& f) const {
+    const std::string T = ctype(dtype_);
+    std::ostringstream os;
+    os << "// loom generated CUDA kernel: " << f.ops << " over " << dtype_name(dtype_) << "\n"
+       << kCudaMath << "\n";
+    std::ostringstream params;
+    for (size_t k = 0; k < f.outputs.size(); ++k) params << T << "* __restrict__ o" << k << ", ";
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      params << "const " << T << "* __restrict__ p" << j << ", ";
+    for (size_t i = 0; i < scalars_.size(); ++i) params << "double sd" << i << ", ";
+    for (size_t j = 0; j < inputs_.size(); ++j) params << "long long rs" << j << ", ";
+    params << "long long C, long long total";
+    std::ostringstream scalars;
+    for (size_t i = 0; i < scalars_.size(); ++i)
+      scalars << "  const " << T << " s" << i << " = static_cast<" << T << ">(sd" << i << ");\n";
+    // One element at flat index i, row r, column c.
+    std::ostringstream element;
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      element << "    const " << T << " in" << j << " = p" << j << "[r * rs" << j
+              << (column_steps_[j] ? " + c" : "") << "];\n";
+    }
+    element << body_;
+    for (size_t k = 0; k < f.outputs.size(); ++k)
+      element << "    o" << k << "[i] = v" << f.outputs[k] << ";\n";
+    os << "extern \"C\" __global__ void loom_kernel(" << params.str() << ") {\n"
+       << scalars.str()
+       << "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;\n"
+          "       i += (long long)gridDim.x * blockDim.x) {\n"
+          "    const long long r = i / C, c = i - r * C;\n"
+       << element.str() << "  }\n}\n";
+    if (dtype_ != kFloat32) return os.str();
+    os << "extern \"C\" __global__ void loom_kernel_vec4(" << params.str() << ") {\n"
+       << scalars.str()
+       << "  const long long nvec = total / 4, stride = (long long)gridDim.x * blockDim.x;\n"
+          "  for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < nvec;\n"
+          "       q += stride) {\n";
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      if (column_steps_[j])
+        os << "    const float4 q" << j << " = reinterpret_cast<const float4*>(p" << j << ")[q];\n";
+    }
+    for (size_t k = 0; k < f.outputs.size(); ++k) os << "    float4 w" << k << ";\n";
+    for (const char* lane : {"x", "y", "z", "w"}) {
+      os << "    {\n";
+      for (size_t j = 0; j < inputs_.size(); ++j) {
+        os << "    const float in" << j << " = "
+           << (column_steps_[j] ? "q" + std::to_string(j) + "." + lane
+                                : "p" + std::to_string(j) + "[0]")
+           << ";\n";
+      }
+      os << body_;
+      for (size_t k = 0; k < f.outputs.size(); ++k)
+        os << "    w" << k << "." << lane << " = v" << f.outputs[k] << ";\n";
+      os << "    }\n";
+    }
+    for (size_t k = 0; k < f.outputs.size(); ++k)
+      os << "    reinterpret_cast<float4*>(o" << k << ")[q] = w" << k << ";\n";
+    os << "  }\n"
+          "  for (long long i = nvec * 4 + blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+          "       i < total; i += stride) {\n"
+          "    const long long r = 0, c = i;\n"
+       << element.str() << "  }\n}\n";
     return os.str();
   }
 
@@ -397,6 +534,7 @@ class GroupBuilder {
   std::vector<size_t> nodes_;
   std::vector<int64_t> sizes_;
   DType dtype_ = kFloat32;
+  Device device_ = kCPU;
   std::map<ValueId, Operand> operands_;
   std::vector<ValueId> inputs_, scalars_;
   std::vector<int64_t> row_strides_;
@@ -426,6 +564,44 @@ double scalar_value(const Tensor& t) {
 
 }  // namespace
 
+std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
+                                          const std::vector<Tensor>& scalar_in,
+                                          const std::vector<int64_t>& sizes, int64_t total,
+                                          int64_t cols_now, const std::vector<int64_t>& rs) const {
+  std::vector<Tensor> out;
+  std::vector<void*> ptrs;
+  bool aligned = true;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    out.push_back(empty(sizes, TensorOptions(dtype).with_device(device)));
+    ptrs.push_back(out.back().data_ptr());
+  }
+  for (size_t j = 0; j < in.size(); ++j) {
+    ptrs.push_back(in[j].data_ptr());
+    if (column_steps[j]) aligned = aligned && reinterpret_cast<uintptr_t>(ptrs.back()) % 16 == 0;
+  }
+  for (size_t k = 0; k < outputs.size(); ++k)
+    aligned = aligned && reinterpret_cast<uintptr_t>(ptrs[k]) % 16 == 0;
+  if (total == 0) return out;
+  std::vector<double> sv;
+  for (const Tensor& t : scalar_in) sv.push_back(scalar_value(t));
+  std::vector<long long> rsv(rs.begin(), rs.end());
+  long long c = cols_now, n = total;
+  std::vector<void*> args;
+  for (void*& p : ptrs) args.push_back(&p);
+  for (double& d : sv) args.push_back(&d);
+  for (long long& r : rsv) args.push_back(&r);
+  args.push_back(&c);
+  args.push_back(&n);
+  const bool vec4 = cuda_kernel_vec4 != nullptr && cols_now == total && aligned;
+  constexpr int kThreads = 256;
+  const int64_t work = vec4 ? (total + 3) / 4 : total;
+  const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads,
+                                           int64_t{std::max(cuda_multiprocessors, 1)} * 16);
+  launch_cuda_kernel(vec4 ? cuda_kernel_vec4 : cuda_kernel, blocks, kThreads, args.data(),
+                     device.index());
+  return out;
+}
+
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
                                      const std::vector<Tensor>& scalar_in,
                                      const std::vector<int64_t>& symbols) const {
@@ -445,6 +621,9 @@ std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
         "[compile] ", name, ": the operands no longer broadcast as the kernel was written for");
   }
   const std::vector<int64_t>& osizes = dynamic ? sizes_now : out_sizes;
+  if (device.type() == DeviceType::CUDA)
+    return run_cuda(in, scalar_in, osizes, rows_now * cols_now, cols_now,
+                    dynamic ? rs_now : row_strides);
   std::vector<Tensor> out;
   out.reserve(outputs.size());
   std::vector<char*> data;

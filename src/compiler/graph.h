@@ -100,11 +100,22 @@ struct FusedKernel {
   double build_ms = 0;                 // the compiler's time (0 on a cache hit)
   Fn fn = nullptr;
   std::shared_ptr<void> library;  // keeps the shared object loaded
+  Device device = kCPU;
+  // CUDA (cudaKernel_t handles from compiler/cuda_codegen.h): a thread per element, and for
+  // float32 a variant of four elements a thread for the flat case (null when absent).
+  void* cuda_kernel = nullptr;
+  void* cuda_kernel_vec4 = nullptr;
+  int cuda_multiprocessors = 0;
 
   // Allocates the outputs and runs the kernel over loom's thread pool; `symbols` are the size
   // symbols' values for this call (a dynamic graph's kernel takes its sizes from them).
   std::vector<Tensor> run(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
                           const std::vector<int64_t>& symbols) const;
+
+ private:
+  std::vector<Tensor> run_cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
+                               const std::vector<int64_t>& sizes, int64_t total, int64_t cols,
+                               const std::vector<int64_t>& row_strides) const;
 };
 
 // One step of a replay: a node through the dispatcher, or a fused kernel.
