@@ -22,8 +22,11 @@
 //   A graph break is where a value must leave the graph for the host: an operator that returns a
 //   host value (item(), equal(), allclose()), or a backward pass run inside the function (the
 //   joint graph is not captured yet). Each break is recorded with its reason and the user call
-//   that caused it. In this version a function with a break is not replayed: it runs eagerly on
-//   every call, and says so once (with fullgraph, the break is a CompileError instead).
+//   that caused it, and said once (with fullgraph, the break is a CompileError instead). At a host
+//   value the graph resumes (Note [Graph breaks] in compiler/compile.cpp): a replay runs the graph
+//   up to the read, produces the value, and goes on while it equals the captured one, a guard;
+//   another value is a recompile. A break that cannot resume (a backward pass, or a host read
+//   after an in-place write or a random draw) makes the function run eagerly on every call.
 //   Calling a compiled function while another one captures runs it inline, so that the outer
 //   graph records its operators.
 //
@@ -76,9 +79,9 @@ struct CompileOptions {
   bool fullgraph = false;  // a graph break is a CompileError naming it
   int recompile_limit = 8;
   RecompilePolicy on_limit = RecompilePolicy::Warn;
-  std::string name;  // for logs and reports; "compiled function #N" when empty
+  std::string name{};  // for logs and reports; "compiled function #N" when empty
   // (input, dim) pairs: symbolic from the first call (unless dynamic=off), or never symbolic.
-  std::vector<std::pair<int, int>> dynamic_dims, static_dims;
+  std::vector<std::pair<int, int>> dynamic_dims{}, static_dims{};
 };
 
 using TensorFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -87,6 +90,10 @@ struct GraphBreakInfo {
   std::string op;        // "loom::_local_scalar_dense", or what broke outside an operator
   std::string reason;    // why the value had to leave the graph
   std::string location;  // the user's call that caused it: "function (binary+0x1234)"
+  // The graph continues after it: the value is produced by running the graph so far, and the
+  // rest is replayed while the value is the one captured (a guard). A break that is not resumed
+  // makes the function run eagerly.
+  bool resumed = false;
 };
 
 struct GuardInfo {

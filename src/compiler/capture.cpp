@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "compiler/graph.h"
@@ -171,21 +172,29 @@ ValueId Capture::value_of(const Tensor& t) {
   return new_value(v, t);
 }
 
-void Capture::add_break(std::string op, std::string reason) {
-  graph_.breaks.push_back(GraphBreakInfo{std::move(op), std::move(reason), user_call_site()});
+void Capture::add_break(std::string op, std::string reason, bool resumed) {
+  graph_.breaks.push_back(
+      GraphBreakInfo{std::move(op), std::move(reason), user_call_site(), resumed});
   graph_.break_at.push_back(graph_.nodes.size());
 }
 
 void Capture::record(const OperatorHandle& op, const IValue* args, size_t nargs, const IValue* rets,
                      size_t nrets) {
-  for (size_t r = 0; r < nrets; ++r) {
-    if (!rets[r].is_tensor() && !rets[r].is_tensor_list()) {
-      add_break(op.name(), "its result (" + op.schema().returns[r].type.str() +
-                               ") is a host value, which leaves the graph");
-      return;
-    }
+  size_t host = 0;
+  for (size_t r = 0; r < nrets; ++r) host += !rets[r].is_tensor() && !rets[r].is_tensor_list();
+  if (host > 0 && host < nrets) {
+    add_break(op.name(), "some of its results are host values, which leave the graph");
+    return;
   }
   Node node;
+  if (host > 0) {
+    // A host node: the graph breaks here and resumes after it (Note [Graph breaks]).
+    node.host_returns.assign(rets, rets + nrets);
+    add_break(op.name(),
+              "its result (" + op.schema().returns[0].type.str() +
+                  ") is a host value, which leaves the graph",
+              /*resumed=*/true);
+  }
   node.op = op;
   node.args.reserve(nargs);
   for (size_t i = 0; i < nargs; ++i) {
@@ -208,7 +217,7 @@ void Capture::record(const OperatorHandle& op, const IValue* args, size_t nargs,
   }
   const auto node_index = static_cast<int32_t>(graph_.nodes.size());
   int32_t slot = 0;
-  for (size_t r = 0; r < nrets; ++r) {
+  for (size_t r = 0; r < nrets && !node.is_host(); ++r) {
     std::vector<ValueId> ids;
     auto add = [&](const Tensor& t) {
       Value v;
@@ -339,7 +348,46 @@ void Graph::compute_releases() {
   }
 }
 
-std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
+bool same_host_value(const IValue& a, const IValue& b) {
+  auto bits = [](double d) {
+    uint64_t u = 0;
+    std::memcpy(&u, &d, sizeof(u));
+    return u;
+  };
+  if (a.is_scalar() && b.is_scalar()) {
+    const Scalar x = a.to_scalar(), y = b.to_scalar();
+    if (x.is_floating() && y.is_floating()) return bits(x.to_double()) == bits(y.to_double());
+    return x.is_floating() == y.is_floating() && x == y;
+  }
+  if (a.is_double() && b.is_double()) return bits(a.to_double()) == bits(b.to_double());
+  if (a.is_int() && b.is_int()) return a.to_int() == b.to_int();
+  if (a.is_bool() && b.is_bool()) return a.to_bool() == b.to_bool();
+  return a.repr() == b.repr();
+}
+
+std::string host_value_str(const IValue& v) {
+  double d = 0;
+  if (v.is_double()) {
+    d = v.to_double();
+  } else if (v.is_scalar() && v.to_scalar().is_floating()) {
+    d = v.to_scalar().to_double();
+  } else {
+    return v.repr();
+  }
+  char b[40];
+  std::snprintf(b, sizeof(b), "%.17g", d);
+  return b;
+}
+
+std::vector<int32_t> Graph::host_nodes() const {
+  std::vector<int32_t> h;
+  for (size_t k = 0; k < nodes.size(); ++k)
+    if (nodes[k].is_host()) h.push_back(static_cast<int32_t>(k));
+  return h;
+}
+
+bool Graph::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs_out,
+                HostMismatch* mismatch) const {
   std::vector<Tensor> env(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     const Value& v = values[i];
@@ -363,13 +411,24 @@ std::vector<Tensor> Graph::run(const std::vector<Tensor>& inputs) const {
     } else {
       const Node& n = nodes[static_cast<size_t>(step.node)];
       run_node(n, env, stack, sym);
+      if (n.is_host()) {
+        for (size_t r = 0; r < n.host_returns.size(); ++r) {
+          if (same_host_value(stack[r], n.host_returns[r])) continue;
+          int index = 0;
+          for (int32_t h : host_nodes()) index += h < step.node;
+          mismatch->host_node = index;
+          mismatch->why = n.op.name() + " returned " + host_value_str(stack[r]) + ", captured " +
+                          host_value_str(n.host_returns[r]);
+          return false;
+        }
+      }
     }
     for (ValueId id : release_after[k]) env[static_cast<size_t>(id)] = Tensor();
   }
-  std::vector<Tensor> out;
-  out.reserve(outputs.size());
-  for (ValueId id : outputs) out.push_back(env[static_cast<size_t>(id)]);
-  return out;
+  outputs_out->clear();
+  outputs_out->reserve(outputs.size());
+  for (ValueId id : outputs) outputs_out->push_back(env[static_cast<size_t>(id)]);
+  return true;
 }
 
 std::string Graph::str() const {
@@ -443,7 +502,9 @@ std::string Graph::str() const {
       }
     }
     os << ')';
-    if (!n.returns.empty() && n.returns[0].size() == 1) {
+    if (n.is_host()) {
+      os << "  # host value " << host_value_str(n.host_returns[0]) << ", guarded";
+    } else if (!n.returns.empty() && n.returns[0].size() == 1) {
       const Value& v = values[static_cast<size_t>(n.returns[0][0])];
       os << "  # " << dtype_name(v.dtype) << ' '
          << (v.sym_sizes.empty() ? shape_str(v.sizes) : sym_str(v.sym_sizes));

@@ -2,7 +2,9 @@
 // graph breaks, logs and reports (see loom/compile.h).
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -160,7 +162,9 @@ struct Entry {
   mutable std::vector<int64_t> failures;
   mutable int64_t replays = 0;
 
-  size_t num_guards() const {
+  size_t num_guards() const { return host_guard_base() + graph.host_nodes().size(); }
+  // The first host guard's index: they come last, checked during the replay.
+  size_t host_guard_base() const {
     return 2 + inputs.size() + 1 + constants.size() + graph.symbols.size();
   }
 
@@ -184,6 +188,17 @@ struct Entry {
       for (const auto& [in, d] : graph.symbols[i].dims)
         line += " = input " + std::to_string(in) + " dim " + std::to_string(d);
       line += ", >= 2 (captured at " + std::to_string(graph.symbols[i].hint) + ")";
+      g.push_back(line);
+    }
+    const std::vector<int32_t> host = graph.host_nodes();
+    for (size_t j = 0; j < host.size(); ++j) {
+      const compiler::Node& n = graph.nodes[static_cast<size_t>(host[j])];
+      std::string line = "host value " + std::to_string(j + 1) + ": " + n.op.name() +
+                         " == " + compiler::host_value_str(n.host_returns[0]);
+      for (size_t b = 0; b < graph.breaks.size(); ++b) {
+        if (graph.break_at[b] == static_cast<size_t>(host[j]) && !graph.breaks[b].location.empty())
+          line += " (at " + graph.breaks[b].location + ")";
+      }
       g.push_back(line);
     }
     return g;
@@ -268,6 +283,24 @@ std::string fmt_ms(double ms) {
 
 }  // namespace
 
+// Note [Graph breaks]
+//   C++ cannot stop a function at a host read and resume it later, as Dynamo resumes a Python
+//   frame. What loom can do is keep capturing: the operator whose result goes to the host (item())
+//   is recorded as a host node with the value it returned, and the operators after it, which see
+//   that value only as host constants, go on into the same graph. Passes treat the host node as a
+//   barrier (no fusion across it; values it reads are materialised), so the graph is two compiled
+//   halves with the read between them. A replay runs the first half, runs the read, and compares
+//   the value with the captured one, bit for bit: equal, the second half is right for it and runs;
+//   different, the replay stops and the next cached graph is tried, or the function is captured
+//   again (the recompile names the value: "host value 1: loom::_local_scalar_dense returned -3,
+//   captured 3"). So values that decided host-side control flow, or fed the operators after the
+//   break, are guards.
+//   A stopped replay has run the first half; the call then starts over, which is only right when
+//   that half may run twice: no in-place write, no random draw (Note [Pure nodes]) before the
+//   last host node. A graph that has one there, or a break that is not a host read (a backward
+//   pass inside the function), makes the function run eagerly on every call, and a warning says
+//   why. A value that changes every call (a running loss) recompiles every call until the
+//   recompile limit, whose policy then applies: pass such values as tensors instead.
 struct CompiledFunction::Impl {
   TensorFunction fn;
   CompileOptions options;
@@ -323,6 +356,11 @@ bool CompiledFunction::Impl::make_dynamic(Graph& g, const std::vector<Tensor>& i
                                           const LogFlags& logs) {
   std::string why;
   for (const compiler::Node& n : g.nodes) {
+    if (n.is_host()) {
+      why = "the function has a graph break (" + n.op.name() +
+            "), and its host value at other sizes would need guards of its own";
+      break;
+    }
     if (n.op.schema().is_mutable()) {
       why = "the function writes in place (" + n.op.name() +
             "), and probing it at other sizes would repeat its writes";
@@ -404,74 +442,96 @@ std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inpu
   // Inside another function's capture: run inline, so that its graph records these operators.
   if (Capture::active()) return fn(inputs);
   const LogFlags logs = log_flags();
-  std::shared_ptr<Entry> hit;
-  bool eager = false;
+  // Per graph (0-based): the guard that failed, for the recompile's reason.
+  std::map<size_t, std::string> failed;
+  size_t unchecked = SIZE_MAX;  // graphs [0, unchecked) are still to try, the newest first
   {
     std::lock_guard<std::mutex> lock(mu);
     ++calls;
-    std::string why;  // every graph's first failing guard, "graph 1: ...; graph 2: ..."
-    if (!eager_forever) {
-      std::vector<std::string> failed(entries.size());
-      for (size_t k = entries.size(); k-- > 0;) {  // the newest first: the likeliest to hold
-        const int g = entries[k]->check(inputs, &failed[k]);
-        if (g < 0) {
-          hit = entries[k];
-          ++hit->replays;
-          break;
+  }
+  for (;;) {
+    std::shared_ptr<Entry> hit;
+    size_t hit_index = 0;
+    bool eager = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!eager_forever) {
+        for (size_t k = std::min(unchecked, entries.size()); k-- > 0;) {
+          std::string why;
+          const int g = entries[k]->check(inputs, &why);
+          if (g < 0) {
+            hit = entries[k];
+            hit_index = k;
+            break;
+          }
+          ++entries[k]->failures[static_cast<size_t>(g)];
+          failed[k] = why;
         }
-        ++entries[k]->failures[static_cast<size_t>(g)];
+        unchecked = hit ? hit_index : 0;
       }
-      for (size_t k = 0; k < failed.size() && !hit; ++k)
-        why += (k ? "; graph " : "graph ") + std::to_string(k + 1) + ": " + failed[k];
-    }
-    if (!hit && !eager_forever && !entries.empty()) {
-      if (static_cast<int>(entries.size()) >= options.recompile_limit) {
-        const std::string msg = "[compile] " + options.name + ": recompile limit of " +
-                                std::to_string(options.recompile_limit) +
-                                " graphs reached (the last guard to fail: " + why + ")";
-        LOOM_CHECK_AS(CompileError, options.on_limit != RecompilePolicy::Error, msg);
-        eager_forever = true;
-        warn_once("compile.limit:" + options.name,
-                  msg + "; the function runs eagerly from now on (loom::explain shows the guards)");
-      } else {
-        // Automatic dynamic: the dimensions whose size changed against the newest graph.
-        const Entry& last = *entries.back();
-        if (options.dynamic == DynamicShapes::Auto && static_reason.empty() &&
-            last.inputs.size() == inputs.size()) {
-          std::string changed;
-          for (size_t i = 0; i < inputs.size(); ++i) {
-            const TensorGuard& gd = last.inputs[i];
-            if (!gd.defined || !inputs[i].defined() ||
-                inputs[i].dim() != static_cast<int64_t>(gd.sizes.size()))
-              continue;
-            for (size_t d = 0; d < gd.sizes.size(); ++d) {
-              const bool symbolic = !gd.symbol.empty() && gd.symbol[d] >= 0;
-              const int64_t now = inputs[i].size(static_cast<int64_t>(d));
-              if (symbolic || now == gd.sizes[d]) continue;
-              if (auto_dynamic.insert({static_cast<int>(i), static_cast<int>(d)}).second) {
-                changed += (changed.empty() ? "" : ", ") + std::string("input ") +
-                           std::to_string(i) + " dim " + std::to_string(d) + " (" +
-                           std::to_string(gd.sizes[d]) + " -> " + std::to_string(now) + ")";
+      std::string why;  // every graph's first failing guard, "graph 1: ...; graph 2: ..."
+      for (const auto& [k, w] : failed)
+        why += (why.empty() ? "graph " : "; graph ") + std::to_string(k + 1) + ": " + w;
+      if (!hit && !eager_forever && !entries.empty()) {
+        if (static_cast<int>(entries.size()) >= options.recompile_limit) {
+          const std::string msg = "[compile] " + options.name + ": recompile limit of " +
+                                  std::to_string(options.recompile_limit) +
+                                  " graphs reached (the last guard to fail: " + why + ")";
+          LOOM_CHECK_AS(CompileError, options.on_limit != RecompilePolicy::Error, msg);
+          eager_forever = true;
+          warn_once(
+              "compile.limit:" + options.name,
+              msg + "; the function runs eagerly from now on (loom::explain shows the guards)");
+        } else {
+          // Automatic dynamic: the dimensions whose size changed against the newest graph.
+          const Entry& last = *entries.back();
+          if (options.dynamic == DynamicShapes::Auto && static_reason.empty() &&
+              last.inputs.size() == inputs.size()) {
+            std::string changed;
+            for (size_t i = 0; i < inputs.size(); ++i) {
+              const TensorGuard& gd = last.inputs[i];
+              if (!gd.defined || !inputs[i].defined() ||
+                  inputs[i].dim() != static_cast<int64_t>(gd.sizes.size()))
+                continue;
+              for (size_t d = 0; d < gd.sizes.size(); ++d) {
+                const bool symbolic = !gd.symbol.empty() && gd.symbol[d] >= 0;
+                const int64_t now = inputs[i].size(static_cast<int64_t>(d));
+                if (symbolic || now == gd.sizes[d]) continue;
+                if (auto_dynamic.insert({static_cast<int>(i), static_cast<int>(d)}).second) {
+                  changed += (changed.empty() ? "" : ", ") + std::string("input ") +
+                             std::to_string(i) + " dim " + std::to_string(d) + " (" +
+                             std::to_string(gd.sizes[d]) + " -> " + std::to_string(now) + ")";
+                }
               }
             }
+            if (!changed.empty()) why += "; automatic dynamic: " + changed + " become symbols";
           }
-          if (!changed.empty()) why += "; automatic dynamic: " + changed + " become symbols";
-        }
-        recompile_reasons.push_back(why);
-        if (logs.recompiles) {
-          std::fprintf(stderr, "[compile] %s: recompiling (graph %zu): %s\n", options.name.c_str(),
-                       entries.size() + 1, why.c_str());
+          recompile_reasons.push_back(why);
+          if (logs.recompiles) {
+            std::fprintf(stderr, "[compile] %s: recompiling (graph %zu): %s\n",
+                         options.name.c_str(), entries.size() + 1, why.c_str());
+          }
         }
       }
+      if (!hit) {
+        eager = eager_forever;
+        ++(eager ? eager_calls : captures);
+      }
     }
-    if (!hit) {
-      eager = eager_forever;
-      ++(eager ? eager_calls : captures);
+    if (!hit) return eager ? fn(inputs) : capture(inputs, logs);
+    std::vector<Tensor> out;
+    compiler::HostMismatch m;
+    if (hit->graph.run(inputs, &out, &m)) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++hit->replays;
+      return out;
     }
+    // A host value differs from the captured one: the replay stopped there, and what it ran
+    // before is pure (Note [Graph breaks]), so the call goes on as if it had not started.
+    std::lock_guard<std::mutex> lock(mu);
+    ++hit->failures[hit->host_guard_base() + static_cast<size_t>(m.host_node)];
+    failed[hit_index] = "host value " + std::to_string(m.host_node + 1) + ": " + m.why;
   }
-  if (hit) return hit->graph.run(inputs);
-  if (eager) return fn(inputs);
-  return capture(inputs, logs);
 }
 
 std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& inputs,
@@ -500,20 +560,58 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
                      b.location.empty() ? "" : " at ", b.location.c_str());
       }
     }
-    const GraphBreakInfo& b = g.breaks.front();
-    const std::string what = (b.op.empty() ? "" : b.op + ": ") + b.reason +
-                             (b.location.empty() ? "" : " at " + b.location);
+    // Note [Graph breaks]: the first break that cannot resume, else the first break.
+    auto first = std::find_if(g.breaks.begin(), g.breaks.end(),
+                              [](const GraphBreakInfo& b) { return !b.resumed; });
+    std::string impure;  // a node before the last host node that must not run twice
+    const std::vector<int32_t> host = g.host_nodes();
+    if (first == g.breaks.end()) {
+      for (int32_t k = 0; !host.empty() && k < host.back() && impure.empty(); ++k) {
+        const compiler::Node& n = g.nodes[static_cast<size_t>(k)];
+        if (!n.is_host() && !compiler::is_pure(n)) impure = n.op.name();
+      }
+      first = g.breaks.begin();
+    }
+    const bool eager_from_now = !first->resumed || !impure.empty();
+    const std::string what = (first->op.empty() ? "" : first->op + ": ") + first->reason +
+                             (first->location.empty() ? "" : " at " + first->location);
+    bool first_time = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      breaks.insert(breaks.end(), g.breaks.begin(), g.breaks.end());
-      eager_forever = true;
+      first_time = breaks.empty();
+      for (const GraphBreakInfo& b : g.breaks) {
+        const bool known =
+            std::any_of(breaks.begin(), breaks.end(), [&](const GraphBreakInfo& seen) {
+              return seen.op == b.op && seen.location == b.location;
+            });
+        if (!known) breaks.push_back(b);
+      }
+      eager_forever = eager_forever || eager_from_now;
     }
     LOOM_CHECK_AS(CompileError, !options.fullgraph, "[compile] ", options.name,
                   ": graph break with fullgraph=true: ", what);
-    warn_once("compile.break:" + options.name,
-              "[compile] " + options.name + ": graph break: " + what +
-                  "; the function runs eagerly on every call (loom::explain shows every break)");
-    return out;
+    if (eager_from_now) {
+      for (GraphBreakInfo& b : g.breaks) b.resumed = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        for (GraphBreakInfo& b : breaks) b.resumed = false;
+      }
+      const std::string because =
+          impure.empty() ? ""
+                         : " (the graph cannot resume after it: " + impure +
+                               " runs before it, and a replay whose host value differs would "
+                               "have to run it again)";
+      warn_once("compile.break:" + options.name,
+                "[compile] " + options.name + ": graph break: " + what + because +
+                    "; the function runs eagerly on every call (loom::explain shows every break)");
+      return out;
+    }
+    if (first_time) {
+      warn_once("compile.break:" + options.name,
+                "[compile] " + options.name + ": graph break: " + what +
+                    "; the graph is split there and resumes after it, replayed while the value "
+                    "is the one captured (loom::explain shows every break)");
+    }
   }
   for (const Tensor& c : g.constants) e->constants.push_back(TensorGuard::of(c));
   const std::vector<std::pair<int, int>> dims = dims_to_symbolise(inputs);

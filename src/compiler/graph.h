@@ -76,7 +76,23 @@ struct Node {
   std::vector<Arg> args;
   // Per return: its tensor values (one for a Tensor, n for a Tensor[]).
   std::vector<std::vector<ValueId>> returns;
+  // A host node (Note [Graph breaks] in compiler/compile.cpp): an operator whose results leave
+  // the graph for the host (item()); what they were when captured. A replay runs the operator and
+  // goes on only while it returns these again.
+  std::vector<IValue> host_returns;
+
+  bool is_host() const { return !host_returns.empty(); }
 };
+
+// Why a replay stopped at a host node: its position among the graph's host nodes and the value.
+struct HostMismatch {
+  int host_node = -1;
+  std::string why;  // "loom::_local_scalar_dense returned 0.25, captured 1.5"
+};
+
+// Host results equal bit for bit (a NaN equals itself); the readable form of one.
+bool same_host_value(const IValue& a, const IValue& b);
+std::string host_value_str(const IValue& v);
 
 // A pointwise kernel the inductor backend generated for a run of nodes (compiler/fusion.cpp): it
 // reads `inputs` (tensors indexed per row and column of the iteration space) and `scalars` (0-dim
@@ -139,13 +155,18 @@ struct Graph {
   std::vector<std::vector<ValueId>> release_after;
   // What the passes did, one line each ("dce: removed 2 nodes").
   std::vector<std::string> pass_log;
-  // Graph breaks, each before the node of the same position in `break_at`.
+  // Graph breaks, each before the node of the same position in `break_at` (a resumed break is
+  // at its host node).
   std::vector<GraphBreakInfo> breaks;
   std::vector<size_t> break_at;
 
-  // Replays the nodes through the dispatcher (Autograd records as in an eager call) and returns
-  // the outputs.
-  std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  // Replays the steps (nodes through the dispatcher, where Autograd records as in an eager call)
+  // and returns the outputs. At a host node whose result differs from the captured one it stops:
+  // false, with `mismatch` saying which (what ran before it has run).
+  bool run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
+           HostMismatch* mismatch) const;
+  // The host nodes, in order.
+  std::vector<int32_t> host_nodes() const;
   // The symbols' values for these inputs (the guards checked that they are consistent).
   std::vector<int64_t> bind_symbols(const std::vector<Tensor>& inputs) const;
   // One node a line: "%3 = loom::mul.Tensor(%1, %2)  # float32 [8, 16]".
@@ -161,6 +182,9 @@ struct Graph {
 
 // The inductor backend's passes, in order: dead-code elimination, common subexpressions, pointwise
 // fusion with C++ code generation (compiler/passes.cpp, compiler/fusion.cpp).
+// Note [Pure nodes] in compiler/passes.cpp: no in-place write, no random draw, not a host node.
+bool is_pure(const Node& n);
+
 struct PassOptions {
   bool fuse = true;
 };
@@ -184,7 +208,7 @@ class Capture {
 
   // Ends the capture: the graph with `outputs` as its results.
   Graph finish(const std::vector<Tensor>& outputs);
-  bool broke() const { return !graph_.breaks.empty(); }
+
   const std::vector<GraphBreakInfo>& breaks() const { return graph_.breaks; }
 
   // The thread's capture, or null.
@@ -197,8 +221,8 @@ class Capture {
   // were passed, rets its returns.
   void record(const OperatorHandle& op, const IValue* args, size_t nargs, const IValue* rets,
               size_t nrets);
-  // A graph break before the next node.
-  void add_break(std::string op, std::string reason);
+  // A graph break before the next node; resumed: at a host node, and the graph goes on.
+  void add_break(std::string op, std::string reason, bool resumed = false);
 
  private:
   ValueId value_of(const Tensor& t);

@@ -3,11 +3,11 @@
 //
 // Note [Pure nodes]
 //   Both passes touch only pure nodes: an operator whose schema writes through no argument (no
-//   "(a!)") and that draws no random numbers (a replay of a random operator must advance the
-//   generator as the eager call did, so it is never dropped or merged). CSE runs only on graphs
-//   without in-place writes: after a merge two eager tensors are one, and a write to one of them
-//   (or to a view of it) would be seen through the other. Nor does it merge two returned values,
-//   which the caller may mutate independently.
+//   "(a!)"), that is not a host node (a guard) and that draws no random numbers (a replay of a
+//   random operator must advance the generator as the eager call did, so it is never dropped or
+//   merged). CSE runs only on graphs without in-place writes: after a merge two eager tensors are
+//   one, and a write to one of them (or to a view of it) would be seen through the other. Nor does
+//   it merge two returned values, which the caller may mutate independently.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -26,10 +26,6 @@ bool is_random(const std::string& name) {
     if (name.find(w) != std::string::npos) return true;
   }
   return false;
-}
-
-bool is_pure(const Node& n) {
-  return !n.op.schema().is_mutable() && !is_random(n.op.schema().name);
 }
 
 // Removes pure steps none of whose outputs is read later or returned.
@@ -139,6 +135,10 @@ int common_subexpressions(Graph& g) {
 }
 
 }  // namespace
+
+bool is_pure(const Node& n) {
+  return !n.is_host() && !n.op.schema().is_mutable() && !is_random(n.op.schema().name);
+}
 
 void optimize(Graph& g, const PassOptions& options) {
   const int dead = dead_code(g);

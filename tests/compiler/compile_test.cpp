@@ -196,9 +196,10 @@ TEST(Compile, GradientsFlowThroughAReplay) {
 }
 
 // A host read in the function is a graph break: reported with the operator, the reason and the
-// user's call; the function then runs eagerly on every call (both branches right), and with
-// fullgraph the break is an error.
-TEST(Compile, ItemIsAGraphBreakWithItsLocation) {
+// user's call. The graph resumes after it: a replay runs the graph up to the read, and goes on
+// while the value is the one captured (a guard); a new value is a recompile, and each branch has
+// a graph of its own. With fullgraph the break is an error.
+TEST(Compile, ItemIsAGraphBreakThatResumesGuardedOnTheValue) {
   int runs = 0;
   TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
     ++runs;
@@ -207,23 +208,49 @@ TEST(Compile, ItemIsAGraphBreakWithItsLocation) {
     return {neg(in[0])};
   };
   CompiledFunction f = compile(fn, {.name = "breaks"});
-  const Tensor pos = ones({3}), negative = full({3}, -1.0);
+  const Tensor pos = ones({3}), negative = full({3}, -1.0), twice = full({3}, 2.0);
   {
     WarningsToStderr quiet(false);
     EXPECT_TRUE(equal(f({pos})[0], full({3}, 2.0)));
     EXPECT_TRUE(equal(f({negative})[0], ones({3})));
+    EXPECT_EQ(runs, 2) << "a new host value is a recompile";
+    // Both graphs replay, each for its own value, without running the function.
+    EXPECT_TRUE(equal(f({pos})[0], full({3}, 2.0)));
+    EXPECT_TRUE(equal(f({negative})[0], ones({3})));
+    EXPECT_TRUE(equal(f({pos})[0], full({3}, 2.0)));
+    EXPECT_EQ(runs, 2);
+    // Another value that takes the same branch is still a new value: a third graph.
+    EXPECT_TRUE(equal(f({twice})[0], full({3}, 4.0)));
+    EXPECT_EQ(runs, 3);
   }
-  EXPECT_EQ(runs, 2);
   const CompileReport r = f.report();
-  ASSERT_EQ(r.breaks.size(), 1u);
+  ASSERT_EQ(r.breaks.size(), 1u) << "one break site, seen by three captures";
   EXPECT_EQ(r.breaks[0].op, "loom::_local_scalar_dense");
+  EXPECT_TRUE(r.breaks[0].resumed);
   EXPECT_NE(r.breaks[0].reason.find("host value"), std::string::npos) << r.breaks[0].reason;
-  EXPECT_NE(r.breaks[0].location.find("ItemIsAGraphBreakWithItsLocation"), std::string::npos)
+  EXPECT_NE(r.breaks[0].location.find("ItemIsAGraphBreakThatResumes"), std::string::npos)
       << "location: " << r.breaks[0].location;
-  EXPECT_EQ(r.eager_calls, 1);
+  EXPECT_EQ(r.eager_calls, 0);
+  ASSERT_EQ(r.graphs.size(), 3u);
+  EXPECT_EQ(r.graphs[0].replays, 2);
+  EXPECT_EQ(r.graphs[1].replays, 1);
+  // The host guard names the operator and the value, and counts its failures.
+  bool guarded = false;
+  for (const GuardInfo& g : r.graphs[0].guards) {
+    if (g.text.find("host value 1: loom::_local_scalar_dense == 3") == std::string::npos) continue;
+    guarded = true;
+    EXPECT_GE(g.failures, 2) << g.text;
+  }
+  EXPECT_TRUE(guarded) << r.str();
+  ASSERT_FALSE(r.recompile_reasons.empty());
+  EXPECT_NE(r.recompile_reasons[0].find("host value 1: loom::_local_scalar_dense returned -3, "
+                                        "captured 3"),
+            std::string::npos)
+      << r.recompile_reasons[0];
+  EXPECT_NE(r.graphs[0].code.find("-- graph break"), std::string::npos) << r.graphs[0].code;
   bool warned = false;
   for (const Warning& w : warnings()) warned = warned || w.key == "compile.break:breaks";
-  EXPECT_TRUE(warned) << "a function that runs eagerly must say so";
+  EXPECT_TRUE(warned) << "a graph break must be said";
 
   CompiledFunction strict = compile(fn, {.fullgraph = true, .name = "strict"});
   try {
@@ -232,6 +259,71 @@ TEST(Compile, ItemIsAGraphBreakWithItsLocation) {
   } catch (const CompileError& e) {
     EXPECT_NE(std::string(e.what()).find("_local_scalar_dense"), std::string::npos) << e.what();
   }
+}
+
+// The host value feeds the operators after the break as a constant; with the inductor backend
+// both sides of the break are fused, and every replay equals the eager function bit for bit.
+TEST(Compile, OperatorsAfterABreakUseTheHostValue) {
+  int runs = 0;
+  TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
+    ++runs;
+    const Tensor y = sigmoid(mul(in[0], 2.0));
+    const double scale = sum(y).item<double>();
+    return {add(mul(div(y, scale), 3.0), in[1])};
+  };
+  CompiledFunction f = compile(fn, {.name = "normalise"});
+  default_generator().manual_seed(3);
+  const Tensor x = randn({4, 5}), b = randn({4, 5}), x2 = randn({4, 5});
+  WarningsToStderr quiet(false);
+  for (const Tensor& in : {x, x, x2, x, x2}) {
+    const Tensors got = f({in, b});
+    int eager_runs = runs;
+    const Tensors want = fn({in, b});
+    runs = eager_runs;
+    EXPECT_TRUE(equal(got[0], want[0]));
+  }
+  EXPECT_EQ(runs, 2) << "two values of the sum, two captures";
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 2u);
+  EXPECT_EQ(r.graphs[0].replays, 2);
+  EXPECT_EQ(r.graphs[1].replays, 1);
+  // One kernel before the break (mul, sigmoid) and one after it (div, mul, add).
+  EXPECT_EQ(r.graphs[0].op_counts.at("fused"), 2) << r.str();
+}
+
+// A replay that stops at a changed host value has run the graph before it; the call then starts
+// again, so that part must be safe to run twice. After an in-place write or a random draw it is
+// not: the function runs eagerly, and says why.
+TEST(Compile, ABreakAfterAnInPlaceWriteRunsEagerly) {
+  int runs = 0;
+  TensorFunction fn = [&runs](const Tensors& in) -> Tensors {
+    ++runs;
+    add_(in[0], 1.0);
+    if (sum(in[0]).item<double>() > 0) return {mul(in[0], 2.0)};
+    return {neg(in[0])};
+  };
+  CompiledFunction f = compile(fn, {.name = "writes then reads"});
+  const Tensor a = zeros({3});
+  {
+    WarningsToStderr quiet(false);
+    f({a});
+    f({a});
+    f({a});
+  }
+  EXPECT_EQ(runs, 3);
+  EXPECT_TRUE(equal(a, full({3}, 3.0))) << "each call wrote once";
+  const CompileReport r = f.report();
+  EXPECT_EQ(r.eager_calls, 2);
+  ASSERT_EQ(r.breaks.size(), 1u);
+  EXPECT_FALSE(r.breaks[0].resumed);
+  bool warned = false;
+  for (const Warning& w : warnings()) {
+    if (w.key == "compile.break:writes then reads") {
+      warned = w.message.find("cannot resume") != std::string::npos &&
+               w.message.find("add_") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(warned) << "the eager fallback must say why";
 }
 
 TEST(Compile, BackwardInsideTheFunctionIsAGraphBreak) {

@@ -24,7 +24,7 @@ Tensors chain(const Tensors& in) {
 // A function whose control flow reads a value on the host: a graph break.
 Tensors clipped(const Tensors& in) {
   const Tensor norm = sqrt(sum(mul(in[0], in[0])));
-  if (norm.item<double>() > 1.0) return {div(in[0], norm)};
+  if (gt(norm, 1.0).item<bool>()) return {div(in[0], norm)};
   return {in[0]};
 }
 
@@ -49,16 +49,19 @@ int run_explain(const std::vector<std::string>& argv) {
   std::printf("%s\n", f.report().str().c_str());
 
   std::printf(
-      "== clipped(x): divides x by its norm when the norm exceeds 1 (reads it with "
-      "item()) ==\n");
+      "== clipped(x): divides x by its norm when (norm > 1).item(); called on a large x, a "
+      "small one, then another large and another small ==\n");
   WarningsToStderr quiet(false);  // the report below says it
   CompiledFunction g = compile(clipped, {.name = "clipped"});
   g({randn({8}, {}, gen)});
   g({mul(randn({8}, {}, gen), 0.01)});
+  g({randn({8}, {}, gen)});
+  g({mul(randn({8}, {}, gen), 0.01)});
   std::printf("%s", g.report().str().c_str());
   std::printf(
-      "\nA graph break makes the function run eagerly on every call in this version; with\n"
-      "CompileOptions::fullgraph the break is a CompileError instead.\n");
+      "\nThe graph resumes after the break: a replay runs it up to the host read and goes on\n"
+      "while the value is the captured one (a guard), so each branch has a graph of its own.\n"
+      "With CompileOptions::fullgraph the break is a CompileError instead.\n");
   return 0;
 }
 

@@ -4,7 +4,8 @@
 // A program is made from a seed: 1 to 3 float inputs of rank 1 to 3 whose shapes broadcast
 // against each other (some requiring grad), then 3 to 12 steps, each an operator over earlier
 // values: unary pointwise, binary with broadcasting, scalar arithmetic, reductions over a dim,
-// views (transpose, unsqueeze, flatten, narrow) and in-place updates of intermediates. A check
+// views (transpose, unsqueeze, flatten, narrow), in-place updates of intermediates, and a branch
+// on a host read (a graph break). A check
 // compiles the program, calls it on three sets of inputs (a capture, then replays), and compares
 // each call with the eager run on copies of the same inputs: outputs, inputs afterwards, and the
 // gradients of the inputs that require grad (of the sum of the outputs). An error raised eagerly
@@ -32,6 +33,7 @@ struct LOOM_API FuzzReport {
   int64_t replays = 0;          // compiled calls that replayed a graph
   int64_t dynamic_replays = 0;  // of those, replays of a graph with symbolic sizes
   int64_t fused_kernels = 0;    // kernels the inductor backend generated
+  int64_t resumed_breaks = 0;   // host reads the graph resumed after (Note [Graph breaks])
   int64_t eager_errors = 0;     // programs whose eager run raised (and the compiled run as well)
   std::vector<FuzzFailure> failures;
   std::string str() const;
