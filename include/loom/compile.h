@@ -72,6 +72,19 @@ enum class DynamicShapes { Auto, On, Off };
 // from then on; throw CompileError; or run eagerly with the same one warning. Never silent.
 enum class RecompilePolicy { Warn, Error, Eager };
 
+// Note [Bucketing]: dimension `dim` of input `input` is padded with `value` up to the smallest of
+// `sizes` that holds it, before the guards see it, so that every size up to the largest bucket
+// runs one of sizes.size() graphs (sizes above the largest are not padded). The function sees,
+// and returns, the padded sizes: like a sequence model over padded batches, it must mask what the
+// padding adds. An input that requires grad is padded differentiably (its gradient is the
+// unpadded part).
+struct Bucket {
+  int input = 0;
+  int dim = 0;
+  std::vector<int64_t> sizes{};  // ascending
+  double value = 0;
+};
+
 struct CompileOptions {
   CompileBackend backend = CompileBackend::Inductor;
   CompileMode mode = CompileMode::Default;
@@ -82,6 +95,12 @@ struct CompileOptions {
   std::string name{};  // for logs and reports; "compiled function #N" when empty
   // (input, dim) pairs: symbolic from the first call (unless dynamic=off), or never symbolic.
   std::vector<std::pair<int, int>> dynamic_dims{}, static_dims{};
+  std::vector<Bucket> buckets{};  // Note [Bucketing]
+  // Guard growth (Note [Guard growth] in compiler/compile.cpp): a warning, once, when the graphs'
+  // guards together pass `guard_budget`, or checking them costs more than `guard_time_budget_us`
+  // a call on average.
+  int guard_budget = 256;
+  double guard_time_budget_us = 10;
 };
 
 using TensorFunction = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -129,6 +148,13 @@ struct LOOM_API CompileReport {
   std::vector<GraphInfo> graphs;
   std::vector<GraphBreakInfo> breaks;
   std::vector<std::string> recompile_reasons;  // the guard that failed, per recompile
+  // Guard growth: the guards of every graph together, the mean time to find a call's graph
+  // (sampled), and each recompile storm ("4 recompiles in 16 calls ending at call 9: ...").
+  int64_t guards = 0;
+  double guard_check_us = 0;
+  std::vector<std::string> storms;
+  // Per Bucket and bucket size, the calls padded to it: "input 0 dim 1 -> 64: 12 call(s)".
+  std::vector<std::string> buckets;
   std::string str() const;
 };
 

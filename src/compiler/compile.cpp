@@ -2,8 +2,10 @@
 // graph breaks, logs and reports (see loom/compile.h).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -95,32 +97,47 @@ struct TensorGuard {
     g.requires_grad = t.requires_grad();
     return g;
   }
-  // "" when t matches, else what differs.
-  std::string mismatch(const Tensor& t) const {
-    if (t.defined() != defined) return defined ? "is now undefined" : "is now defined";
+  // "" when t matches, else what differs (without describe: "x", which is cheaper).
+  std::string mismatch(const Tensor& t, bool describe = true) const {
+    if (t.defined() != defined)
+      return describe ? std::string(defined ? "is now undefined" : "is now defined")
+                      : std::string("x");
     if (!defined) return "";
     if (t.dtype() != dtype)
-      return std::string("dtype ") + dtype_name(dtype) + " -> " + dtype_name(t.dtype());
-    if (t.device() != device) return "device " + device.str() + " -> " + t.device().str();
+      return describe ? std::string(std::string("dtype ") + dtype_name(dtype) + " -> " +
+                                    dtype_name(t.dtype()))
+                      : std::string("x");
+    if (t.device() != device)
+      return describe ? std::string("device " + device.str() + " -> " + t.device().str())
+                      : std::string("x");
     if (symbol.empty()) {
       if (t.sizes() != IntArrayRef(sizes))
-        return "sizes " + dims_str(sizes) + " -> " + dims_str(t.sizes());
+        return describe ? std::string("sizes " + dims_str(sizes) + " -> " + dims_str(t.sizes()))
+                        : std::string("x");
     } else {
       if (t.dim() != static_cast<int64_t>(sizes.size()))
-        return "rank " + std::to_string(sizes.size()) + " -> " + std::to_string(t.dim());
+        return describe ? std::string("rank " + std::to_string(sizes.size()) + " -> " +
+                                      std::to_string(t.dim()))
+                        : std::string("x");
       for (size_t d = 0; d < sizes.size(); ++d) {
         if (symbol[d] < 0 && t.size(static_cast<int64_t>(d)) != sizes[d])
-          return "sizes " + sizes_str() + " -> " + dims_str(t.sizes());
+          return describe ? std::string("sizes " + sizes_str() + " -> " + dims_str(t.sizes()))
+                          : std::string("x");
       }
     }
     if (contiguous_only) {
       if (!t.is_contiguous())
-        return "is no longer contiguous (strides " + dims_str(t.strides()) + ")";
+        return describe
+                   ? std::string("is no longer contiguous (strides " + dims_str(t.strides()) + ")")
+                   : std::string("x");
     } else if (t.strides() != IntArrayRef(strides)) {
-      return "strides " + dims_str(strides) + " -> " + dims_str(t.strides());
+      return describe ? std::string("strides " + dims_str(strides) + " -> " + dims_str(t.strides()))
+                      : std::string("x");
     }
     if (t.requires_grad() != requires_grad)
-      return std::string("requires_grad ") + (requires_grad ? "true -> false" : "false -> true");
+      return describe ? std::string(std::string("requires_grad ") +
+                                    (requires_grad ? "true -> false" : "false -> true"))
+                      : std::string("x");
     return "";
   }
   std::string str() const {
@@ -205,7 +222,11 @@ struct Entry {
   }
 
   // The index of the first failing guard (and what failed), or -1 when all hold.
+  // `why` may be null: the index alone is cheaper (no text built).
   int check(const std::vector<Tensor>& in, std::string* why) const {
+    std::string scratch;
+    const bool describe = why != nullptr;
+    if (!describe) why = &scratch;
     if (autograd::GradMode::is_enabled() != grad_mode) {
       *why = std::string("grad mode ") + (grad_mode ? "on -> off" : "off -> on");
       return 0;
@@ -221,7 +242,7 @@ struct Entry {
       return 2;
     }
     for (size_t i = 0; i < inputs.size(); ++i) {
-      std::string m = inputs[i].mismatch(in[i]);
+      std::string m = inputs[i].mismatch(in[i], describe);
       if (!m.empty()) {
         *why = "input " + std::to_string(i) + ": " + m;
         return static_cast<int>(2 + i);
@@ -247,7 +268,7 @@ struct Entry {
       }
     }
     for (size_t i = 0; i < constants.size(); ++i) {
-      std::string m = constants[i].mismatch(graph.constants[i]);
+      std::string m = constants[i].mismatch(graph.constants[i], describe);
       if (!m.empty()) {
         *why = "constant " + std::to_string(i) + ": " + m;
         return static_cast<int>(alias_guard + 1 + static_cast<int>(i));
@@ -314,8 +335,25 @@ struct CompiledFunction::Impl {
   std::set<std::pair<int, int>> auto_dynamic;  // GUARDED_BY(mu)
   // Why sizes stay static for this function ("" while dynamic shapes may still work).
   std::string static_reason;  // GUARDED_BY(mu)
+  // Note [Guard growth].
+  int64_t check_samples = 0;              // GUARDED_BY(mu)
+  double check_ns = 0;                    // GUARDED_BY(mu): their total
+  std::deque<int64_t> recent_recompiles;  // GUARDED_BY(mu): the calls that recompiled
+  int64_t last_storm = INT64_MIN / 2;     // GUARDED_BY(mu): the call that ended the last storm
+  std::vector<std::string> storms;        // GUARDED_BY(mu)
+  // Calls per (options.buckets index, bucket size).
+  std::map<std::pair<size_t, int64_t>, int64_t> bucket_calls;  // GUARDED_BY(mu)
 
-  std::vector<Tensor> call(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs) {
+    return options.buckets.empty() ? call_padded(inputs) : call_padded(pad(inputs));
+  }
+  // Note [Bucketing] in loom/compile.h.
+  std::vector<Tensor> pad(const std::vector<Tensor>& inputs);
+  // A storm or a budget overrun since the last look, said once per function.
+  void note_recompile(const std::string& why, const LogFlags& logs);  // REQUIRES(mu)
+  size_t total_guards() const;                                        // REQUIRES(mu)
+
+  std::vector<Tensor> call_padded(const std::vector<Tensor>& inputs);
   std::vector<Tensor> capture(const std::vector<Tensor>& inputs, const LogFlags& logs);
   // Dimensions of these inputs to make symbols in a new capture.
   std::vector<std::pair<int, int>> dims_to_symbolise(const std::vector<Tensor>& inputs);
@@ -438,7 +476,69 @@ bool CompiledFunction::Impl::make_dynamic(Graph& g, const std::vector<Tensor>& i
   return false;
 }
 
-std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inputs) {
+std::vector<Tensor> CompiledFunction::Impl::pad(const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> in = inputs;
+  for (size_t k = 0; k < options.buckets.size(); ++k) {
+    const Bucket& b = options.buckets[k];
+    if (static_cast<size_t>(b.input) >= in.size()) continue;
+    Tensor& t = in[static_cast<size_t>(b.input)];
+    if (!t.defined() || b.dim >= t.dim()) continue;
+    const int64_t n = t.size(b.dim);
+    auto it = std::lower_bound(b.sizes.begin(), b.sizes.end(), n);
+    if (it == b.sizes.end()) continue;  // over the largest bucket: not padded
+    if (*it > n) {
+      std::vector<int64_t> shape = t.sizes().vec();
+      shape[static_cast<size_t>(b.dim)] = *it - n;
+      const Tensor fill = full(shape, b.value, TensorOptions(t.dtype()).with_device(t.device()));
+      t = cat({t, fill}, b.dim);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++bucket_calls[{k, *it}];
+  }
+  return in;
+}
+
+// Note [Guard growth]
+//   Guards cost on every call: each cached graph's are checked, newest first, until one holds, so
+//   a function that recompiles often pays for all its graphs. Three things keep that visible. The
+//   time to find a call's graph is sampled (one call in eight) and reported; a warning says once
+//   when it passes guard_time_budget_us on average, or when the graphs' guards together pass
+//   guard_budget. And a recompile storm, 4 recompiles within 16 calls, is reported with the guard
+//   that failed last, and said once: it is the sign of a value that changes every call (a size
+//   that dynamic shapes cannot follow, a host value read with item()), where dynamic=on, buckets
+//   (Note [Bucketing]) or passing the value as a tensor would stop it.
+constexpr int64_t kStormWindow = 16;
+constexpr size_t kStormRecompiles = 4;
+
+size_t CompiledFunction::Impl::total_guards() const {
+  size_t n = 0;
+  for (const auto& e : entries) n += e->num_guards();
+  return n;
+}
+
+void CompiledFunction::Impl::note_recompile(const std::string& why, const LogFlags& logs) {
+  recent_recompiles.push_back(calls);
+  while (!recent_recompiles.empty() && recent_recompiles.front() <= calls - kStormWindow)
+    recent_recompiles.pop_front();
+  if (recent_recompiles.size() < kStormRecompiles || calls - last_storm < kStormWindow) return;
+  last_storm = calls;
+  // The newest graph's failing guard stands for the rest ("graph 3: input 0: sizes ...").
+  const size_t cut = why.rfind("; graph ");
+  const std::string storm = std::to_string(recent_recompiles.size()) + " recompiles in " +
+                            std::to_string(kStormWindow) + " calls ending at call " +
+                            std::to_string(calls) +
+                            "; the last: " + (cut == std::string::npos ? why : why.substr(cut + 2));
+  storms.push_back(storm);
+  if (logs.recompiles)
+    std::fprintf(stderr, "[compile] %s: recompile storm: %s\n", options.name.c_str(),
+                 storm.c_str());
+  warn_once("compile.storm:" + options.name,
+            "[compile] " + options.name + ": recompile storm: " + storm +
+                " (dynamic=on, CompileOptions::buckets or passing the value as a tensor would "
+                "stop it)");
+}
+
+std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor>& inputs) {
   // Inside another function's capture: run inline, so that its graph records these operators.
   if (Capture::active()) return fn(inputs);
   const LogFlags logs = log_flags();
@@ -455,21 +555,40 @@ std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inpu
     bool eager = false;
     {
       std::lock_guard<std::mutex> lock(mu);
+      const bool sample = unchecked == SIZE_MAX && (calls & 7) == 0 && !entries.empty();
+      const auto t0 =
+          sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (!eager_forever) {
         for (size_t k = std::min(unchecked, entries.size()); k-- > 0;) {
-          std::string why;
-          const int g = entries[k]->check(inputs, &why);
+          const int g = entries[k]->check(inputs, nullptr);  // no text until it is needed
           if (g < 0) {
             hit = entries[k];
             hit_index = k;
             break;
           }
           ++entries[k]->failures[static_cast<size_t>(g)];
-          failed[k] = why;
+          failed[k].clear();
         }
         unchecked = hit ? hit_index : 0;
       }
+      if (sample) {
+        check_ns += static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - t0)
+                                            .count());
+        if (++check_samples == 64 && check_ns / 64e3 > options.guard_time_budget_us) {
+          char b[64];
+          std::snprintf(b, sizeof(b), "%.1f us", check_ns / 64e3);
+          warn_once("compile.guard_time:" + options.name,
+                    "[compile] " + options.name + ": finding a call's graph takes " + b +
+                        " on average over " + std::to_string(entries.size()) + " graph(s) and " +
+                        std::to_string(total_guards()) + " guards, over the budget of " +
+                        std::to_string(options.guard_time_budget_us) + " us");
+        }
+      }
       std::string why;  // every graph's first failing guard, "graph 1: ...; graph 2: ..."
+      for (auto& [k, w] : failed) {
+        if (!hit && w.empty()) entries[k]->check(inputs, &w);
+      }
       for (const auto& [k, w] : failed)
         why += (why.empty() ? "graph " : "; graph ") + std::to_string(k + 1) + ": " + w;
       if (!hit && !eager_forever && !entries.empty()) {
@@ -507,6 +626,7 @@ std::vector<Tensor> CompiledFunction::Impl::call(const std::vector<Tensor>& inpu
             if (!changed.empty()) why += "; automatic dynamic: " + changed + " become symbols";
           }
           recompile_reasons.push_back(why);
+          note_recompile(why, logs);
           if (logs.recompiles) {
             std::fprintf(stderr, "[compile] %s: recompiling (graph %zu): %s\n",
                          options.name.c_str(), entries.size() + 1, why.c_str());
@@ -632,6 +752,14 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     std::lock_guard<std::mutex> lock(mu);
     entries.push_back(e);
     number = entries.size();
+    const size_t guards = total_guards();
+    if (static_cast<int64_t>(guards) > options.guard_budget) {
+      warn_once("compile.guards:" + options.name,
+                "[compile] " + options.name + ": " + std::to_string(guards) + " guards over " +
+                    std::to_string(number) + " graph(s), over the budget of " +
+                    std::to_string(options.guard_budget) +
+                    " (each call checks the graphs newest first until one holds)");
+    }
   }
   if (logs.output_code) {
     std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), number,
@@ -667,6 +795,17 @@ CompileReport CompiledFunction::report() const {
   r.eager_calls = impl_->eager_calls;
   r.breaks = impl_->breaks;
   r.recompile_reasons = impl_->recompile_reasons;
+  r.guards = static_cast<int64_t>(impl_->total_guards());
+  r.guard_check_us = impl_->check_samples > 0
+                         ? impl_->check_ns / static_cast<double>(impl_->check_samples) / 1e3
+                         : 0;
+  r.storms = impl_->storms;
+  for (const auto& [key, n] : impl_->bucket_calls) {
+    const Bucket& b = impl_->options.buckets[key.first];
+    r.buckets.push_back("input " + std::to_string(b.input) + " dim " + std::to_string(b.dim) +
+                        " -> " + std::to_string(key.second) + ": " + std::to_string(n) +
+                        " call(s)");
+  }
   for (const auto& e : impl_->entries) {
     GraphInfo gi;
     gi.replays = e->replays;
@@ -695,6 +834,13 @@ std::string CompileReport::str() const {
   }
   for (size_t i = 0; i < recompile_reasons.size(); ++i)
     os << "recompile " << i + 1 << ": " << recompile_reasons[i] << '\n';
+  char check[64];
+  std::snprintf(check, sizeof(check), "%.2f us", guard_check_us);
+  os << "guards: " << guards << " over " << graphs.size()
+     << " graph(s); finding a call's graph: " << (guard_check_us > 0 ? check : "not sampled yet")
+     << '\n';
+  for (const std::string& st : storms) os << "recompile storm: " << st << '\n';
+  for (const std::string& b : buckets) os << "bucket: " << b << '\n';
   for (size_t i = 0; i < graphs.size(); ++i) {
     const GraphInfo& g = graphs[i];
     os << "graph " << i + 1 << ": " << g.operators << " operator call(s), replayed " << g.replays
@@ -732,6 +878,16 @@ CompiledFunction compile(TensorFunction fn, CompileOptions options) {
                 " is not implemented yet; use mode default");
   LOOM_CHECK(options.recompile_limit >= 1, "[compile] recompile_limit must be at least 1, got ",
              options.recompile_limit);
+  for (const Bucket& b : options.buckets) {
+    LOOM_CHECK(b.input >= 0 && b.dim >= 0 && !b.sizes.empty(),
+               "[compile] a bucket needs an input >= 0, a dim >= 0 and sizes; got input ", b.input,
+               " dim ", b.dim, " with ", b.sizes.size(), " size(s)");
+    for (size_t i = 0; i < b.sizes.size(); ++i) {
+      LOOM_CHECK(b.sizes[i] >= 1 && (i == 0 || b.sizes[i] > b.sizes[i - 1]),
+                 "[compile] bucket sizes of input ", b.input, " dim ", b.dim,
+                 " must be positive and ascending; size ", i, " is ", b.sizes[i]);
+    }
+  }
   if (options.name.empty()) options.name = "compiled function #" + std::to_string(++g_unnamed);
   CompiledFunction f;
   f.impl_ = std::make_shared<CompiledFunction::Impl>();

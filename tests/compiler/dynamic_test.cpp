@@ -137,5 +137,83 @@ TEST(Dynamic, FunctionsThatWriteInPlaceAreNotProbed) {
   EXPECT_EQ(f.report().graphs.size(), 3u);
 }
 
+// Note [Bucketing]: lengths padded up to 16, 32 or 64 run three graphs, and a function that is
+// blind to zero padding (a sum) returns what it returns unpadded; a length over the largest
+// bucket is not padded.
+TEST(Dynamic, BucketsCapTheGraphsOfManyLengths) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {sum(mul(in[0], 2.0), IntArrayRef{1})};
+  };
+  CompiledFunction f = compile(fn, {.dynamic = DynamicShapes::Off,
+                                    .recompile_limit = 8,
+                                    .name = "bucketed",
+                                    .buckets = {{.input = 0, .dim = 1, .sizes = {16, 32, 64}}}});
+  for (int64_t len = 5; len < 45; ++len) {
+    const Tensors in = {randn({3, len})};
+    const Tensors got = f(in);
+    ASSERT_EQ(got[0].sizes().vec(), (std::vector<int64_t>{3})) << len;
+    EXPECT_TRUE(allclose(got[0], fn(in)[0], 1e-5, 1e-5)) << "length " << len;
+  }
+  CompileReport r = f.report();
+  EXPECT_EQ(r.graphs.size(), 3u) << r.str();
+  ASSERT_EQ(r.buckets.size(), 3u) << r.str();
+  EXPECT_EQ(r.buckets[0], "input 0 dim 1 -> 16: 12 call(s)");
+  EXPECT_EQ(r.buckets[2], "input 0 dim 1 -> 64: 12 call(s)");
+  // Over the largest bucket: the input as it is, in a graph of its own.
+  const Tensors big = {randn({3, 70})};
+  EXPECT_TRUE(allclose(f(big)[0], fn(big)[0], 1e-5, 1e-5));
+  EXPECT_EQ(f.report().graphs.size(), 4u);
+  // A padded input that requires grad gets the gradient of its own elements (a capture, then a
+  // replay).
+  const Tensor x = randn({2, 10}).requires_grad_();
+  sum(f({x})[0]).backward();
+  sum(f({x})[0]).backward();
+  EXPECT_TRUE(allclose(x.grad(), full({2, 10}, 4.0)));
+  EXPECT_EQ(f.report().graphs.back().replays, 1);
+}
+
+TEST(Dynamic, BadBucketsAreRefused) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {in[0]}; };
+  try {
+    compile(fn, {.buckets = {{.input = 0, .dim = 1, .sizes = {32, 16}}}});
+    FAIL() << "descending bucket sizes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ascending; size 1 is 16"), std::string::npos) << e.what();
+  }
+}
+
+// Note [Guard growth]: a size that changes every call with dynamic shapes off is a recompile
+// storm, reported and said once; the guards' count and the time to find a graph are reported,
+// and a budget overrun is said.
+TEST(Dynamic, RecompileStormsAndGuardGrowthAreReported) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {relu(in[0])}; };
+  CompiledFunction f = compile(
+      fn,
+      {.dynamic = DynamicShapes::Off, .recompile_limit = 64, .name = "stormy", .guard_budget = 20});
+  {
+    WarningsToStderr quiet(false);
+    for (int64_t n = 2; n < 10; ++n) f({randn({n})});
+    for (int k = 0; k < 16; ++k) f({randn({9})});
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.storms.size(), 1u) << r.str();
+  EXPECT_NE(r.storms[0].find("4 recompiles in 16 calls ending at call 5; the last: graph 4: "
+                             "input 0: sizes [5] -> [6]"),
+            std::string::npos)
+      << r.storms[0];
+  EXPECT_EQ(r.guards, 8 * 4) << "grad mode, dtype, input 0, sharing: 4 a graph";
+  EXPECT_GT(r.guard_check_us, 0) << r.str();
+  EXPECT_NE(r.str().find("recompile storm: 4 recompiles"), std::string::npos) << r.str();
+  bool storm = false, budget = false;
+  for (const Warning& w : warnings()) {
+    storm = storm || w.key == "compile.storm:stormy";
+    budget = budget || (w.key == "compile.guards:stormy" &&
+                        w.message.find("24 guards over 6 graph(s), over the budget of 20") !=
+                            std::string::npos);
+  }
+  EXPECT_TRUE(storm);
+  EXPECT_TRUE(budget);
+}
+
 }  // namespace
 }  // namespace loom
