@@ -6,7 +6,9 @@
 //   The function is a chain of 7 pointwise operators (mul, add, sigmoid, mul, neg, exp, add) over
 //   one float32 input: on a 16-element input its time is the per-call overhead (guards, replay,
 //   dispatch), on 16M elements with 2 threads its effective bandwidth (input + output bytes over
-//   the time). guard_16_inputs is a compiled function of 16 inputs that records no operator: its
+//   the time). row_sum_16m is sum(sigmoid(2x + b)^2, dim -1) over [4096, 4096] on 2 threads,
+//   bytes = x read once (a pointwise prologue fused into a row reduction, Note [Reduction fusion]).
+//   guard_16_inputs is a compiled function of 16 inputs that records no operator: its
 //   call is the guard check plus the smallest replay. dynamic_40_lengths counts the graphs
 //   captured for 40 sequence lengths ([8, L, 64], L = 16 .. 55) with dynamic=auto, and
 //   dynamic_40_lengths_time the seconds those 40 first calls took (compiles included).
@@ -45,6 +47,13 @@ Tensors chain(const Tensors& in) {
   return {add(exp(neg(mul(a, x))), x)};
 }
 
+// A row reduction after a pointwise prologue: sum(sigmoid(2x + b)^2, dim -1) (Note [Reduction
+// fusion] makes it one pass over x).
+Tensors row_sum(const Tensors& in) {
+  const Tensor y = sigmoid(add(mul(in[0], 2.0), in[1]));
+  return {sum(mul(y, y), IntArrayRef{-1})};
+}
+
 double seconds(const std::function<void()>& fn) {
   const auto t0 = std::chrono::steady_clock::now();
   fn();
@@ -73,7 +82,8 @@ struct TempCacheDir {
 };
 
 struct CompileState {
-  Tensor tiny, big;
+  Tensor tiny, big, rows, bias;
+  CompiledFunction row_sum_fn = compile(row_sum, {.name = "bench row sum (16M)"});
   Tensor gpu_x, gpu_out, gpu_tiny;
   CompiledFunction gpu_fn = compile(chain, {.name = "bench chain (GPU, 256M)"});
   CompiledFunction gpu_tiny_fn = compile(chain, {.name = "bench chain (GPU, tiny)"});
@@ -89,6 +99,8 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   auto s = std::make_shared<CompileState>();
   s->tiny = randn({16});
   s->big = randn({int64_t{16} << 20});
+  s->rows = randn({4096, 4096});
+  s->bias = randn({4096});
   for (int i = 0; i < 16; ++i) s->sixteen.push_back(randn({4, 4}));
   const int calls = opt.quick ? 2000 : 20000;
   const int reps = opt.quick ? 2 : 5;
@@ -141,6 +153,17 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   });
   row("chain_16m_compiled_of_eager", "of eager", false, 2,
       ratio("chain_16m_compiled", "chain_16m_eager"))
+      ->value_target = 1.0;
+  // Bytes: x read once (the ideal; eager also writes and reads four intermediates).
+  const double rows_bytes = 4.0 * static_cast<double>(s->rows.numel());
+  row("row_sum_16m_eager", "GB/s", false, 2, [s, reps, rows_bytes] {
+    return rows_bytes / median_seconds([s] { row_sum({s->rows, s->bias}); }, reps) / 1e9;
+  });
+  row("row_sum_16m_compiled", "GB/s", false, 2, [s, reps, rows_bytes] {
+    return rows_bytes / median_seconds([s] { s->row_sum_fn({s->rows, s->bias}); }, reps) / 1e9;
+  });
+  row("row_sum_16m_compiled_of_eager", "of eager", false, 2,
+      ratio("row_sum_16m_compiled", "row_sum_16m_eager"))
       ->value_target = 1.0;
   row("dynamic_40_lengths", "graphs", true, 1, [] {
     WarningsToStderr quiet(false);  // the recompile limit's warning: the row counts it

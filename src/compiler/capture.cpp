@@ -459,8 +459,13 @@ std::string Graph::str() const {
       in.insert(in.end(), f.scalars.begin(), f.scalars.end());
       print_value_list(in);
       os << ")  # " << dtype_name(f.dtype) << ' '
-         << (f.out_sym_sizes.empty() ? shape_str(f.out_sizes) : sym_str(f.out_sym_sizes)) << ": "
-         << f.ops << '\n';
+         << (f.out_sym_sizes.empty() ? shape_str(f.out_sizes) : sym_str(f.out_sym_sizes));
+      if (f.reduce != 0) {
+        os << " -> "
+           << (f.reduced_sym_sizes.empty() ? shape_str(f.reduced_sizes)
+                                           : sym_str(f.reduced_sym_sizes));
+      }
+      os << ": " << f.ops << '\n';
       continue;
     }
     const size_t k = static_cast<size_t>(step.node);

@@ -555,7 +555,7 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
     bool eager = false;
     {
       std::lock_guard<std::mutex> lock(mu);
-      const bool sample = unchecked == SIZE_MAX && (calls & 7) == 0 && !entries.empty();
+      const bool sample = unchecked == SIZE_MAX && (calls & 7) == 2 && !entries.empty();
       const auto t0 =
           sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (!eager_forever) {
@@ -589,8 +589,16 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
       for (auto& [k, w] : failed) {
         if (!hit && w.empty()) entries[k]->check(inputs, &w);
       }
-      for (const auto& [k, w] : failed)
+      // Past three graphs, the oldest and the newest stand for the rest (the report counts
+      // each guard's failures).
+      size_t seen = 0;
+      for (const auto& [k, w] : failed) {
+        ++seen;
+        if (failed.size() > 3 && seen != 1 && seen != failed.size()) continue;
         why += (why.empty() ? "graph " : "; graph ") + std::to_string(k + 1) + ": " + w;
+      }
+      if (failed.size() > 3)
+        why += " (and " + std::to_string(failed.size() - 2) + " graph(s) between failed too)";
       if (!hit && !eager_forever && !entries.empty()) {
         if (static_cast<int>(entries.size()) >= options.recompile_limit) {
           const std::string msg = "[compile] " + options.name + ": recompile limit of " +
@@ -766,9 +774,12 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
                  g.str().c_str());
     for (const std::string& line : g.pass_log)
       std::fprintf(stderr, "[compile] %s: pass: %s\n", options.name.c_str(), line.c_str());
-    for (const compiler::FusedKernel& k : g.kernels) {
-      std::fprintf(stderr, "[compile] %s: %s (%s): %s\n%s", options.name.c_str(), k.name.c_str(),
-                   k.ops.c_str(), k.library_path.c_str(), k.source.c_str());
+    for (const compiler::FusedKernel& f : g.kernels) {
+      for (const compiler::FusedKernel* k : {&f, f.backward.get()}) {
+        if (k == nullptr) continue;
+        std::fprintf(stderr, "[compile] %s: %s (%s): %s\n%s", options.name.c_str(), k->name.c_str(),
+                     k->ops.c_str(), k->library_path.c_str(), k->source.c_str());
+      }
     }
   }
   if (logs.guards) {
@@ -815,8 +826,12 @@ CompileReport CompiledFunction::report() const {
     for (size_t i = 0; i < text.size(); ++i)
       gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
     gi.passes = e->graph.pass_log;
-    for (const compiler::FusedKernel& k : e->graph.kernels)
+    for (const compiler::FusedKernel& k : e->graph.kernels) {
       gi.kernels.push_back(KernelInfo{k.name, k.ops, k.library_path, k.cache_hit, k.build_ms});
+      if (const auto& b = k.backward)
+        gi.kernels.push_back(
+            KernelInfo{b->name, b->ops, b->library_path, b->cache_hit, b->build_ms});
+    }
     gi.code = e->graph.str();
     r.graphs.push_back(std::move(gi));
   }

@@ -3,10 +3,11 @@
 // Note [Pointwise fusion]
 //   A fusion group is a run of consecutive steps, each a pointwise operator this file can write as
 //   an expression, over one iteration space: the same output sizes and dtype (float32 or float64),
-//   on the CPU, with nothing that requires grad (the joint graph, which would give fused kernels a
-//   backward, is not built yet: such runs stay unfused and the pass log says why). Taking only
-//   consecutive steps keeps the program order, so in-place operators and views elsewhere in the
-//   graph need no alias analysis: the group runs where its steps ran.
+//   on the CPU or a CUDA device; a group whose results require grad gets a backward kernel (Note
+//   [Fused backward]), and a sum, mean or amax over the last dimension may end a group (Note
+//   [Reduction fusion]). Taking only consecutive steps keeps the program order, so in-place
+//   operators and views elsewhere in the graph need no alias analysis: the group runs where its
+//   steps ran.
 //
 //   The iteration space is the output viewed as [rows, cols] with cols its last size. An operand
 //   from outside the group is a 0-dim tensor (a scalar read on the host per call, so a mutated
@@ -24,11 +25,15 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <sstream>
 
+#include "autograd/autograd_meta.h"
 #include "compiler/codecache.h"
 #include "compiler/cuda_codegen.h"
 #include "compiler/graph.h"
+#include "loom/autograd.h"
+#include "loom/derivatives.h"
 #include "loom/error.h"
 #include "loom/ops.h"
 #include "loom/parallel.h"
@@ -196,6 +201,123 @@ std::string pointwise_expr(const Node& n, const std::vector<std::string>& t, DTy
   return "";
 }
 
+// Note [Fused backward]: the statements that add a node's contribution to its operands'
+// gradients, in a reverse sweep over the group: `g` is the gradient of the node's result `y`, `t`
+// its operands' expressions and `gt` their gradient accumulators ("" where none is needed). The
+// formulas are the eager derivatives' (src/ops/*derivatives*.cpp, binary.cpp), over values the
+// backward kernel recomputes from the group's inputs. False when the operator has none here.
+bool derivative_code(const Node& n, const std::vector<std::string>& t,
+                     const std::vector<std::string>& gt, const std::string& y, const std::string& g,
+                     DType d, std::string* code) {
+  const std::string op = n.op.schema().full_name();
+  const std::string T = ctype(d);
+  const std::string one = T + "(1)", zero = T + "(0)";
+  auto lit = [&](double v) { return literal(v, d); };
+  auto scalar_arg = [&](size_t i, double* out) {
+    if (i >= n.args.size() || n.args[i].kind != Arg::Kind::Constant) return false;
+    const IValue& v = n.args[i].constant;
+    if (v.is_none()) return false;
+    *out = v.to_scalar().to<double>();
+    return true;
+  };
+  std::string c;
+  auto acc = [&](size_t i, const std::string& e) {
+    if (i < gt.size() && !gt[i].empty()) c += "      " + gt[i] + " += " + e + ";\n";
+  };
+  const size_t nt = t.size();
+  if (nt == 2 && (op == "loom::add" || op == "loom::sub")) {
+    double alpha = 1;
+    if (n.args.size() > 2) scalar_arg(2, &alpha);
+    acc(0, g);
+    acc(1, "(" + lit(op == "loom::add" ? alpha : -alpha) + " * " + g + ")");
+  } else if (nt == 2 && op == "loom::mul") {
+    acc(0, "(" + g + " * " + t[1] + ")");
+    acc(1, "(" + g + " * " + t[0] + ")");
+  } else if (nt == 2 && op == "loom::div") {
+    acc(0, "(" + g + " / " + t[1] + ")");
+    acc(1, "(-((" + g + " * " + t[0] + ") / (" + t[1] + " * " + t[1] + ")))");
+  } else if (nt == 2 && (op == "loom::maximum" || op == "loom::minimum")) {
+    // The winner takes the gradient, a tie splits it (and a NaN sends it to the second).
+    const std::string wa = "((" + t[0] + (op == "loom::maximum" ? " > " : " < ") + t[1] + " ? " +
+                           one + " : " + zero + ") + (" + t[0] + " == " + t[1] + " ? " + T +
+                           "(0.5) : " + zero + "))";
+    acc(0, "(" + g + " * " + wa + ")");
+    acc(1, "(" + g + " * (" + one + " - " + wa + "))");
+  } else if (nt != 1) {
+    return false;
+  } else {
+    const std::string& x = t[0];
+    if (op == "loom::neg") {
+      acc(0, "(-" + g + ")");
+    } else if (op == "loom::relu") {
+      acc(0, "(" + y + " > " + zero + " ? " + g + " : " + zero + ")");
+    } else if (op == "loom::reciprocal") {
+      acc(0, "(-(" + g + " * (" + y + " * " + y + ")))");
+    } else if (op == "loom::rsqrt") {
+      acc(0, "(" + g + " * ((" + y + " * (" + y + " * " + y + ")) * " + lit(-0.5) + "))");
+    } else if (op == "loom::abs") {
+      acc(0, "(" + g + " * (" + x + " > " + zero + " ? " + one + " : (" + x + " < " + zero +
+                 " ? -" + one + " : " + x + " * " + zero + ")))");
+    } else if (op == "loom::sqrt") {
+      acc(0, "(" + g + " / (" + y + " * " + lit(2) + "))");
+    } else if (op == "loom::sin") {
+      acc(0, "(" + g + " * lm_cos(" + x + "))");
+    } else if (op == "loom::cos") {
+      acc(0, "(-(" + g + " * lm_sin(" + x + ")))");
+    } else if (op == "loom::exp") {
+      acc(0, "(" + g + " * " + y + ")");
+    } else if (op == "loom::log") {
+      acc(0, "(" + g + " / " + x + ")");
+    } else if (op == "loom::log1p") {
+      acc(0, "(" + g + " / (" + x + " + " + one + "))");
+    } else if (op == "loom::tanh") {
+      acc(0, "(" + g + " * (" + one + " - " + y + " * " + y + "))");
+    } else if (op == "loom::sigmoid") {
+      acc(0, "(" + g + " * ((" + one + " - " + y + ") * " + y + "))");
+    } else if (op == "loom::silu") {
+      c += "      { const " + T + " sg = lm_sigmoid(" + x + ");\n";
+      acc(0, "(" + g + " * (sg * (" + one + " + " + x + " * (" + one + " - sg))))");
+      c += "      }\n";
+    } else if (op == "loom::erf") {
+      acc(0,
+          "(" + g + " * (lm_exp(-(" + x + " * " + x + ")) * " + lit(1.12837916709551257390) + "))");
+    } else if (op == "loom::gelu") {
+      if (n.args.size() < 2 || !n.args[1].constant.is_string()) return false;
+      const std::string& approx = n.args[1].constant.to_string();
+      if (approx == "none") {
+        const std::string cdf = "(" + lit(0.5) + " * (" + one + " + lm_erf(" + x + " * " +
+                                lit(0.70710678118654752440) + ")))";
+        const std::string pdf = "(lm_exp(" + lit(-0.5) + " * " + x + " * " + x + ") * " +
+                                lit(0.39894228040143267794) + ")";
+        acc(0, "(" + g + " * (" + cdf + " + " + x + " * " + pdf + "))");
+      } else if (approx == "tanh") {
+        c += "      { const " + T + " x2 = " + x + " * " + x + ";\n        const " + T +
+             " th = lm_tanh((" + x + " + x2 * " + x + " * " + lit(0.044715) + ") * " +
+             lit(0.79788456080286535588) + ");\n        const " + T + " du = (x2 * " +
+             lit(3 * 0.044715) + " + " + one + ") * " + lit(0.79788456080286535588) + ";\n";
+        acc(0, "(" + g + " * ((th + " + one + ") * " + lit(0.5) + " + " + x + " * (" + one +
+                   " - th * th) * du * " + lit(0.5) + "))");
+        c += "      }\n";
+      } else {
+        return false;
+      }
+    } else if (op == "loom::pow.Tensor_Scalar") {
+      acc(0, "(" + g + " * (" + x + " * " + lit(2) + "))");  // fused only for the exponent 2
+    } else if (op == "loom::clamp") {
+      double lo = 0, hi = 0;
+      const bool has_lo = scalar_arg(1, &lo), has_hi = scalar_arg(2, &hi);
+      std::string keep = "(true";
+      if (has_lo) keep += " && " + x + " >= " + lit(lo);
+      if (has_hi) keep += " && " + x + " <= " + lit(hi);
+      acc(0, "(" + keep + ") ? " + g + " : " + zero + ")");
+    } else {
+      return false;
+    }
+  }
+  *code = c;
+  return true;
+}
+
 // How an operand from outside the group is read.
 struct Operand {
   enum class Kind { Scalar, Tensor, Internal } kind = Kind::Internal;
@@ -250,9 +372,11 @@ bool broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t
 
 // The kernel's iteration space for outputs of `out` sizes and its tensor operands' sizes: rows,
 // cols and each operand's row stride and column step; one row of numel columns when every operand
-// is same-shape or a broadcast scalar. False when an operand does not broadcast that way.
+// is same-shape or a broadcast scalar (unless keep_rows: a row reduction needs its rows). False
+// when an operand does not broadcast that way.
 bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vector<int64_t>>& in,
-                   int64_t* rows, int64_t* cols, std::vector<int64_t>* rs, std::vector<bool>* cs) {
+                   int64_t* rows, int64_t* cols, std::vector<int64_t>* rs, std::vector<bool>* cs,
+                   bool keep_rows = false) {
   int64_t numel = 1;
   for (int64_t s : out) numel *= s;
   *cols = out.back();
@@ -266,7 +390,7 @@ bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vecto
     (*cs)[j] = step;
     flat = flat && (((*rs)[j] == *cols && step) || ((*rs)[j] == 0 && !step) || *rows == 1);
   }
-  if (flat && *rows > 1) {
+  if (flat && *rows > 1 && !keep_rows) {
     rs->assign(in.size(), 0);
     *cols = numel;
     *rows = 1;
@@ -276,12 +400,22 @@ bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vecto
 
 class GroupBuilder {
  public:
-  GroupBuilder(Graph& g, const std::vector<int64_t>& uses_after) : g_(g), uses_after_(uses_after) {}
+  GroupBuilder(Graph& g, const std::vector<int64_t>& uses_after) : g_(g), uses_after_(uses_after) {
+    for (const Step& s : g_.steps) {
+      if (s.kernel < 0 && g_.nodes[static_cast<size_t>(s.node)].op.schema().is_mutable()) {
+        grad_refusal_ =
+            "its result requires grad and the graph writes in place (a fused "
+            "kernel's backward recomputes from its inputs, which a write could change)";
+      }
+    }
+  }
 
   // Whether node k can join (or start) the group, and its line of code when it can.
   bool try_add(size_t k, std::string* why_not) {
     const Node& n = g_.nodes[k];
+    if (reduce_ != 0) return false;  // a reduction ends its group
     if (n.returns.size() != 1 || n.returns[0].size() != 1) return false;
+    if (try_add_reduction(k)) return true;
     const Value& out = g_.values[static_cast<size_t>(n.returns[0][0])];
     if ((out.dtype != kFloat32 && out.dtype != kFloat64) || !out.contiguous || out.sizes.empty())
       return false;
@@ -293,9 +427,10 @@ class GroupBuilder {
         return false;
       }
     }
-    // Autograd recorded this node (grad mode on and an operand requires grad).
-    if (out.requires_grad) {
-      *why_not = "its result requires grad";
+    // Autograd recorded this node (grad mode on and an operand requires grad): the kernel needs
+    // a backward (Note [Fused backward]).
+    if (out.requires_grad && !grad_refusal_.empty()) {
+      *why_not = grad_refusal_;
       return false;
     }
     if (nodes_.empty()) {
@@ -306,7 +441,7 @@ class GroupBuilder {
       return false;
     }
     // Operands first, without committing, so that a refusal leaves the group as it was.
-    std::vector<std::string> exprs;
+    std::vector<std::string> exprs, grads;  // per tensor operand: expression, accumulator
     std::vector<std::pair<ValueId, Operand>> fresh;
     for (const Arg& a : n.args) {
       if (a.kind == Arg::Kind::TensorList || a.kind == Arg::Kind::NoneTensor) return false;
@@ -336,9 +471,26 @@ class GroupBuilder {
         }
       }
       exprs.push_back(expr_of(a.value, o));
+      if (o.kind == Operand::Kind::Internal) {
+        grads.push_back("g" + std::to_string(a.value));
+      } else if (v.requires_grad && o.kind == Operand::Kind::Tensor) {
+        grads.push_back("gi" + std::to_string(o.index));
+      } else if (v.requires_grad && out.requires_grad) {
+        *why_not = "a 0-dim operand requires grad";
+        return false;
+      } else {
+        grads.emplace_back();
+      }
     }
     const std::string e = pointwise_expr(n, exprs, dtype_);
     if (e.empty()) return false;
+    std::string derivative;
+    const ValueId r = n.returns[0][0];
+    if (out.requires_grad && !derivative_code(n, exprs, grads, "v" + std::to_string(r),
+                                              "g" + std::to_string(r), dtype_, &derivative)) {
+      *why_not = "its result requires grad and " + n.op.name() + " has no fused derivative";
+      return false;
+    }
     for (const auto& [id, o] : fresh) {
       operands_[id] = o;
       if (o.kind == Operand::Kind::Scalar) scalars_.push_back(id);
@@ -348,10 +500,11 @@ class GroupBuilder {
         column_steps_.push_back(o.column_step);
       }
     }
-    const ValueId r = n.returns[0][0];
     Operand internal;
     internal.kind = Operand::Kind::Internal;
     operands_[r] = internal;
+    grad_ = grad_ || out.requires_grad;
+    derivatives_.push_back(std::move(derivative));
     body_ +=
         "      const " + std::string(ctype(dtype_)) + " v" + std::to_string(r) + " = " + e + ";\n";
     nodes_.push_back(k);
@@ -360,28 +513,85 @@ class GroupBuilder {
     return true;
   }
 
+  // Note [Reduction fusion]: a sum, mean or amax over the last dimension of a value of the group
+  // ends the group (CPU, nothing requiring grad): the kernel keeps the rows of its iteration space
+  // and reduces each while computing it, so the value reduced need not be written (unless used
+  // elsewhere). Sums accumulate in double, as the eager kernels do, with 16 partial sums a row.
+  bool try_add_reduction(size_t k) {
+    const Node& n = g_.nodes[k];
+    const std::string op = n.op.schema().full_name();
+    const int kind = op == "loom::sum" ? 1 : op == "loom::mean" ? 2 : op == "loom::amax" ? 3 : 0;
+    if (kind == 0 || nodes_.empty() || device_.type() != DeviceType::CPU || grad_) return false;
+    const ValueId r = n.returns[0][0];
+    const Value& out = g_.values[static_cast<size_t>(r)];
+    if (out.requires_grad || out.dtype != dtype_ || n.args.size() < 3) return false;
+    const Arg& self = n.args[0];
+    if (self.kind != Arg::Kind::Tensor) return false;
+    auto it = operands_.find(self.value);
+    if (it == operands_.end() || it->second.kind != Operand::Kind::Internal) return false;
+    if (g_.values[static_cast<size_t>(self.value)].sizes != sizes_ || sizes_.back() < 1)
+      return false;
+    const Arg& dims = n.args[1];
+    if (dims.kind != Arg::Kind::Constant || !dims.constant.is_int_list() || !dims.sym.empty())
+      return false;
+    const std::vector<int64_t>& d = dims.constant.to_int_list();
+    const auto rank = static_cast<int64_t>(sizes_.size());
+    if (d.size() != 1 || (d[0] != rank - 1 && d[0] != -1)) return false;
+    if (n.args.size() > 3 &&
+        !(n.args[3].kind == Arg::Kind::Constant && n.args[3].constant.is_none()))
+      return false;  // a dtype
+    reduce_ = kind;
+    reduce_in_ = self.value;
+    reduce_out_ = r;
+    reduced_sizes_ = out.sizes;
+    nodes_.push_back(k);
+    ops_ += ", " + n.op.schema().op_name();
+    return true;
+  }
+
   size_t size() const { return nodes_.size(); }
   const std::vector<size_t>& nodes() const { return nodes_; }
 
-  // The kernel for the group, its source generated and built.
+  // The kernel for the group, its source generated and built, and when a result requires grad
+  // its backward kernel too.
   FusedKernel finish(int number, size_t last_step) {
     FusedKernel f;
     f.name = "fused_" + std::to_string(number);
     f.ops = ops_;
     f.inputs = inputs_;
     f.scalars = scalars_;
-    f.dtype = dtype_;
-    f.out_sizes = sizes_;
     for (size_t k : nodes_) {
       const ValueId r = g_.nodes[k].returns[0][0];
-      if (uses_after_[static_cast<size_t>(r)] > static_cast<int64_t>(last_step))
-        f.outputs.push_back(r);
+      if (r == reduce_out_ ||
+          uses_after_[static_cast<size_t>(r)] <= static_cast<int64_t>(last_step))
+        continue;
+      f.outputs.push_back(r);
+      f.output_requires_grad.push_back(g_.values[static_cast<size_t>(r)].requires_grad);
+    }
+    if (reduce_ != 0) {  // the reduction's result comes last
+      f.outputs.push_back(reduce_out_);
+      f.output_requires_grad.push_back(false);
     }
     std::vector<std::vector<int64_t>> in_sizes;
     for (ValueId id : inputs_) in_sizes.push_back(g_.values[static_cast<size_t>(id)].sizes);
+    build(f, in_sizes);
+    if (grad_) f.backward = std::make_shared<FusedKernel>(backward_of(f, in_sizes));
+    return f;
+  }
+
+ private:
+  // Lays out the iteration space of `f` (its operands of `in_sizes`), generates its source from
+  // the group's state and builds it.
+  void build(FusedKernel& f, const std::vector<std::vector<int64_t>>& in_sizes) {
+    f.dtype = dtype_;
+    f.out_sizes = sizes_;
     std::vector<bool> steps;
-    LOOM_INTERNAL_ASSERT(kernel_layout(sizes_, in_sizes, &f.rows, &f.cols, &f.row_strides, &steps),
-                         "[compile] ", f.name, ": operands do not broadcast as when grouped");
+    f.reduce = reduce_;
+    f.reduced_sizes = reduced_sizes_;
+    if (reduce_ != 0) f.reduced_sym_sizes = g_.values[static_cast<size_t>(reduce_out_)].sym_sizes;
+    LOOM_INTERNAL_ASSERT(
+        kernel_layout(sizes_, in_sizes, &f.rows, &f.cols, &f.row_strides, &steps, reduce_ != 0),
+        "[compile] ", f.name, ": operands do not broadcast as when grouped");
     f.column_steps = steps;
     const ValueId first = g_.nodes[nodes_.front()].returns[0][0];
     f.out_sym_sizes = g_.values[static_cast<size_t>(first)].sym_sizes;
@@ -395,16 +605,88 @@ class GroupBuilder {
       f.library_path = m.path;
       f.cache_hit = m.cache_hit;
       f.build_ms = m.build_ms;
-      return f;
+      return;
     }
-    f.source = source(f);
+    f.source = reduce_ != 0 ? reduce_source(f) : source(f);
     SharedObject so = build_shared_object(f.source);
     f.fn = reinterpret_cast<FusedKernel::Fn>(find_symbol(so, "loom_kernel"));
     f.library = so.handle;
     f.library_path = so.path;
     f.cache_hit = so.cache_hit;
     f.build_ms = so.build_ms;
-    return f;
+  }
+
+  // Note [Fused backward]: one kernel over the forward's operands and the gradients of its
+  // outputs (full size) that recomputes the group's values, sweeps its nodes in reverse adding
+  // each one's contribution to its operands' gradients, and writes the gradient of each operand
+  // that requires grad at the full size of the iteration space (the caller sums a broadcast
+  // operand's down to its own sizes).
+  FusedKernel backward_of(const FusedKernel& f, std::vector<std::vector<int64_t>> in_sizes) {
+    const std::string T = ctype(dtype_);
+    constexpr ValueId kGradOut = 1 << 30;  // names of the gradients it writes: v<kGradOut + i>
+    FusedKernel b;
+    b.name = f.name + "_backward";
+    b.ops = "backward of " + ops_;
+    b.scalars = scalars_;
+    std::string sweep;
+    for (size_t k : nodes_)
+      sweep +=
+          "      " + T + " g" + std::to_string(g_.nodes[k].returns[0][0]) + " = " + T + "(0);\n";
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      if (!g_.values[static_cast<size_t>(inputs_[j])].requires_grad) continue;
+      sweep += "      " + T + " gi" + std::to_string(j) + " = " + T + "(0);\n";
+      b.grad_inputs.push_back(static_cast<int>(j));
+    }
+    std::vector<ValueId> in = inputs_;
+    for (size_t k = 0; k < f.outputs.size(); ++k) {
+      sweep += "      g" + std::to_string(f.outputs[k]) + " += in" +
+               std::to_string(inputs_.size() + k) + ";\n";
+      in.push_back(kGradOut - 1 - static_cast<ValueId>(k));
+      in_sizes.push_back(sizes_);
+    }
+    for (size_t m = nodes_.size(); m-- > 0;) sweep += derivatives_[m];
+    // Which inputs each value depends on, through the group's nodes.
+    std::map<ValueId, std::vector<bool>> deps;
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      std::vector<bool> d(inputs_.size(), false);
+      d[j] = true;
+      deps[inputs_[j]] = d;
+    }
+    for (size_t k : nodes_) {
+      std::vector<bool> d(inputs_.size(), false);
+      for (const Arg& a : g_.nodes[k].args) {
+        if (a.kind != Arg::Kind::Tensor) continue;
+        auto it = deps.find(a.value);
+        if (it == deps.end()) continue;  // a scalar
+        for (size_t j = 0; j < d.size(); ++j) d[j] = d[j] || it->second[j];
+      }
+      deps[g_.nodes[k].returns[0][0]] = d;
+    }
+    for (ValueId out : f.outputs) {
+      std::vector<bool> d;
+      for (int j : b.grad_inputs) d.push_back(deps[out][static_cast<size_t>(j)]);
+      b.depends.push_back(d);
+    }
+    for (size_t i = 0; i < b.grad_inputs.size(); ++i) {
+      b.outputs.push_back(kGradOut + static_cast<ValueId>(i));
+      sweep += "      const " + T + " v" + std::to_string(kGradOut + i) + " = gi" +
+               std::to_string(b.grad_inputs[i]) + ";\n";
+    }
+    b.inputs = in;
+    // The generators read the group's state: lend them the backward's for the build.
+    std::vector<int64_t> rs;
+    std::vector<bool> steps;
+    int64_t rows = 0, cols = 0;
+    kernel_layout(sizes_, in_sizes, &rows, &cols, &rs, &steps);
+    std::swap(inputs_, in);
+    std::swap(column_steps_, steps);
+    const std::string forward_body = body_;
+    body_ += sweep;
+    build(b, in_sizes);
+    body_ = forward_body;
+    std::swap(inputs_, in);
+    std::swap(column_steps_, steps);
+    return b;
   }
 
  private:
@@ -426,7 +708,8 @@ class GroupBuilder {
     return "v" + std::to_string(id);
   }
 
-  std::string source(const FusedKernel& f) const {
+  // The start of a CPU kernel's source: the math prelude, the signature and the scalars.
+  std::string cpu_source_head(const FusedKernel& f) const {
     std::string prelude = kCodegenPrelude;
     const std::string inc = "#include \"loom/export.h\"";
     if (size_t p = prelude.find(inc); p != std::string::npos)
@@ -441,6 +724,13 @@ class GroupBuilder {
           "    const int64_t* rs, int64_t C, int64_t begin, int64_t end) {\n";
     for (size_t i = 0; i < scalars_.size(); ++i)
       os << "  const " << T << " s" << i << " = static_cast<" << T << ">(s[" << i << "]);\n";
+    return os.str();
+  }
+
+  std::string source(const FusedKernel& f) const {
+    const std::string T = ctype(dtype_);
+    std::ostringstream os;
+    os << cpu_source_head(f);
     os << "  int64_t r = begin / C, c0 = begin - r * C;\n"
           "  while (begin < end) {\n"
           "    const int64_t n = C - c0 < end - begin ? C - c0 : end - begin;\n";
@@ -458,6 +748,84 @@ class GroupBuilder {
     for (size_t k = 0; k < f.outputs.size(); ++k)
       os << "      o" << k << "[c] = v" << f.outputs[k] << ";\n";
     os << "    }\n    begin += n;\n    c0 = 0;\n    ++r;\n  }\n}\n";
+    return os.str();
+  }
+
+  // Note [Reduction fusion]: rows [begin, end) of the iteration space; the last output is the
+  // reduction, one value a row.
+  std::string reduce_source(const FusedKernel& f) const {
+    const std::string T = ctype(dtype_);
+    const std::string x = "v" + std::to_string(reduce_in_);
+    const size_t full = f.outputs.size() - 1;  // outputs before the reduction's
+    std::ostringstream os;
+    os << cpu_source_head(f);
+    os << "  " << T << "* __restrict ro = reinterpret_cast<" << T << "*>(d[" << full << "]);\n"
+       << "  for (int64_t r = begin; r < end; ++r) {\n";
+    for (size_t k = 0; k < full; ++k)
+      os << "    " << T << "* __restrict o" << k << " = reinterpret_cast<" << T << "*>(d[" << k
+         << "]) + r * C;\n";
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      os << "    const " << T << "* __restrict p" << j << " = reinterpret_cast<const " << T
+         << "*>(d[" << f.outputs.size() + j << "]) + r * rs[" << j << "];\n";
+    // One element at column c: the group's values, the full-size outputs stored.
+    std::ostringstream element;
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      element << "        const " << T << " in" << j << " = p" << j
+              << (column_steps_[j] ? "[c]" : "[0]") << ";\n";
+    element << body_;
+    for (size_t k = 0; k < full; ++k)
+      element << "        o" << k << "[c] = v" << f.outputs[k] << ";\n";
+    const std::string e = element.str();
+    if (reduce_ == 3) {
+      // As reduce::max_contig_f32: 64 lanes (4 vectors of 16) over blocks of 64, the rest in the
+      // first 16, lanes combined as the vector code does; any NaN gives NaN.
+      os << "    " << T << " m[64];\n"
+         << "    for (int t = 0; t < 64; ++t) m[t] = -" << T << "(LM_INF);\n"
+         << "    bool nan = false;\n    int64_t c0 = 0;\n"
+         << "    for (; c0 + 64 <= C; c0 += 64)\n      for (int t = 0; t < 64; ++t) {\n"
+         << "        const int64_t c = c0 + t;\n"
+         << e << "        nan = nan || " << x << " != " << x << ";\n"
+         << "        m[t] = m[t] > " << x << " ? m[t] : " << x << ";\n      }\n"
+         << "    for (; c0 < C; c0 += 16)\n"
+         << "      for (int t = 0; t < 16 && c0 + t < C; ++t) {\n"
+         << "        const int64_t c = c0 + t;\n"
+         << e << "        nan = nan || " << x << " != " << x << ";\n"
+         << "        m[t] = m[t] > " << x << " ? m[t] : " << x << ";\n      }\n"
+         << "    " << T << " lanes[16];\n"
+         << "    for (int l = 0; l < 16; ++l) {\n"
+         << "      const " << T << " a = m[l] > m[16 + l] ? m[l] : m[16 + l];\n"
+         << "      const " << T << " b = m[32 + l] > m[48 + l] ? m[32 + l] : m[48 + l];\n"
+         << "      lanes[l] = a > b ? a : b;\n    }\n"
+         << "    " << T << " best = lanes[0];\n"
+         << "    for (int l = 1; l < 16; ++l) best = best < lanes[l] ? lanes[l] : best;\n"
+         << "    ro[r] = nan ? " << T << "(LM_NAN) : best;\n";
+    } else {
+      // Note [Accurate float sums] (src/ops/reduce_engine.cpp), as its vector code adds: blocks
+      // of 256 into 64 lanes of T, folded four to one and flushed into 16 double lanes; the rest
+      // in 16 lanes; the double lanes summed pairwise.
+      os << "    double dl[16];\n    for (int l = 0; l < 16; ++l) dl[l] = 0.0;\n"
+         << "    int64_t c0 = 0;\n"
+         << "    for (; c0 + 256 <= C; c0 += 256) {\n"
+         << "      " << T << " a[64];\n      for (int t = 0; t < 64; ++t) a[t] = 0;\n"
+         << "      for (int64_t j = c0; j < c0 + 256; j += 64)\n"
+         << "        for (int t = 0; t < 64; ++t) {\n        const int64_t c = j + t;\n"
+         << e << "        a[t] += " << x << ";\n        }\n"
+         << "      for (int l = 0; l < 16; ++l)\n"
+         << "        dl[l] += static_cast<double>((a[l] + a[16 + l]) + (a[32 + l] + a[48 + l]));\n"
+         << "    }\n    {\n"
+         << "      " << T << " a[16];\n      for (int t = 0; t < 16; ++t) a[t] = 0;\n"
+         << "      for (; c0 < C; c0 += 16)\n"
+         << "        for (int t = 0; t < 16 && c0 + t < C; ++t) {\n"
+         << "        const int64_t c = c0 + t;\n"
+         << e << "        a[t] += " << x << ";\n        }\n"
+         << "      for (int l = 0; l < 16; ++l) dl[l] += static_cast<double>(a[l]);\n    }\n"
+         << "    double ln[8];\n    for (int l = 0; l < 8; ++l) ln[l] = dl[l] + dl[8 + l];\n"
+         << "    const double total = ((ln[0] + ln[1]) + (ln[2] + ln[3])) + "
+            "((ln[4] + ln[5]) + (ln[6] + ln[7]));\n"
+         << "    ro[r] = static_cast<" << T << ">("
+         << (reduce_ == 2 ? "total / static_cast<double>(C)" : "total") << ");\n";
+    }
+    os << "  }\n}\n";
     return os.str();
   }
 
@@ -540,6 +908,12 @@ class GroupBuilder {
   std::vector<int64_t> row_strides_;
   std::vector<bool> column_steps_;
   std::string body_, ops_;
+  int reduce_ = 0;  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax (the group's last node)
+  ValueId reduce_in_ = -1, reduce_out_ = -1;
+  std::vector<int64_t> reduced_sizes_;
+  bool grad_ = false;                     // some result requires grad: a backward kernel is built
+  std::vector<std::string> derivatives_;  // per node: its part of the reverse sweep
+  std::string grad_refusal_;              // why results that require grad cannot be fused here
 };
 
 double scalar_value(const Tensor& t) {
@@ -562,7 +936,99 @@ double scalar_value(const Tensor& t) {
              dtype_name(t.dtype()));
 }
 
+// The autograd node of a fused kernel's run (Note [Fused backward]): it holds the run's inputs,
+// checks that they were not written in place since, and runs the backward kernel.
+class FusedBackward : public autograd::Node {
+ public:
+  FusedBackward(std::shared_ptr<const FusedKernel> kernel, std::string forward_name,
+                std::vector<Tensor> inputs, std::vector<Tensor> scalars,
+                std::vector<int64_t> symbols)
+      : kernel_(std::move(kernel)),
+        forward_name_(std::move(forward_name)),
+        inputs_(std::move(inputs)),
+        scalars_(std::move(scalars)),
+        symbols_(std::move(symbols)) {
+    for (const Tensor& t : inputs_) versions_.push_back(t.version());
+  }
+
+  std::string name() const override { return "FusedBackward"; }
+  std::string forward_op() const override { return forward_name_; }
+  void release_variables() override {
+    inputs_.clear();
+    scalars_.clear();
+    released_ = true;
+  }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    LOOM_CHECK(!released_,
+               "[autograd] trying to backward through the graph a second time: the "
+               "inputs saved by compiled kernel ",
+               forward_name_,
+               " were freed by the first backward. Pass retain_graph=true to the first backward");
+    for (size_t j = 0; j < inputs_.size(); ++j) {
+      LOOM_CHECK(inputs_[j].version() == versions_[j],
+                 "[autograd] one of the tensors needed for gradient computation has been "
+                 "modified by an in-place operation: input ",
+                 j, " of compiled kernel ", forward_name_, " (shape ", inputs_[j].shape_str(),
+                 ") is at version ", inputs_[j].version(), "; expected version ", versions_[j]);
+    }
+    for (const Tensor& g : grads) {
+      LOOM_CHECK_AS(NotImplementedError, !g.defined() || !g.requires_grad(),
+                    "[compile] compiled kernel ", forward_name_,
+                    " has no double backward (create_graph); compile with backend eager to "
+                    "differentiate twice");
+    }
+    std::vector<Tensor> in = inputs_;
+    for (size_t k = 0; k < grads.size(); ++k) {
+      const InputMeta& m = input_meta_[k];
+      const Tensor& g = grads[k];
+      in.push_back(g.defined()
+                       ? g.to(m.dtype).contiguous()
+                       : zeros(m.sizes.ref(), TensorOptions(m.dtype).with_device(m.device)));
+    }
+    std::vector<Tensor> out = kernel_->run(in, scalars_, symbols_);
+    std::vector<Tensor> result(next_edges_.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto j = static_cast<size_t>(kernel_->grad_inputs[i]);
+      if (j >= result.size() || !next_edges_[j].valid()) continue;
+      bool reached = false;
+      for (size_t k = 0; k < grads.size(); ++k)
+        reached = reached || (grads[k].defined() && kernel_->depends[k][i]);
+      if (!reached) continue;
+      const IntArrayRef want = inputs_[j].sizes();
+      result[j] = out[i].sizes() == want ? out[i] : autograd::sum_to(out[i], want);
+    }
+    return result;
+  }
+
+ private:
+  std::shared_ptr<const FusedKernel> kernel_;
+  std::string forward_name_;
+  std::vector<Tensor> inputs_, scalars_;
+  std::vector<int64_t> symbols_;
+  std::vector<uint32_t> versions_;
+  bool released_ = false;
+};
+
 }  // namespace
+
+void FusedKernel::record_backward(const std::vector<Tensor>& in,
+                                  const std::vector<Tensor>& scalar_in,
+                                  const std::vector<int64_t>& symbols,
+                                  std::vector<Tensor>& out) const {
+  bool any = false;
+  for (const Tensor& t : in) any = any || t.requires_grad();
+  if (!backward || !any || !autograd::GradMode::is_enabled()) return;
+  auto node =
+      std::make_shared<FusedBackward>(backward, name + " (" + ops + ")", in, scalar_in, symbols);
+  for (const Tensor& t : in)
+    node->mutable_next_edges().push_back(t.requires_grad() ? autograd::gradient_edge(t)
+                                                           : autograd::Edge());
+  for (size_t k = 0; k < out.size(); ++k) {
+    node->add_input_meta(out[k]);
+    if (output_requires_grad[k]) autograd::set_history(out[k], node, static_cast<uint32_t>(k));
+  }
+}
 
 std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
                                           const std::vector<Tensor>& scalar_in,
@@ -605,6 +1071,14 @@ std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
                                      const std::vector<Tensor>& scalar_in,
                                      const std::vector<int64_t>& symbols) const {
+  std::vector<Tensor> out = compute(in, scalar_in, symbols);
+  record_backward(in, scalar_in, symbols, out);
+  return out;
+}
+
+std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
+                                         const std::vector<Tensor>& scalar_in,
+                                         const std::vector<int64_t>& symbols) const {
   // A dynamic graph's kernel: this call's sizes, and its operands' strides for them.
   std::vector<int64_t> sizes_now;
   int64_t rows_now = rows, cols_now = cols;
@@ -616,7 +1090,7 @@ std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
     for (const Tensor& t : in) in_sizes.push_back(t.sizes().vec());
     std::vector<bool> steps;
     LOOM_INTERNAL_ASSERT(
-        kernel_layout(sizes_now, in_sizes, &rows_now, &cols_now, &rs_now, &steps) &&
+        kernel_layout(sizes_now, in_sizes, &rows_now, &cols_now, &rs_now, &steps, reduce != 0) &&
             steps == column_steps,
         "[compile] ", name, ": the operands no longer broadcast as the kernel was written for");
   }
@@ -628,8 +1102,14 @@ std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
   out.reserve(outputs.size());
   std::vector<char*> data;
   data.reserve(outputs.size() + in.size());
+  std::vector<int64_t> reduced_now = reduced_sizes;
+  if (dynamic && reduce != 0) {
+    reduced_now.clear();
+    for (const SymExpr& e : reduced_sym_sizes) reduced_now.push_back(e.eval(symbols));
+  }
   for (size_t k = 0; k < outputs.size(); ++k) {
-    out.push_back(empty_tensor(osizes, dtype, kCPU));
+    const bool reduced = reduce != 0 && k + 1 == outputs.size();
+    out.push_back(empty_tensor(reduced ? reduced_now : osizes, dtype, kCPU));
     data.push_back(static_cast<char*>(out.back().data_ptr()));
   }
   for (const Tensor& t : in) data.push_back(static_cast<char*>(t.data_ptr()));
@@ -647,7 +1127,13 @@ std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
   const int64_t* rs = dynamic ? rs_now.data() : row_strides.data();
   const int64_t c = cols_now;
   Fn f = fn;
-  // About 32 KiB of float32 output a task: enough to hide the pool's wake-up.
+  // About 32 KiB of float32 output a task: enough to hide the pool's wake-up. A reduction's
+  // kernel takes rows.
+  if (reduce != 0) {
+    parallel_for(0, rows_now, std::max<int64_t>(1, 8192 / std::max<int64_t>(c, 1)),
+                 [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });
+    return out;
+  }
   parallel_for(0, total, 8192, [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });
   return out;
 }
@@ -662,7 +1148,7 @@ void fuse_pointwise(Graph& g) {
   for (ValueId id : g.outputs) uses_after[static_cast<size_t>(id)] = INT64_MAX;
 
   std::vector<Step> steps;
-  int fused_nodes = 0, kernels_built = 0, hits = 0;
+  int fused_nodes = 0, kernels_built = 0, hits = 0, backwards = 0;
   double build_ms = 0;
   std::string grad_note;
   size_t k = 0;
@@ -680,7 +1166,7 @@ void fuse_pointwise(Graph& g) {
     if (!why.empty() && grad_note.empty()) {
       grad_note =
           "fusion: " + std::string(g.nodes[static_cast<size_t>(g.steps[j].node)].op.name()) +
-          " not fused: " + why + " (fused kernels have no backward until the joint graph is built)";
+          " not fused: " + why;
     }
     if (b.size() >= 2) {
       FusedKernel f = b.finish(static_cast<int>(g.kernels.size()), j - 1);
@@ -688,6 +1174,10 @@ void fuse_pointwise(Graph& g) {
       ++kernels_built;
       hits += f.cache_hit;
       build_ms += f.build_ms;
+      if (f.backward) {
+        ++backwards;
+        build_ms += f.backward->build_ms;
+      }
       g.kernels.push_back(std::move(f));
       steps.push_back(Step{-1, static_cast<int32_t>(g.kernels.size() - 1)});
       k = j;
@@ -699,8 +1189,9 @@ void fuse_pointwise(Graph& g) {
   if (kernels_built > 0) {
     char line[200];
     std::snprintf(line, sizeof(line),
-                  "fusion: %d nodes into %d kernel(s); %d from the kernel cache, %.0f ms compiling",
-                  fused_nodes, kernels_built, hits, build_ms);
+                  "fusion: %d nodes into %d kernel(s) (%d with a backward kernel); %d from the "
+                  "kernel cache, %.0f ms compiling",
+                  fused_nodes, kernels_built, backwards, hits, build_ms);
     g.pass_log.push_back(line);
   } else {
     g.pass_log.push_back("fusion: no run of two or more fusible pointwise nodes");

@@ -122,6 +122,21 @@ struct FusedKernel {
   void* cuda_kernel = nullptr;
   void* cuda_kernel_vec4 = nullptr;
   int cuda_multiprocessors = 0;
+  // When a result requires grad (Note [Fused backward] in compiler/fusion.cpp): the kernel that
+  // computes the gradients of the inputs from the inputs and the outputs' gradients; a run with
+  // grad mode on records a node that calls it. In a backward kernel: the forward input each of
+  // its outputs is the gradient of.
+  std::shared_ptr<const FusedKernel> backward;
+  std::vector<int> grad_inputs;
+  std::vector<bool> output_requires_grad;  // as eager: only these get the node as history
+  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax of each row; its result is the last
+  // output, of reduced_sizes (reduced_sym_sizes in a dynamic graph).
+  int reduce = 0;
+  std::vector<int64_t> reduced_sizes;
+  std::vector<SymExpr> reduced_sym_sizes;
+  // In a backward kernel: per forward output, per output of this kernel, whether the gradient
+  // reaches it (an input that no output with a gradient depends on gets none, as in eager).
+  std::vector<std::vector<bool>> depends;
 
   // Allocates the outputs and runs the kernel over loom's thread pool; `symbols` are the size
   // symbols' values for this call (a dynamic graph's kernel takes its sizes from them).
@@ -129,6 +144,11 @@ struct FusedKernel {
                           const std::vector<int64_t>& symbols) const;
 
  private:
+  std::vector<Tensor> compute(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
+                              const std::vector<int64_t>& symbols) const;
+  // With grad mode on and an input that requires grad: the outputs' autograd history.
+  void record_backward(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
+                       const std::vector<int64_t>& symbols, std::vector<Tensor>& out) const;
   std::vector<Tensor> run_cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
                                const std::vector<int64_t>& sizes, int64_t total, int64_t cols,
                                const std::vector<int64_t>& row_strides) const;

@@ -201,30 +201,128 @@ TEST(Inductor, ScalarOperandsAreReadOnEveryCall) {
   EXPECT_EQ(f.report().graphs[0].replays, 1);
 }
 
-TEST(Inductor, ValuesThatRequireGradAreNotFusedAndSaySo) {
+// Note [Fused backward]: a group whose results require grad is fused with a backward kernel
+// that recomputes the group from its inputs; the gradients are the eager ones, a broadcast
+// operand's summed down to its sizes.
+TEST(Inductor, ValuesThatRequireGradFuseWithABackwardKernel) {
   FreshCache cache;
   TensorFunction fn = [](const Tensors& in) -> Tensors {
-    return {sum(tanh(mul(sigmoid(in[0]), in[1])))};
+    return {sum(tanh(mul(sigmoid(add(in[0], in[2])), in[1])))};
   };
   CompiledFunction f = compile(fn, {.name = "grad"});
-  const Tensor x = randn({4, 8}).requires_grad_(true), y = randn({4, 8});
+  const Tensor x = randn({4, 8}).requires_grad_(true), y = randn({4, 8}),
+               bias = randn({8}).requires_grad_(true);
   for (int call = 0; call < 2; ++call) {
-    const Tensor got = f({x, y})[0];
-    const Tensor gx = autograd::grad({got}, {x})[0];
-    const Tensor want = fn({x, y})[0];
-    const Tensor wx = autograd::grad({want}, {x})[0];
+    const Tensor got = f({x, y, bias})[0];
+    const Tensors g = autograd::grad({got}, {x, bias});
+    const Tensor want = fn({x, y, bias})[0];
+    const Tensors w = autograd::grad({want}, {x, bias});
     expect_bitwise(got, want, "value");
-    expect_bitwise(gx, wx, "gradient");
+    EXPECT_TRUE(allclose(g[0], w[0], 1e-6, 1e-7)) << "gradient of x, call " << call;
+    ASSERT_EQ(g[1].sizes().vec(), (std::vector<int64_t>{8}));
+    EXPECT_TRUE(allclose(g[1], w[1], 1e-5, 1e-6)) << "gradient of the bias, call " << call;
+  }
+  CompileReport r = f.report();
+  ASSERT_EQ(r.graphs[0].kernels.size(), 2u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[1].name, "fused_0_backward");
+  EXPECT_EQ(r.graphs[0].kernels[1].ops, "backward of add, sigmoid, mul, tanh");
+  EXPECT_EQ(r.graphs[0].replays, 1);
+
+  // The saved inputs are checked for in-place writes, as eager saved tensors are.
+  const Tensor x2 = randn({4, 8}).requires_grad_(true);
+  const Tensor a = mul(x2, 1.0);  // a non-leaf input that can be written in place
+  const Tensor out = f({a, y, bias})[0];
+  {
+    autograd::NoGradGuard no_grad;
+    add_(a, 1.0);
+  }
+  try {
+    autograd::grad({out}, {x2});
+    FAIL() << "a saved input written in place was not noticed";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("modified by an in-place operation"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Inductor, GroupsThatRequireGradInAGraphThatWritesInPlaceStayUnfused) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    const Tensor t = mul(in[0], 2.0);
+    mul_(t, 3.0);
+    return {sum(tanh(sigmoid(t)))};
+  };
+  CompiledFunction f = compile(fn, {.name = "writes"});
+  const Tensor x = randn({4, 8}).requires_grad_(true);
+  for (int call = 0; call < 2; ++call) {
+    const Tensor got = f({x})[0];
+    const Tensor gx = autograd::grad({got}, {x})[0];
+    const Tensor want = fn({x})[0];
+    expect_bitwise(got, want, "value");
+    expect_bitwise(gx, autograd::grad({want}, {x})[0], "gradient");
   }
   CompileReport r = f.report();
   EXPECT_TRUE(r.graphs[0].kernels.empty()) << r.str();
-  EXPECT_NE(r.str().find("not fused: its result requires grad"), std::string::npos) << r.str();
+  EXPECT_NE(r.str().find("not fused: its result requires grad and the graph writes in place"),
+            std::string::npos)
+      << r.str();
   // Without grad mode the same function fuses (a new graph: grad mode is guarded).
   autograd::NoGradGuard no_grad;
-  expect_bitwise(f({x, y})[0], fn({x, y})[0], "no grad");
+  expect_bitwise(f({x})[0], fn({x})[0], "no grad");
   r = f.report();
   ASSERT_EQ(r.graphs.size(), 2u);
   EXPECT_EQ(r.graphs[1].kernels.size(), 1u) << r.str();
+}
+
+// Note [Reduction fusion]: a sum, mean or amax over the last dimension ends the group; the kernel
+// reduces each row while computing it (sums in double, as eager), so the results match eager bit
+// for bit, NaN included, with a row length that is not a multiple of the 16 partial sums.
+TEST(Inductor, AReductionOverTheLastDimensionEndsTheGroup) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    const Tensor y = sigmoid(add(mul(in[0], 2.0), in[1]));
+    const Tensor z = mul(y, y);
+    return {sum(z, IntArrayRef{1}), mean(exp(in[0]), IntArrayRef{-1}, /*keepdim=*/true),
+            amax(add(in[0], in[1]), IntArrayRef{1}), y};
+  };
+  CompiledFunction f = compile(fn, {.name = "reduce"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = edgy({37, 53});
+    if (call == 2) x.select(0, 5).select(0, 7).fill_(std::nan(""));
+    const Tensor b = randn({53});
+    const Tensors got = f({x, b}), want = fn({x, b});
+    ASSERT_EQ(got[1].sizes().vec(), (std::vector<int64_t>{37, 1}));
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bitwise(got[i], want[i],
+                     "call " + std::to_string(call) + " output " + std::to_string(i));
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  ASSERT_EQ(r.graphs[0].kernels.size(), 3u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[0].ops, "mul, add, sigmoid, mul, sum") << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[1].ops, "exp, mean") << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[2].ops, "add, amax") << r.str();
+  EXPECT_EQ(r.graphs[0].op_counts, (std::map<std::string, int64_t>{{"fused", 3}})) << r.str();
+  EXPECT_NE(r.graphs[0].code.find("[37, 53] -> [37]: mul, add, sigmoid, mul, sum"),
+            std::string::npos)
+      << r.graphs[0].code;
+}
+
+// Over another dimension, or with a dtype, the reduction stays the eager operator.
+TEST(Inductor, OtherReductionsStayEager) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {sum(exp(in[0]), IntArrayRef{0}), sum(tanh(in[0]), std::nullopt, false, kFloat64)};
+  };
+  CompiledFunction f = compile(fn, {.name = "other reductions"});
+  const Tensor x = randn({9, 21});
+  for (int call = 0; call < 2; ++call) {
+    const Tensors got = f({x}), want = fn({x});
+    for (size_t i = 0; i < got.size(); ++i) expect_bitwise(got[i], want[i], "output");
+  }
+  const CompileReport r = f.report();
+  EXPECT_EQ(r.graphs[0].op_counts.at("loom::sum"), 2) << r.str();
+  EXPECT_TRUE(r.graphs[0].kernels.empty()) << r.str();
 }
 
 TEST(Inductor, DeadCodeGoesButRandomOperatorsStay) {

@@ -93,17 +93,30 @@ TEST(CudaCompile, OneKernelServesEverySizeOfADynamicGraph) {
   EXPECT_EQ(f.report().graphs.size(), 2u) << f.report().str();
 }
 
-TEST(CudaCompile, GradientsStayEagerAndSaySo) {
+// Note [Fused backward] on the GPU: the backward kernel is generated and compiled by NVRTC like
+// the forward one (the flat float4 variant for x, the general one for the broadcast bias).
+TEST(CudaCompile, GradientsFlowThroughAGeneratedBackwardKernel) {
   REQUIRE_GPU();
-  TensorFunction fn = [](const Tensors& in) -> Tensors { return {sum(exp(mul(in[0], 2.0)))}; };
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {sum(mul(tanh(add(in[0], in[1])), sigmoid(in[0])))};
+  };
   CompiledFunction f = compile(fn, {.name = "cuda grad"});
-  const Tensor x = randn({100}, on_cuda()).requires_grad_(true);
-  const Tensor got = f({x})[0];
-  const Tensor gx = autograd::grad({got}, {x})[0];
-  const Tensor want = fn({x})[0];
-  const Tensor wx = autograd::grad({want}, {x})[0];
-  expect_close({got, gx}, {want, wx}, "value and gradient");
-  EXPECT_NE(f.report().str().find("not fused: its result requires grad"), std::string::npos);
+  for (DType t : {kFloat32, kFloat64}) {
+    const Tensor x = randn({64, 256}, on_cuda(t)).requires_grad_(true);
+    const Tensor bias = randn({256}, on_cuda(t)).requires_grad_(true);
+    for (int call = 0; call < 2; ++call) {
+      const Tensor got = f({x, bias})[0];
+      const Tensors g = autograd::grad({got}, {x, bias});
+      const Tensor want = fn({x, bias})[0];
+      const Tensors w = autograd::grad({want}, {x, bias});
+      expect_close({got, g[0], g[1]}, {want, w[0], w[1]}, "value and gradients", 1e-4, 1e-5);
+    }
+  }
+  const CompileReport r = f.report();
+  ASSERT_FALSE(r.graphs.empty());
+  ASSERT_EQ(r.graphs[0].kernels.size(), 2u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[1].name, "fused_0_backward");
+  EXPECT_NE(r.graphs[0].kernels[1].library_path.find(".cubin"), std::string::npos);
 }
 
 }  // namespace
