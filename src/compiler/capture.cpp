@@ -260,8 +260,6 @@ Graph Capture::finish(const std::vector<Tensor>& outputs) {
 
 // ---- Graph ----
 
-namespace {
-
 // Runs one node through the dispatcher, reading its arguments from env and writing its returns.
 void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
               const std::vector<int64_t>& symbols) {
@@ -307,8 +305,6 @@ void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
     }
   }
 }
-
-}  // namespace
 
 std::vector<ValueId> Graph::step_reads(const Step& s) const {
   if (s.kernel >= 0) {

@@ -202,6 +202,11 @@ struct Graph {
 
 // The inductor backend's passes, in order: dead-code elimination, common subexpressions, pointwise
 // fusion with C++ code generation (compiler/passes.cpp, compiler/fusion.cpp).
+// Runs node `n` through the dispatcher: its arguments from `env`, its returns written there (a
+// host node's results are left on `stack`).
+void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
+              const std::vector<int64_t>& symbols);
+
 // Note [Pure nodes] in compiler/passes.cpp: no in-place write, no random draw, not a host node.
 bool is_pure(const Node& n);
 

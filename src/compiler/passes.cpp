@@ -1,5 +1,5 @@
-// Graph passes of the inductor backend: dead-code elimination and common-subexpression elimination,
-// then pointwise fusion (compiler/fusion.cpp).
+// Graph passes of the inductor backend: constant folding, dead-code elimination and
+// common-subexpression elimination, then pointwise fusion (compiler/fusion.cpp).
 //
 // Note [Pure nodes]
 //   Both passes touch only pure nodes: an operator whose schema writes through no argument (no
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "compiler/graph.h"
+#include "loom/autograd.h"
 
 namespace loom::compiler {
 
@@ -49,6 +50,72 @@ int dead_code(Graph& g) {
   }
   g.steps.assign(kept.rbegin(), kept.rend());
   return removed;
+}
+
+// Note [Constant folding]: a pure node whose tensor arguments are all folded values (or that has
+// none: a factory such as ones() or arange() with sizes that follow no symbol; numbers wrapped
+// into tensors count as folded) is run once here, and its results become constants held by the
+// graph, so a replay no longer computes them. The graph's other constants are not folded through
+// (a module's parameters change between calls), nor are returned values (the caller may write
+// into them), values that require grad, or anything in a graph that writes in place (a folded
+// value could be written). -1: skipped.
+int fold_constants(Graph& g) {
+  for (const Step& s : g.steps)
+    if (s.kernel < 0 && g.nodes[static_cast<size_t>(s.node)].op.schema().is_mutable()) return -1;
+  std::vector<bool> returned(g.values.size(), false), known(g.values.size(), false);
+  for (ValueId id : g.outputs) returned[static_cast<size_t>(id)] = true;
+  std::vector<Tensor> env(g.values.size());
+  // A number the operator wrapped into a tensor (`t * 3.0`) belongs to the graph alone.
+  for (size_t i = 0; i < g.values.size(); ++i) {
+    const Value& v = g.values[i];
+    if (v.kind != Value::Kind::Constant) continue;
+    const Tensor& t = g.constants[static_cast<size_t>(v.index)];
+    if (t.defined() && t.impl()->is_wrapped_number()) {
+      known[i] = true;
+      env[i] = t;
+    }
+  }
+  Stack stack;
+  std::vector<Step> kept;
+  int folded = 0;
+  autograd::NoGradGuard no_grad;
+  for (const Step& s : g.steps) {
+    if (s.kernel >= 0) {
+      kept.push_back(s);
+      continue;
+    }
+    const Node& n = g.nodes[static_cast<size_t>(s.node)];
+    bool foldable = is_pure(n);
+    for (const Arg& a : n.args) {
+      foldable = foldable && a.sym.empty();
+      if (a.kind == Arg::Kind::Tensor) foldable = foldable && known[static_cast<size_t>(a.value)];
+      for (ValueId id : a.list) foldable = foldable && known[static_cast<size_t>(id)];
+    }
+    for (const auto& r : n.returns) {
+      for (ValueId id : r) {
+        const Value& v = g.values[static_cast<size_t>(id)];
+        foldable = foldable && !returned[static_cast<size_t>(id)] && !v.requires_grad &&
+                   v.sym_sizes.empty();
+      }
+    }
+    if (!foldable) {
+      kept.push_back(s);
+      continue;
+    }
+    run_node(n, env, stack, {});
+    for (const auto& r : n.returns) {
+      for (ValueId id : r) {
+        Value& v = g.values[static_cast<size_t>(id)];
+        v.kind = Value::Kind::Constant;
+        v.index = static_cast<int32_t>(g.constants.size());
+        g.constants.push_back(env[static_cast<size_t>(id)]);
+        known[static_cast<size_t>(id)] = true;
+      }
+    }
+    ++folded;
+  }
+  g.steps = std::move(kept);
+  return folded;
 }
 
 // Replaces value `from` by `to` in every argument and output.
@@ -141,6 +208,10 @@ bool is_pure(const Node& n) {
 }
 
 void optimize(Graph& g, const PassOptions& options) {
+  const int folded = fold_constants(g);
+  g.pass_log.push_back(folded < 0
+                           ? "constant folding: skipped (the graph writes in place)"
+                           : "constant folding: folded " + std::to_string(folded) + " node(s)");
   const int dead = dead_code(g);
   const int merged = common_subexpressions(g);
   // Merging can leave more dead code behind.
