@@ -31,11 +31,14 @@
 //   graph records its operators.
 //
 // Backends: eager captures and replays the graph through the dispatcher. inductor (the default)
-// also runs passes over it: dead-code elimination, common subexpressions, and pointwise fusion
-// with C++ code generation, built by the system compiler and kept in an on-disk cache (Note
+// also runs passes over it: constant folding, dead-code elimination, common subexpressions, and
+// pointwise fusion (ending in a row reduction, with generated backward kernels) with C++ and CUDA
+// code generation, built by the system compiler or NVRTC and kept in an on-disk cache (Note
 // [Pointwise fusion] in compiler/fusion.cpp, Note [Kernel cache] in compiler/codecache.h); what
-// the passes did is in the report. aot (the joint forward/backward graph) and the modes
-// reduce-overhead and max-autotune throw NotImplementedError naming what is missing.
+// the passes did is in the report. Mode max-autotune times each generated kernel's launch
+// configurations on its first run and keeps the fastest (Note [Autotuning] in
+// compiler/fusion.cpp). aot (the joint forward/backward graph of the whole function) and mode
+// reduce-overhead (CUDA graphs) throw NotImplementedError naming what is missing.
 //
 // Dynamic shapes (Note [How loom learns symbolic sizes] in compiler/dynamic.cpp): dynamic=auto
 // specialises every size at first; when a call fails a graph's guards only because sizes changed,
@@ -127,6 +130,7 @@ struct KernelInfo {
   std::string library_path;  // the shared object in the kernel cache (the .cpp is beside it)
   bool cache_hit = false;    // found built (on disk or in this process)
   double build_ms = 0;       // the C++ compiler's time, 0 on a hit
+  std::string tuning;        // mode max-autotune: the configuration chosen and the timings
 };
 
 struct GraphInfo {

@@ -754,7 +754,10 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     }
   }
   e->failures.assign(e->num_guards(), 0);
-  if (options.backend == CompileBackend::Inductor) compiler::optimize(g, compiler::PassOptions{});
+  if (options.backend == CompileBackend::Inductor) {
+    compiler::optimize(g, compiler::PassOptions{
+                              .fuse = true, .autotune = options.mode == CompileMode::MaxAutotune});
+  }
   size_t number = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -827,10 +830,12 @@ CompileReport CompiledFunction::report() const {
       gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
     gi.passes = e->graph.pass_log;
     for (const compiler::FusedKernel& k : e->graph.kernels) {
-      gi.kernels.push_back(KernelInfo{k.name, k.ops, k.library_path, k.cache_hit, k.build_ms});
-      if (const auto& b = k.backward)
-        gi.kernels.push_back(
-            KernelInfo{b->name, b->ops, b->library_path, b->cache_hit, b->build_ms});
+      gi.kernels.push_back(
+          KernelInfo{k.name, k.ops, k.library_path, k.cache_hit, k.build_ms, k.tuning_log()});
+      if (const auto& b = k.backward) {
+        gi.kernels.push_back(KernelInfo{b->name, b->ops, b->library_path, b->cache_hit, b->build_ms,
+                                        b->tuning_log()});
+      }
     }
     gi.code = e->graph.str();
     r.graphs.push_back(std::move(gi));
@@ -872,6 +877,7 @@ std::string CompileReport::str() const {
       os << "  kernel " << k.name << ": " << k.ops << "\n    "
          << (k.cache_hit ? "from the kernel cache" : "built in " + fmt_ms(k.build_ms)) << ": "
          << k.library_path << '\n';
+      if (!k.tuning.empty()) os << "    autotuned: " << k.tuning << '\n';
     }
     os << "  code:\n";
     std::istringstream code(g.code);
@@ -884,13 +890,12 @@ std::string CompileReport::str() const {
 CompiledFunction compile(TensorFunction fn, CompileOptions options) {
   LOOM_CHECK(static_cast<bool>(fn), "[compile] compile() needs a function");
   LOOM_CHECK_AS(NotImplementedError, options.backend != CompileBackend::Aot,
-                "[compile] backend aot (the joint forward and backward graph) is not implemented "
-                "yet; backend inductor fuses and generates code for graphs without gradients, "
-                "backend eager captures and replays");
-  LOOM_CHECK_AS(NotImplementedError, options.mode == CompileMode::Default, "[compile] mode ",
-                options.mode == CompileMode::ReduceOverhead ? "reduce-overhead (CUDA graphs)"
-                                                            : "max-autotune",
-                " is not implemented yet; use mode default");
+                "[compile] backend aot (the joint forward and backward graph of a whole function, "
+                "with a min-cut partition) is not implemented yet; backend inductor gives each "
+                "fused group a generated backward, backend eager captures and replays");
+  LOOM_CHECK_AS(NotImplementedError, options.mode != CompileMode::ReduceOverhead,
+                "[compile] mode reduce-overhead (CUDA graphs) is not implemented yet; use mode "
+                "default or max-autotune");
   LOOM_CHECK(options.recompile_limit >= 1, "[compile] recompile_limit must be at least 1, got ",
              options.recompile_limit);
   for (const Bucket& b : options.buckets) {

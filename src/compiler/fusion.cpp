@@ -22,10 +22,13 @@
 //   same -march=native and without FP contraction, so fused results match eager ones bit for bit.
 //   A group of one node is left to its eager kernel: there is nothing to fuse.
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "autograd/autograd_meta.h"
@@ -37,6 +40,7 @@
 #include "loom/error.h"
 #include "loom/ops.h"
 #include "loom/parallel.h"
+#include "loom/stream.h"
 
 namespace loom::compiler {
 
@@ -398,9 +402,60 @@ bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vecto
   return true;
 }
 
+}  // namespace
+
+// Note [Autotuning]: in mode max-autotune a generated kernel's first run times its launch
+// configurations on the operands of that run (each candidate three times, the median kept) and
+// uses the fastest from then on: on the CPU the grain of the pool's split (elements a task, rows
+// for a reduction), on CUDA threads a block and blocks per multiprocessor. The choice and every
+// timing are in the report. The kernel is pure, so the extra runs only rewrite its outputs.
+struct FusedKernel::Tuning {
+  std::once_flag once;
+  int64_t grain = 8192;
+  int threads = 256, blocks_per_sm = 16;
+  std::string log;
+};
+
+std::string FusedKernel::tuning_log() const {
+  return tuning ? tuning->log : "";
+}
+
+namespace {
+
+// Times `run` with each candidate (the median of three) and returns the fastest's index; `log`
+// gets "<chosen>: 0.41 ms (<other>: 0.45 ms, ...)".
+size_t pick_fastest(const std::vector<std::string>& names, const std::function<void(size_t)>& run,
+                    std::string* log) {
+  std::vector<double> ms(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    double t[3];
+    for (double& x : t) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run(i);
+      x = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::sort(t, t + 3);
+    ms[i] = t[1];
+  }
+  const size_t best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+  char b[64];
+  std::snprintf(b, sizeof(b), ": %.3g ms (", ms[best]);
+  *log = names[best] + b;
+  bool first = true;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i == best) continue;
+    std::snprintf(b, sizeof(b), ": %.3g ms", ms[i]);
+    *log += (first ? "" : ", ") + names[i] + b;
+    first = false;
+  }
+  *log += ")";
+  return best;
+}
+
 class GroupBuilder {
  public:
-  GroupBuilder(Graph& g, const std::vector<int64_t>& uses_after) : g_(g), uses_after_(uses_after) {
+  GroupBuilder(Graph& g, const std::vector<int64_t>& uses_after, bool autotune)
+      : g_(g), uses_after_(uses_after), autotune_(autotune) {
     for (const Step& s : g_.steps) {
       if (s.kernel < 0 && g_.nodes[static_cast<size_t>(s.node)].op.schema().is_mutable()) {
         grad_refusal_ =
@@ -583,6 +638,7 @@ class GroupBuilder {
   // Lays out the iteration space of `f` (its operands of `in_sizes`), generates its source from
   // the group's state and builds it.
   void build(FusedKernel& f, const std::vector<std::vector<int64_t>>& in_sizes) {
+    if (autotune_) f.tuning = std::make_shared<FusedKernel::Tuning>();
     f.dtype = dtype_;
     f.out_sizes = sizes_;
     std::vector<bool> steps;
@@ -899,6 +955,7 @@ class GroupBuilder {
 
   Graph& g_;
   const std::vector<int64_t>& uses_after_;
+  bool autotune_ = false;
   std::vector<size_t> nodes_;
   std::vector<int64_t> sizes_;
   DType dtype_ = kFloat32;
@@ -1059,12 +1116,33 @@ std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
   args.push_back(&c);
   args.push_back(&n);
   const bool vec4 = cuda_kernel_vec4 != nullptr && cols_now == total && aligned;
-  constexpr int kThreads = 256;
   const int64_t work = vec4 ? (total + 3) / 4 : total;
-  const int64_t blocks = std::min<int64_t>((work + kThreads - 1) / kThreads,
-                                           int64_t{std::max(cuda_multiprocessors, 1)} * 16);
-  launch_cuda_kernel(vec4 ? cuda_kernel_vec4 : cuda_kernel, blocks, kThreads, args.data(),
-                     device.index());
+  auto launch = [&](int threads, int per_sm) {
+    const int64_t blocks = std::min<int64_t>((work + threads - 1) / threads,
+                                             int64_t{std::max(cuda_multiprocessors, 1)} * per_sm);
+    launch_cuda_kernel(vec4 ? cuda_kernel_vec4 : cuda_kernel, blocks, threads, args.data(),
+                       device.index());
+  };
+  if (tuning) {
+    std::call_once(tuning->once, [&] {
+      const std::vector<std::pair<int, int>> configs = {{128, 16}, {256, 8}, {256, 16},
+                                                        {256, 32}, {512, 8}, {512, 16}};
+      std::vector<std::string> names;
+      for (const auto& [t, b] : configs)
+        names.push_back(std::to_string(t) + " threads, " + std::to_string(b) + " blocks/SM");
+      const Stream stream = current_stream(device);
+      const size_t best = pick_fastest(
+          names,
+          [&](size_t i) {
+            launch(configs[i].first, configs[i].second);
+            stream.synchronize();
+          },
+          &tuning->log);
+      tuning->threads = configs[best].first;
+      tuning->blocks_per_sm = configs[best].second;
+    });
+  }
+  launch(tuning ? tuning->threads : 256, tuning ? tuning->blocks_per_sm : 16);
   return out;
 }
 
@@ -1129,17 +1207,29 @@ std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
   Fn f = fn;
   // About 32 KiB of float32 output a task: enough to hide the pool's wake-up. A reduction's
   // kernel takes rows.
-  if (reduce != 0) {
-    parallel_for(0, rows_now, std::max<int64_t>(1, 8192 / std::max<int64_t>(c, 1)),
-                 [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });
-    return out;
+  const int64_t n = reduce != 0 ? rows_now : total;
+  auto launch = [&](int64_t grain) {
+    if (reduce != 0) grain = std::max<int64_t>(1, grain / std::max<int64_t>(c, 1));
+    parallel_for(0, n, grain, [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });
+  };
+  if (tuning) {
+    std::call_once(tuning->once, [&] {
+      const int64_t threads = std::max(1, get_num_threads());
+      std::vector<int64_t> grains = {2048, 8192, 32768, std::max<int64_t>(total / threads, 1)};
+      std::sort(grains.begin(), grains.end());
+      grains.erase(std::unique(grains.begin(), grains.end()), grains.end());
+      std::vector<std::string> names;
+      for (int64_t g : grains) names.push_back("grain " + std::to_string(g));
+      tuning->grain = grains[pick_fastest(
+          names, [&](size_t i) { launch(grains[i]); }, &tuning->log)];
+    });
   }
-  parallel_for(0, total, 8192, [&](int64_t b, int64_t e) { f(d, sp, rs, c, b, e); });
+  launch(tuning ? tuning->grain : 8192);
   return out;
 }
 
 // Forms the groups over the graph's steps and replaces each (of two nodes or more) by its kernel.
-void fuse_pointwise(Graph& g) {
+void fuse_pointwise(Graph& g, bool autotune) {
   // The last step that reads each value (outputs count as read after the end).
   std::vector<int64_t> uses_after(g.values.size(), -1);
   for (size_t k = 0; k < g.steps.size(); ++k)
@@ -1157,7 +1247,7 @@ void fuse_pointwise(Graph& g) {
       steps.push_back(g.steps[k++]);
       continue;
     }
-    GroupBuilder b(g, uses_after);
+    GroupBuilder b(g, uses_after, autotune);
     size_t j = k;
     std::string why;
     while (j < g.steps.size() && g.steps[j].kernel < 0 &&

@@ -17,7 +17,7 @@
 
 namespace loom::compiler {
 
-void fuse_pointwise(Graph& g);
+void fuse_pointwise(Graph& g, bool autotune);
 
 namespace {
 
@@ -219,7 +219,7 @@ void optimize(Graph& g, const PassOptions& options) {
   g.pass_log.push_back("dce: removed " + std::to_string(dead + dead2) + " node(s)");
   g.pass_log.push_back(merged < 0 ? "cse: skipped (the graph writes in place)"
                                   : "cse: merged " + std::to_string(merged) + " node(s)");
-  if (options.fuse) fuse_pointwise(g);
+  if (options.fuse) fuse_pointwise(g, options.autotune);
   g.compute_releases();
 }
 

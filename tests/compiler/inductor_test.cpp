@@ -349,6 +349,35 @@ TEST(Inductor, FactoriesAndWhatFollowsFromThemFoldIntoConstants) {
   expect_bitwise(f({x})[0], fn({x})[0], "after the parameter changed");
 }
 
+// Note [Autotuning]: mode max-autotune times the kernel's launch configurations on its first run
+// and reports the choice; the results stay the eager ones.
+TEST(Inductor, MaxAutotuneTimesTheKernelsConfigurations) {
+  FreshCache cache;
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {tanh(mul(sigmoid(in[0]), 3.0)), sum(exp(mul(in[0], 0.5)), IntArrayRef{1})};
+  };
+  CompiledFunction f = compile(fn, {.mode = CompileMode::MaxAutotune, .name = "tuned"});
+  const Tensor x = randn({512, 300});
+  for (int call = 0; call < 3; ++call) {
+    const Tensors got = f({x}), want = fn({x});
+    for (size_t i = 0; i < got.size(); ++i) expect_bitwise(got[i], want[i], "output");
+  }
+  const CompileReport r = f.report();
+  // One kernel: tanh(...) is written while exp(...) is summed row by row.
+  ASSERT_EQ(r.graphs[0].kernels.size(), 1u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[0].ops, "sigmoid, mul, tanh, mul, exp, sum");
+  for (const KernelInfo& k : r.graphs[0].kernels) {
+    EXPECT_EQ(k.tuning.rfind("grain ", 0), 0u) << k.name << ": " << k.tuning;
+    EXPECT_NE(k.tuning.find(" ms ("), std::string::npos) << k.tuning;
+  }
+  EXPECT_NE(r.str().find("autotuned: grain "), std::string::npos) << r.str();
+  // The default mode tunes nothing.
+  CompiledFunction plain = compile(fn, {.name = "untuned"});
+  plain({x});
+  plain({x});
+  EXPECT_TRUE(plain.report().graphs[0].kernels[0].tuning.empty());
+}
+
 TEST(Inductor, DeadCodeGoesButRandomOperatorsStay) {
   FreshCache cache;
   TensorFunction fn = [](const Tensors& in) -> Tensors {

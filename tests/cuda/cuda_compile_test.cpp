@@ -119,5 +119,17 @@ TEST(CudaCompile, GradientsFlowThroughAGeneratedBackwardKernel) {
   EXPECT_NE(r.graphs[0].kernels[1].library_path.find(".cubin"), std::string::npos);
 }
 
+// Note [Autotuning] on CUDA: the launch configurations are timed on the first run.
+TEST(CudaCompile, MaxAutotuneChoosesALaunchConfiguration) {
+  REQUIRE_GPU();
+  CompiledFunction f = compile(chain, {.mode = CompileMode::MaxAutotune, .name = "cuda tuned"});
+  const Tensor x = randn({int64_t{1} << 22}, on_cuda());
+  for (int call = 0; call < 2; ++call) expect_close(f({x}), chain({x}), "call");
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs[0].kernels.size(), 1u) << r.str();
+  EXPECT_NE(r.graphs[0].kernels[0].tuning.find(" threads, "), std::string::npos)
+      << r.graphs[0].kernels[0].tuning;
+}
+
 }  // namespace
 }  // namespace loom
