@@ -707,6 +707,12 @@ TrainResult Trainer::run() {
     const CompileReport cr = compiled_step->report();
     report += "\ncompiled: " + cr.str().substr(0, cr.str().find('\n'));
     for (const std::string& why : cr.recompile_reasons) report += "\n  recompiled: " + why;
+    // What the passes did to the newest graph: what was fused (or why nothing was).
+    if (!cr.graphs.empty()) {
+      for (const std::string& pass : cr.graphs.back().passes) {
+        if (pass.rfind("fusion", 0) == 0) report += "\n  " + pass;
+      }
+    }
   }
   if (!o.save_final.empty()) {
     SavedModelInfo info;
