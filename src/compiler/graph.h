@@ -138,6 +138,7 @@ struct FusedKernel {
   // chosen on the kernel's first run by timing candidates on its real operands; null otherwise.
   struct Tuning;
   std::shared_ptr<Tuning> tuning;
+  static std::shared_ptr<Tuning> new_tuning();  // untuned yet
   // "grain 32768: 0.41 ms (8192: 0.45 ms, ...)" once tuned, else "".
   std::string tuning_log() const;
   // In a backward kernel: per forward output, per output of this kernel, whether the gradient
@@ -208,6 +209,14 @@ struct Graph {
 
 // The inductor backend's passes, in order: dead-code elimination, common subexpressions, pointwise
 // fusion with C++ code generation (compiler/passes.cpp, compiler/fusion.cpp).
+// A fused kernel's iteration space for outputs of `out` sizes and its tensor operands' sizes
+// (compiler/fusion.cpp): rows, cols and each operand's row stride and column step; one row of
+// numel columns when every operand is same-shape or a broadcast scalar (unless keep_rows: a row
+// reduction needs its rows). False when an operand does not broadcast that way.
+bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vector<int64_t>>& in,
+                   int64_t* rows, int64_t* cols, std::vector<int64_t>* rs, std::vector<bool>* cs,
+                   bool keep_rows = false);
+
 // Runs node `n` through the dispatcher: its arguments from `env`, its returns written there (a
 // host node's results are left on `stack`).
 void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
