@@ -66,6 +66,11 @@ std::string ExitInfo::describe() const {
   return "was killed by " + sig + (code == CLD_DUMPED ? " (core dumped)" : "");
 }
 
+int ExitInfo::cause_rank() const {
+  if (code == CLD_EXITED || status == SIGPIPE) return 1;
+  return 2;
+}
+
 std::string JobResult::reason(const std::string& where) const {
   const std::string at = where.empty() ? "" : " at " + where;
   if (timed_out) {
@@ -246,8 +251,9 @@ JobResult run_job(const std::vector<JobProcess>& processes, const JobOptions& op
       }
     }
     // The first to fail on its own is the one to name; those we stopped are not. Failures found in
-    // the same sweep cannot be ordered: one killed by a signal goes first (a crash is more often
-    // the cause than the reaction), the others are named after it.
+    // the same sweep cannot be ordered by time: one killed by a signal goes first (a crash is more
+    // often the cause than the reaction), except SIGPIPE, which a write to the crashed peer raises
+    // (ExitInfo::cause_rank); the others are named after it.
     std::vector<std::pair<size_t, ExitInfo>> failed_now;
     for (size_t i = 0; i < n; ++i) {
       ExitInfo info;
@@ -258,7 +264,7 @@ JobResult run_job(const std::vector<JobProcess>& processes, const JobOptions& op
     }
     if (!failed_now.empty()) {
       std::stable_sort(failed_now.begin(), failed_now.end(), [](const auto& a, const auto& b) {
-        return (a.second.code != CLD_EXITED) > (b.second.code != CLD_EXITED);
+        return a.second.cause_rank() > b.second.cause_rank();
       });
       result.failed = static_cast<int>(failed_now[0].first);
       result.failed_name = processes[failed_now[0].first].name;

@@ -28,6 +28,10 @@ struct ExitInfo {
   int status = 0;  // the exit status or the signal
   bool clean() const;
   std::string describe() const;
+  // How likely this ending caused a job's failure rather than reacted to it, for naming the cause
+  // among failures seen together: 2 for a signal (a crash, the OOM killer), 1 for an exit with a
+  // status or SIGPIPE (a write to a peer that had died: the reaction, not the cause).
+  int cause_rank() const;
 };
 
 struct JobProcess {

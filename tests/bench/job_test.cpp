@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -82,6 +83,22 @@ TEST(BenchJob, ASignalIsNamed) {
                         c.on_out(), c.on_err());
   EXPECT_EQ(r.failed, 1);
   EXPECT_EQ(r.reason().rfind("rank 1 was killed by SIGABRT", 0), 0u) << r.reason();
+}
+
+// Among failures seen in one sweep the crash is named before the peer that wrote to it and got
+// SIGPIPE, or that exited on the closed connection.
+TEST(BenchJob, TheCrashRanksBeforeItsReactions) {
+  auto ending = [](int code, int status) {
+    ExitInfo e;
+    e.code = code;
+    e.status = status;
+    return e;
+  };
+  const int abort_rank = ending(CLD_KILLED, SIGABRT).cause_rank();
+  EXPECT_GT(abort_rank, ending(CLD_KILLED, SIGPIPE).cause_rank());
+  EXPECT_GT(ending(CLD_DUMPED, SIGSEGV).cause_rank(), ending(CLD_EXITED, 1).cause_rank());
+  EXPECT_EQ(ending(CLD_KILLED, SIGPIPE).cause_rank(), ending(CLD_EXITED, 1).cause_rank());
+  EXPECT_EQ(abort_rank, ending(CLD_KILLED, SIGKILL).cause_rank());
 }
 
 TEST(BenchJob, AHangEndsAtTheDeadline) {
