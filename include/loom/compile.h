@@ -21,24 +21,30 @@
 //   Global state is guarded too: grad mode and the default dtype.
 //   A graph break is where a value must leave the graph for the host: an operator that returns a
 //   host value (item(), equal(), allclose()), or a backward pass run inside the function (the
-//   joint graph is not captured yet). Each break is recorded with its reason and the user call
-//   that caused it, and said once (with fullgraph, the break is a CompileError instead). At a host
-//   value the graph resumes (Note [Graph breaks] in compiler/compile.cpp): a replay runs the graph
-//   up to the read, produces the value, and goes on while it equals the captured one, a guard;
-//   another value is a recompile. A break that cannot resume (a backward pass, or a host read
-//   after an in-place write or a random draw) makes the function run eagerly on every call.
-//   Calling a compiled function while another one captures runs it inline, so that the outer
-//   graph records its operators.
+//   function's own backward is captured apart, as its joint graph: see Backends). Each break is
+//   recorded with its reason and the user call that caused it, and said once (with fullgraph, the
+//   break is a CompileError instead). At a host value the graph resumes (Note [Graph breaks] in
+//   compiler/compile.cpp): a replay runs the graph up to the read, produces the value, and goes on
+//   while it equals the captured one, a guard; another value is a recompile. A break that cannot
+//   resume (a backward pass, or a host read after an in-place write or a random draw) makes the
+//   function run eagerly on every call. Calling a compiled function while another one captures runs
+//   it inline, so that the outer graph records its operators.
 //
-// Backends: eager captures and replays the graph through the dispatcher. inductor (the default)
-// also runs passes over it: constant folding, dead-code elimination, common subexpressions, and
-// pointwise fusion (ending in a row reduction, with generated backward kernels) with C++ and CUDA
-// code generation, built by the system compiler or NVRTC and kept in an on-disk cache (Note
-// [Pointwise fusion] in compiler/fusion.cpp, Note [Kernel cache] in compiler/codecache.h); what
-// the passes did is in the report. Mode max-autotune times each generated kernel's launch
-// configurations on its first run and keeps the fastest (Note [Autotuning] in
-// compiler/fusion.cpp). aot (the joint forward/backward graph of the whole function) and mode
-// reduce-overhead (CUDA graphs) throw NotImplementedError naming what is missing.
+// Backends: eager captures and replays the graph through the dispatcher, where autograd records
+// each operator as in an eager call. aot builds the joint forward/backward graph when a result
+// requires grad: the function's backward is captured below autograd too, and a min cut decides
+// which tensors the forward saves and what the backward recomputes (Note [Joint graph] in
+// compiler/joint.h); the two halves replay without codegen, the results get one autograd node
+// that runs the backward half. inductor (the default) does the same (CompileOptions::joint) and
+// runs passes over each half: constant folding, dead-code elimination, common subexpressions, and
+// pointwise fusion (ending in a row reduction) with C++ and CUDA code generation, built by the
+// system compiler or NVRTC and kept in an on-disk cache (Note [Pointwise fusion] in
+// compiler/fusion.cpp, Note [Kernel cache] in compiler/codecache.h); a graph that cannot be a
+// joint one (it writes in place, or has dynamic sizes) gives each fused group a generated
+// backward kernel instead, and says why in its report. What the passes did is in the report.
+// Mode max-autotune times each generated kernel's launch configurations on its first run and
+// keeps the fastest (Note [Autotuning] in compiler/kernel_run.cpp). Mode reduce-overhead (CUDA
+// graphs) throws NotImplementedError.
 //
 // Dynamic shapes (Note [How loom learns symbolic sizes] in compiler/dynamic.cpp): dynamic=auto
 // specialises every size at first; when a call fails a graph's guards only because sizes changed,
@@ -99,6 +105,11 @@ struct CompileOptions {
   // (input, dim) pairs: symbolic from the first call (unless dynamic=off), or never symbolic.
   std::vector<std::pair<int, int>> dynamic_dims{}, static_dims{};
   std::vector<Bucket> buckets{};  // Note [Bucketing]
+  // Backend inductor: when a result requires grad, differentiate the whole function as one joint
+  // graph split by a min cut (Note [Joint graph] in compiler/joint.h; backend aot always does).
+  // false: each fused group gets its own generated backward and the replay records autograd per
+  // step (Note [Fused backward] in compiler/fusion.cpp).
+  bool joint = true;
   // Guard growth (Note [Guard growth] in compiler/compile.cpp): a warning, once, when the graphs'
   // guards together pass `guard_budget`, or checking them costs more than `guard_time_budget_us`
   // a call on average.

@@ -359,7 +359,7 @@ uint64_t grads_accumulated_in_place() {
 void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& grad_outputs,
               std::optional<bool> retain_graph, bool create_graph,
               const std::vector<Tensor>& inputs) {
-  ::loom::detail::report_capture_break("a backward pass (the joint graph is not captured yet)");
+  ::loom::detail::report_capture_break("a backward pass inside the compiled function");
   std::vector<Edge> edges;
   std::vector<Tensor> grads = make_root_grads(outputs, grad_outputs, edges);
   GraphTask task;
@@ -394,7 +394,7 @@ void backward(const std::vector<Tensor>& outputs, const std::vector<Tensor>& gra
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs, std::optional<bool> retain_graph,
                          bool create_graph, bool allow_unused) {
-  ::loom::detail::report_capture_break("autograd::grad (the joint graph is not captured yet)");
+  ::loom::detail::report_capture_break("autograd::grad inside the compiled function");
   std::vector<Edge> edges;
   std::vector<Tensor> grads = make_root_grads(outputs, grad_outputs, edges);
   GraphTask task;

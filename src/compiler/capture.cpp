@@ -53,7 +53,8 @@ void capture_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* stac
 }
 
 void on_capture_break(const char* reason) {
-  if (Capture* c = Capture::current()) c->add_break("", reason);
+  Capture* c = Capture::current();
+  if (c != nullptr && !c->recording_backward()) c->add_break("", reason);
 }
 
 // The file a function of libloom lives in, to tell loom's frames from the user's.
@@ -164,6 +165,21 @@ ValueId Capture::new_value(Value v, const Tensor& t) {
 ValueId Capture::value_of(const Tensor& t) {
   auto it = ids_.find(t.impl());
   if (it != ids_.end()) return it->second;
+  // A backward formula reads what its node saved: autograd keeps a saved result as another
+  // tensor over the same memory (without the history that would make a cycle). While the
+  // backward is recorded nothing requires grad, so that tensor is the value it was saved from.
+  if (recording_backward_ && t.defined()) {
+    for (size_t v = tensors_.size(); v-- > 0;) {
+      const Tensor& u = tensors_[v];
+      if (u.defined() && u.storage().get() == t.storage().get() && u.dtype() == t.dtype() &&
+          u.storage_offset() == t.storage_offset() && u.sizes() == t.sizes() &&
+          u.strides() == t.strides()) {
+        ids_[t.impl()] = static_cast<ValueId>(v);
+        aliases_.push_back(t);
+        return static_cast<ValueId>(v);
+      }
+    }
+  }
   // A tensor from outside the function: a constant held by the graph.
   Value v;
   v.kind = Value::Kind::Constant;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "compiler/graph.h"
+#include "compiler/joint.h"
 #include "loom/autograd.h"
 #include "loom/config.h"
 #include "loom/error.h"
@@ -170,6 +171,8 @@ const void* storage_of(const Tensor& t) {
 
 struct Entry {
   Graph graph;
+  // Note [Joint graph] in compiler/joint.h: when set, a replay runs it instead of `graph`.
+  std::shared_ptr<const compiler::JointGraph> joint;
   std::vector<TensorGuard> inputs;
   std::vector<std::pair<size_t, size_t>> shared;  // input pairs that shared storage
   std::vector<TensorGuard> constants;
@@ -178,6 +181,12 @@ struct Entry {
   // Failures per guard, in the order of describe_guards().
   mutable std::vector<int64_t> failures;
   mutable int64_t replays = 0;
+
+  // The graphs a replay runs, with their labels: the captured one, or the joint graph's halves.
+  std::vector<std::pair<std::string, const Graph*>> replayed() const {
+    if (!joint) return {{"", &graph}};
+    return {{"forward", &joint->forward}, {"backward", &joint->backward}};
+  }
 
   size_t num_guards() const { return host_guard_base() + graph.host_nodes().size(); }
   // The first host guard's index: they come last, checked during the replay.
@@ -649,6 +658,12 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
     if (!hit) return eager ? fn(inputs) : capture(inputs, logs);
     std::vector<Tensor> out;
     compiler::HostMismatch m;
+    if (hit->joint) {
+      out = compiler::run_joint(hit->joint, inputs);
+      std::lock_guard<std::mutex> lock(mu);
+      ++hit->replays;
+      return out;
+    }
     if (hit->graph.run(inputs, &out, &m)) {
       std::lock_guard<std::mutex> lock(mu);
       ++hit->replays;
@@ -754,10 +769,28 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     }
   }
   e->failures.assign(e->num_guards(), 0);
-  if (options.backend == CompileBackend::Inductor) {
-    compiler::optimize(g, compiler::PassOptions{
-                              .fuse = true, .autotune = options.mode == CompileMode::MaxAutotune});
+  const compiler::PassOptions passes{.fuse = options.backend == CompileBackend::Inductor,
+                                     .autotune = options.mode == CompileMode::MaxAutotune};
+  if (options.backend == CompileBackend::Aot ||
+      (options.backend == CompileBackend::Inductor && options.joint)) {
+    std::string why;
+    e->joint = compiler::build_joint(g, inputs, /*optimize_halves=*/true, passes, &why);
+    if (e->joint) {
+      g.pass_log.push_back(e->joint->summary);
+    } else if (!why.empty()) {
+      g.pass_log.push_back("joint graph: not built: " + why);
+      // Backend aot asked for it; inductor falls back to per-group backward kernels, said in the
+      // report (and `loom train --compile` prints the line).
+      if (options.backend == CompileBackend::Aot || logs.output_code)
+        warn_once("compile.joint:" + options.name,
+                  "[compile] " + options.name + ": joint graph not built: " + why +
+                      "; the replay records autograd per operator" +
+                      (options.backend == CompileBackend::Inductor
+                           ? " (fused groups get generated backward kernels)"
+                           : ""));
+    }
   }
+  if (!e->joint && options.backend == CompileBackend::Inductor) compiler::optimize(g, passes);
   size_t number = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -773,15 +806,24 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     }
   }
   if (logs.output_code) {
-    std::fprintf(stderr, "[compile] %s: graph %zu:\n%s", options.name.c_str(), number,
-                 g.str().c_str());
     for (const std::string& line : g.pass_log)
       std::fprintf(stderr, "[compile] %s: pass: %s\n", options.name.c_str(), line.c_str());
-    for (const compiler::FusedKernel& f : g.kernels) {
-      for (const compiler::FusedKernel* k : {&f, f.backward.get()}) {
-        if (k == nullptr) continue;
-        std::fprintf(stderr, "[compile] %s: %s (%s): %s\n%s", options.name.c_str(), k->name.c_str(),
-                     k->ops.c_str(), k->library_path.c_str(), k->source.c_str());
+    for (const auto& [label, gr] : e->replayed()) {
+      const std::string what = label.empty() ? "" : " (" + label + ")";
+      std::fprintf(stderr, "[compile] %s: graph %zu%s:\n%s", options.name.c_str(), number,
+                   what.c_str(), gr->str().c_str());
+      if (gr != &g) {
+        for (const std::string& line : gr->pass_log)
+          std::fprintf(stderr, "[compile] %s: pass%s: %s\n", options.name.c_str(), what.c_str(),
+                       line.c_str());
+      }
+      for (const compiler::FusedKernel& f : gr->kernels) {
+        for (const compiler::FusedKernel* k : {&f, f.backward.get()}) {
+          if (k == nullptr) continue;
+          std::fprintf(stderr, "[compile] %s: %s%s (%s): %s\n%s", options.name.c_str(),
+                       k->name.c_str(), what.c_str(), k->ops.c_str(), k->library_path.c_str(),
+                       k->source.c_str());
+        }
       }
     }
   }
@@ -824,20 +866,25 @@ CompileReport CompiledFunction::report() const {
     GraphInfo gi;
     gi.replays = e->replays;
     gi.operators = static_cast<int64_t>(e->graph.nodes.size());
-    gi.op_counts = e->graph.op_counts();
     const std::vector<std::string> text = e->describe_guards();
     for (size_t i = 0; i < text.size(); ++i)
       gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
     gi.passes = e->graph.pass_log;
-    for (const compiler::FusedKernel& k : e->graph.kernels) {
-      gi.kernels.push_back(
-          KernelInfo{k.name, k.ops, k.library_path, k.cache_hit, k.build_ms, k.tuning_log()});
-      if (const auto& b = k.backward) {
-        gi.kernels.push_back(KernelInfo{b->name, b->ops, b->library_path, b->cache_hit, b->build_ms,
-                                        b->tuning_log()});
+    // A joint graph's backward half labels its operators, passes, kernels and code.
+    for (const auto& [label, g] : e->replayed()) {
+      const std::string tag = label == "backward" ? " (backward)" : "";
+      for (const auto& [op, n] : g->op_counts()) gi.op_counts[op + tag] += n;
+      if (g != &e->graph)
+        for (const std::string& p : g->pass_log) gi.passes.push_back(label + ": " + p);
+      for (const compiler::FusedKernel& f : g->kernels) {
+        for (const compiler::FusedKernel* k : {&f, f.backward.get()}) {
+          if (k == nullptr) continue;
+          gi.kernels.push_back(KernelInfo{k->name + tag, k->ops, k->library_path, k->cache_hit,
+                                          k->build_ms, k->tuning_log()});
+        }
       }
+      gi.code += (label.empty() ? "" : label + ":\n") + g->str();
     }
-    gi.code = e->graph.str();
     r.graphs.push_back(std::move(gi));
   }
   return r;
@@ -889,10 +936,6 @@ std::string CompileReport::str() const {
 
 CompiledFunction compile(TensorFunction fn, CompileOptions options) {
   LOOM_CHECK(static_cast<bool>(fn), "[compile] compile() needs a function");
-  LOOM_CHECK_AS(NotImplementedError, options.backend != CompileBackend::Aot,
-                "[compile] backend aot (the joint forward and backward graph of a whole function, "
-                "with a min-cut partition) is not implemented yet; backend inductor gives each "
-                "fused group a generated backward, backend eager captures and replays");
   LOOM_CHECK_AS(NotImplementedError, options.mode != CompileMode::ReduceOverhead,
                 "[compile] mode reduce-overhead (CUDA graphs) is not implemented yet; use mode "
                 "default or max-autotune");

@@ -4,6 +4,7 @@
 #include <random>
 #include <sstream>
 
+#include "compiler/joint.h"
 #include "loom/autograd.h"
 #include "loom/compile.h"
 #include "loom/error.h"
@@ -402,6 +403,8 @@ std::string FuzzReport::str() const {
      << " of a graph with symbolic sizes), " << fused_kernels << " fused kernel(s), "
      << resumed_breaks << " graph break(s) resumed, " << eager_errors
      << " raising the same error eagerly and compiled, " << failures.size() << " failure(s)\n";
+  os << "joint graphs: " << joint_graphs
+     << ", min cuts checked against every choice: " << min_cuts_checked << '\n';
   for (const FuzzFailure& f : failures)
     os << "seed " << f.seed << ": " << f.what << "\n" << f.program << "\n";
   return os.str();
@@ -410,6 +413,36 @@ std::string FuzzReport::str() const {
 std::string fuzz_program_text(uint64_t seed) {
   return make(seed).str();
 }
+
+namespace {
+
+// Note [Joint graph] in compiler/joint.h: the program's joint graph, when it has one, is
+// partitioned by the min cut; with few enough candidates, every choice of saved tensors is tried
+// and the cut must cost no more than the best of them.
+std::string check_partition(const Program& p, uint64_t seed, FuzzReport& report) {
+  const Tensors in = make_inputs(p, seed * 7919);
+  Graph g;
+  try {
+    Capture cap(in);
+    const Tensors out = run(p, in);
+    g = cap.finish(out);
+  } catch (const Error&) {
+    return "";  // raised eagerly too: the calls above compared that
+  }
+  std::string why;
+  const auto j = build_joint(g, in, /*optimize_halves=*/false, PassOptions{}, &why);
+  if (!j) return "";
+  ++report.joint_graphs;
+  const Partition part = min_cut_partition(j->joint, in.size(), j->num_results);
+  int64_t best = 0;
+  if (!smallest_saving(j->joint, in.size(), j->num_results, 14, &best)) return "";
+  ++report.min_cuts_checked;
+  if (part.saved_bytes == best) return "";
+  return "the min cut saves " + std::to_string(part.saved_bytes) + " bytes, but " +
+         std::to_string(best) + " bytes suffice (" + j->summary + ")";
+}
+
+}  // namespace
 
 FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
   FuzzReport report;
@@ -473,6 +506,7 @@ FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
         failure = "a graph break: " + b.reason;
       report.resumed_breaks += b.resumed;
     }
+    if (failure.empty()) failure = check_partition(p, seed, report);
     if (!failure.empty()) report.failures.push_back(FuzzFailure{seed, p.str(), failure});
   }
   return report;

@@ -21,6 +21,10 @@
 #include "loom/ivalue.h"
 #include "loom/tensor.h"
 
+namespace loom::autograd {
+class Node;
+}
+
 namespace loom::compiler {
 
 using ValueId = int32_t;
@@ -222,6 +226,11 @@ bool kernel_layout(const std::vector<int64_t>& out, const std::vector<std::vecto
 void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
               const std::vector<int64_t>& symbols);
 
+// For the autograd node of a compiled backward: appends each gradient that arrived at `node` to
+// `in`, contiguous in its forward output's dtype, or zeros of that output's sizes where none did.
+void append_grads(std::vector<Tensor>& in, const std::vector<Tensor>& grads,
+                  const autograd::Node& node);
+
 // Note [Pure nodes] in compiler/passes.cpp: no in-place write, no random draw, not a host node.
 bool is_pure(const Node& n);
 
@@ -264,16 +273,23 @@ class Capture {
               size_t nrets);
   // A graph break before the next node; resumed: at a host node, and the graph goes on.
   void add_break(std::string op, std::string reason, bool resumed = false);
+  // While set, a backward pass is recorded rather than reported as a break (the joint graph's
+  // own, Note [Joint graph] in compiler/joint.h).
+  void set_recording_backward(bool on) { recording_backward_ = on; }
+  bool recording_backward() const { return recording_backward_; }
+  size_t num_constants() const { return graph_.constants.size(); }
 
  private:
   ValueId value_of(const Tensor& t);
   ValueId new_value(Value v, const Tensor& t);
 
   Graph graph_;
+  bool recording_backward_ = false;
   std::vector<Tensor> tensors_;  // per value: the tensor it was, until finish()
   Capture* previous_;
-  // Every tensor seen is kept alive in tensors_ until the capture ends, so that an address in ids_
-  // is never reused by another tensor.
+  // Every tensor seen is kept alive in tensors_ (or aliases_: Capture::value_of) until the
+  // capture ends, so that an address in ids_ is never reused by another tensor.
+  std::vector<Tensor> aliases_;
   std::unordered_map<const TensorImpl*, ValueId> ids_;
 };
 

@@ -94,6 +94,20 @@ double scalar_value(const Tensor& t) {
              dtype_name(t.dtype()));
 }
 
+}  // namespace
+
+void append_grads(std::vector<Tensor>& in, const std::vector<Tensor>& grads,
+                  const autograd::Node& node) {
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const autograd::Node::InputMeta& m = node.input_meta()[k];
+    const Tensor& g = grads[k];
+    in.push_back(g.defined() ? g.to(m.dtype).contiguous()
+                             : zeros(m.sizes.ref(), TensorOptions(m.dtype).with_device(m.device)));
+  }
+}
+
+namespace {
+
 // The autograd node of a fused kernel's run (Note [Fused backward]): it holds the run's inputs,
 // checks that they were not written in place since, and runs the backward kernel.
 class FusedBackward : public autograd::Node {
@@ -137,13 +151,7 @@ class FusedBackward : public autograd::Node {
                     "differentiate twice");
     }
     std::vector<Tensor> in = inputs_;
-    for (size_t k = 0; k < grads.size(); ++k) {
-      const InputMeta& m = input_meta_[k];
-      const Tensor& g = grads[k];
-      in.push_back(g.defined()
-                       ? g.to(m.dtype).contiguous()
-                       : zeros(m.sizes.ref(), TensorOptions(m.dtype).with_device(m.device)));
-    }
+    append_grads(in, grads, *this);
     std::vector<Tensor> out = kernel_->run(in, scalars_, symbols_);
     std::vector<Tensor> result(next_edges_.size());
     for (size_t i = 0; i < out.size(); ++i) {

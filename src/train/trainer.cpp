@@ -481,8 +481,9 @@ TrainResult Trainer::run() {
   }
   // Note [Compiled training steps]: --compile captures the forward pass and the loss once per
   // batch shape (the last, smaller batch of an epoch is a second graph) and replays them; the
-  // parameters are constants of the graph, so the optimizer's in-place updates are seen, and the
-  // replay records autograd as an eager call does, so backward and the optimizer run eagerly.
+  // parameters are constants of the graph, so the optimizer's in-place updates are seen. The
+  // graph is a joint one (Note [Joint graph] in compiler/joint.h): loss.backward() runs its
+  // backward half, whose gradients reach the parameters' .grad; the optimizer runs eagerly.
   // With data parallelism the forward pass would hold collectives, which the capture cannot
   // replay yet: refused.
   LOOM_CHECK_AS(NotImplementedError, !o.compile || !par.group,
@@ -710,7 +711,9 @@ TrainResult Trainer::run() {
     // What the passes did to the newest graph: what was fused (or why nothing was).
     if (!cr.graphs.empty()) {
       for (const std::string& pass : cr.graphs.back().passes) {
-        if (pass.rfind("fusion", 0) == 0) report += "\n  " + pass;
+        if (pass.rfind("fusion", 0) == 0 || pass.rfind("joint graph", 0) == 0 ||
+            pass.rfind("forward: fusion", 0) == 0 || pass.rfind("backward: fusion", 0) == 0)
+          report += "\n  " + pass;
       }
     }
   }

@@ -18,6 +18,10 @@ TEST(CompileDifferential, ThousandRandomProgramsMatchEager) {
   // Programs with a branch on a host read resume after the break (about one in five).
   EXPECT_GT(r.resumed_breaks, 100) << r.str();
   EXPECT_GT(r.dynamic_replays, 100) << r.str();
+  // Programs without in-place steps or breaks whose results require grad have a joint graph; the
+  // smaller ones had their min cut checked against every choice of saved tensors.
+  EXPECT_GT(r.joint_graphs, 100) << r.str();
+  EXPECT_GT(r.min_cuts_checked, 50) << r.str();
 }
 
 TEST(CompileDifferential, ProgramsAreReproducibleFromTheirSeed) {

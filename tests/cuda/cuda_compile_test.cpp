@@ -100,7 +100,7 @@ TEST(CudaCompile, GradientsFlowThroughAGeneratedBackwardKernel) {
   TensorFunction fn = [](const Tensors& in) -> Tensors {
     return {sum(mul(tanh(add(in[0], in[1])), sigmoid(in[0])))};
   };
-  CompiledFunction f = compile(fn, {.name = "cuda grad"});
+  CompiledFunction f = compile(fn, {.name = "cuda grad", .joint = false});
   for (DType t : {kFloat32, kFloat64}) {
     const Tensor x = randn({64, 256}, on_cuda(t)).requires_grad_(true);
     const Tensor bias = randn({256}, on_cuda(t)).requires_grad_(true);
@@ -117,6 +117,32 @@ TEST(CudaCompile, GradientsFlowThroughAGeneratedBackwardKernel) {
   ASSERT_EQ(r.graphs[0].kernels.size(), 2u) << r.str();
   EXPECT_EQ(r.graphs[0].kernels[1].name, "fused_0_backward");
   EXPECT_NE(r.graphs[0].kernels[1].library_path.find(".cubin"), std::string::npos);
+}
+
+// Note [Joint graph] on the GPU: the forward and the backward halves are each fused and built by
+// NVRTC; the gradients are the eager ones.
+TEST(CudaCompile, TheJointGraphsHalvesRunAsGeneratedKernels) {
+  REQUIRE_GPU();
+  TensorFunction fn = [](const Tensors& in) -> Tensors {
+    return {sum(mul(tanh(add(in[0], in[1])), sigmoid(in[0])))};
+  };
+  CompiledFunction f = compile(fn, {.name = "cuda joint"});
+  const Tensor x = randn({64, 256}, on_cuda(kFloat32)).requires_grad_(true);
+  const Tensor bias = randn({256}, on_cuda(kFloat32)).requires_grad_(true);
+  for (int call = 0; call < 3; ++call) {
+    const Tensor got = f({x, bias})[0];
+    const Tensors g = autograd::grad({got}, {x, bias});
+    const Tensor want = fn({x, bias})[0];
+    const Tensors w = autograd::grad({want}, {x, bias});
+    expect_close({got, g[0], g[1]}, {want, w[0], w[1]}, "value and gradients", 1e-4, 1e-5);
+  }
+  const CompileReport r = f.report();
+  ASSERT_FALSE(r.graphs.empty());
+  bool backward_kernel = false;
+  for (const KernelInfo& k : r.graphs[0].kernels)
+    backward_kernel = backward_kernel || k.name.find("(backward)") != std::string::npos;
+  EXPECT_TRUE(backward_kernel) << r.str();
+  EXPECT_EQ(r.graphs[0].replays, 2);
 }
 
 // Note [Autotuning] on CUDA: the launch configurations are timed on the first run.

@@ -36,7 +36,8 @@ int run_explain(const std::vector<std::string>& argv) {
         "  Compiles two small functions with loom::compile and prints what the compiler did:\n"
         "  the captured graph, its guards, a recompile after an input changes shape, and a\n"
         "  graph break at a host read (item()) with the call that caused it, and guard growth\n"
-        "  over 40 sequence lengths: dynamic shapes off, buckets, automatic dynamic.\n"
+        "  over 40 sequence lengths: dynamic shapes off, buckets, automatic dynamic; and the\n"
+        "  joint forward/backward graph of a layer, split by a min cut (backend aot).\n"
         "  LOOM_LOGS=recompiles,guards,graph_breaks,output_code prints the same as it happens.\n");
     return 0;
   }
@@ -104,6 +105,22 @@ int run_explain(const std::vector<std::string>& argv) {
       "checks them newest first, and the recompile storm is said once. Buckets pad the length\n"
       "(the function must be blind to the padding, as a sum of zeros is), automatic dynamic\n"
       "makes it a symbol after the first change.\n");
+
+  std::printf(
+      "\n== layer(x) = sum(tanh(x @ W + b)) with parameters W [8, 4] and b [4] that require "
+      "grad, backend aot, called twice with backward: the joint graph ==\n");
+  const Tensor w = randn({8, 4}, {}, gen).requires_grad_(true);
+  const Tensor b = randn({4}, {}, gen).requires_grad_(true);
+  CompiledFunction layer =
+      compile([&w, &b](const Tensors& in) -> Tensors { return {sum(tanh(add(mm(in[0], w), b)))}; },
+              {.backend = CompileBackend::Aot, .name = "layer"});
+  for (int i = 0; i < 2; ++i) layer({randn({2, 8}, {}, gen)})[0].backward();
+  std::printf("%s", layer.report().str().c_str());
+  std::printf(
+      "\nThe function and its backward are one captured graph, split in two by a minimum cut:\n"
+      "the forward returns what the backward reads (the saved tensors), choosing the fewest\n"
+      "bytes; cheap pointwise operators the backward needs are recomputed there rather than\n"
+      "saved, matrix products never. W and b get their gradients in .grad as eagerly.\n");
   return 0;
 }
 

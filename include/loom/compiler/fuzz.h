@@ -9,7 +9,8 @@
 // compiles the program, calls it on three sets of inputs (a capture, then replays), and compares
 // each call with the eager run on copies of the same inputs: outputs, inputs afterwards, and the
 // gradients of the inputs that require grad (of the sum of the outputs). An error raised eagerly
-// must be raised compiled too, with the same type.
+// must be raised compiled too, with the same type. A program whose joint graph has few enough
+// candidates to save has its min cut checked against every choice.
 //
 // Thread-safety: the functions are thread-safe; a check uses the calling thread.
 #pragma once
@@ -35,6 +36,10 @@ struct LOOM_API FuzzReport {
   int64_t fused_kernels = 0;    // kernels the inductor backend generated
   int64_t resumed_breaks = 0;   // host reads the graph resumed after (Note [Graph breaks])
   int64_t eager_errors = 0;     // programs whose eager run raised (and the compiled run as well)
+  // Programs with a joint graph (Note [Joint graph] in compiler/joint.h), and of those, the ones
+  // whose min cut was checked against every choice of saved tensors.
+  int64_t joint_graphs = 0;
+  int64_t min_cuts_checked = 0;
   std::vector<FuzzFailure> failures;
   std::string str() const;
 };
