@@ -110,6 +110,10 @@ struct CompileOptions {
   // false: each fused group gets its own generated backward and the replay records autograd per
   // step (Note [Fused backward] in compiler/fusion.cpp).
   bool joint = true;
+  // Backend inductor: operators with a decomposition are captured as the primitives it calls, so
+  // that fusion can take them (Note [Decompositions] in compiler/decompose.cpp: the activations'
+  // backward formulas).
+  bool decompose = true;
   // Guard growth (Note [Guard growth] in compiler/compile.cpp): a warning, once, when the graphs'
   // guards together pass `guard_budget`, or checking them costs more than `guard_time_budget_us`
   // a call on average.
@@ -150,6 +154,9 @@ struct GraphInfo {
   std::map<std::string, int64_t> op_counts;  // per operator name, after the passes
   std::vector<GuardInfo> guards;
   std::vector<std::string> passes;  // what each pass did: "dce: removed 1 node(s)"
+  // Note [Memory planning]: kernel outputs written into a dead value's buffer over the replays,
+  // and planned ones refused because something else still held the buffer.
+  int64_t buffers_taken = 0, buffers_refused = 0;
   std::vector<KernelInfo> kernels;
   std::string code;  // the graph a replay runs, one step a line
 };

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +44,8 @@ void capture_fallback(const OperatorHandle& op, DispatchKeySet keys, Stack* stac
     op.redispatch_boxed(below, *stack);
     return;
   }
+  // Note [Decompositions]: the primitives it calls are recorded (Capture stays included).
+  if (c->decomposing() && decompose(op, stack)) return;
   std::vector<IValue> args(stack->end() - static_cast<std::ptrdiff_t>(nargs), stack->end());
   {
     ExcludeDispatchKeyGuard no_capture(DispatchKey::Capture);
@@ -124,7 +127,8 @@ std::string user_call_site() {
 
 // ---- Capture ----
 
-Capture::Capture(const std::vector<Tensor>& inputs) : previous_(tls_capture) {
+Capture::Capture(const std::vector<Tensor>& inputs, bool decompose)
+    : decompose_(decompose), previous_(tls_capture) {
   graph_.num_inputs = static_cast<int32_t>(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     Value v;
@@ -398,6 +402,28 @@ std::vector<int32_t> Graph::host_nodes() const {
   return h;
 }
 
+namespace {
+
+// Note [Memory planning]: the buffer of `t` if nothing but the replay holds it (no other handle of
+// its tensor, no view of its storage), else null.
+Storage sole_storage(const Tensor& t) {
+  if (!t.defined() || t.use_count() != 1 || t.storage()->use_count() != 1) return Storage();
+  return t.storage();
+}
+
+// A contiguous tensor of `like`'s sizes and dtype over `s` (which is large enough, on its device).
+Tensor over(const Storage& s, const Value& like, IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t st = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = st;
+    st *= std::max<int64_t>(sizes[d], 1);
+  }
+  return make_tensor(s, like.dtype, sizes, strides);
+}
+
+}  // namespace
+
 bool Graph::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs_out,
                 HostMismatch* mismatch) const {
   std::vector<Tensor> env(values.size());
@@ -407,8 +433,20 @@ bool Graph::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs_
     if (v.kind == Value::Kind::Constant) env[i] = constants[static_cast<size_t>(v.index)];
   }
   Stack stack;
-  std::vector<Tensor> kin, kscalars;
+  std::vector<Tensor> kin, kscalars, preset;
   const std::vector<int64_t> sym = symbols.empty() ? std::vector<int64_t>{} : bind_symbols(inputs);
+  // Note [Memory planning]: the buffers of dead donors, until a kernel output takes them.
+  const bool planned = !memory.take.empty();
+  std::vector<std::pair<ValueId, Storage>> stash;
+  auto take_stashed = [&](ValueId id) {
+    for (auto& [v, s] : stash) {
+      if (v != id) continue;
+      v = -1;
+      return std::move(s);
+    }
+    return Storage();
+  };
+  int64_t taken = 0, refused = 0;
   for (size_t k = 0; k < steps.size(); ++k) {
     const Step& step = steps[k];
     if (step.kernel >= 0) {
@@ -417,9 +455,47 @@ bool Graph::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs_
       kscalars.clear();
       for (ValueId id : f.inputs) kin.push_back(env[static_cast<size_t>(id)]);
       for (ValueId id : f.scalars) kscalars.push_back(env[static_cast<size_t>(id)]);
-      std::vector<Tensor> out = f.run(kin, kscalars, sym);
+      const std::vector<Tensor>* pre = nullptr;
+      if (planned && !memory.take[k].empty()) {
+        const std::vector<int64_t>& osizes = f.out_sizes;
+        std::vector<int64_t> now;
+        if (!sym.empty() && !f.out_sym_sizes.empty())
+          for (const SymExpr& e : f.out_sym_sizes) now.push_back(e.eval(sym));
+        const std::vector<int64_t>& want = now.empty() ? osizes : now;
+        // In place: the input's handle in env and in kin are the replay's; the storage must be
+        // the input's alone, and the kernel must not save its inputs for a backward.
+        for (ValueId id : memory.in_place[k]) {
+          Tensor& t = env[static_cast<size_t>(id)];
+          Storage s;
+          if (t.defined() && t.use_count() == 2 && t.storage()->use_count() == 1 &&
+              t.is_contiguous() && t.storage_offset() == 0 && t.sizes() == IntArrayRef(want) &&
+              !f.records_backward(kin))
+            s = t.storage();
+          stash.emplace_back(id, std::move(s));
+        }
+        preset.assign(f.outputs.size(), Tensor());
+        for (size_t o = 0; o < f.outputs.size(); ++o) {
+          const ValueId donor = memory.take[k][o];
+          if (donor < 0) continue;
+          const Value& out = values[static_cast<size_t>(f.outputs[o])];
+          Storage s = take_stashed(donor);
+          int64_t need = static_cast<int64_t>(element_size(out.dtype));
+          for (int64_t d : want) need *= d;
+          if (s && s.get()->device() == f.device && static_cast<int64_t>(s->nbytes()) >= need) {
+            preset[o] = over(s, out, want);
+            ++taken;
+          } else {
+            ++refused;
+          }
+        }
+        pre = &preset;
+      }
+      std::vector<Tensor> out = f.run(kin, kscalars, sym, pre);
       for (size_t i = 0; i < out.size(); ++i)
         env[static_cast<size_t>(f.outputs[i])] = std::move(out[i]);
+      kin.clear();
+      kscalars.clear();
+      preset.clear();
     } else {
       const Node& n = nodes[static_cast<size_t>(step.node)];
       run_node(n, env, stack, sym);
@@ -434,8 +510,21 @@ bool Graph::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs_
           return false;
         }
       }
+      stack.clear();
     }
-    for (ValueId id : release_after[k]) env[static_cast<size_t>(id)] = Tensor();
+    for (ValueId id : release_after[k]) {
+      Tensor& t = env[static_cast<size_t>(id)];
+      if (planned && memory.donor[static_cast<size_t>(id)]) {
+        bool in_place_here = false;
+        for (ValueId d : memory.in_place[k]) in_place_here = in_place_here || d == id;
+        if (!in_place_here) stash.emplace_back(id, sole_storage(t));
+      }
+      t = Tensor();
+    }
+  }
+  if (planned) {
+    memory.counters->taken.fetch_add(taken, std::memory_order_relaxed);
+    memory.counters->refused.fetch_add(refused, std::memory_order_relaxed);
   }
   outputs_out->clear();
   outputs_out->reserve(outputs.size());

@@ -350,6 +350,10 @@ struct CompiledFunction::Impl {
   std::deque<int64_t> recent_recompiles;  // GUARDED_BY(mu): the calls that recompiled
   int64_t last_storm = INT64_MIN / 2;     // GUARDED_BY(mu): the call that ended the last storm
   std::vector<std::string> storms;        // GUARDED_BY(mu)
+  // Note [Decompositions]: captures of backend inductor record decomposed operators.
+  bool decomposes() const {
+    return options.backend == CompileBackend::Inductor && options.decompose;
+  }
   // Calls per (options.buckets index, bucket size).
   std::map<std::pair<size_t, int64_t>, int64_t> bucket_calls;  // GUARDED_BY(mu)
 
@@ -453,7 +457,7 @@ bool CompiledFunction::Impl::make_dynamic(Graph& g, const std::vector<Tensor>& i
     }
     const GeneratorState rng = default_generator().state();
     try {
-      Capture cap(in);
+      Capture cap(in, decomposes());
       const std::vector<Tensor> out = fn(in);
       probes.push_back(cap.finish(out));
     } catch (const Error& e) {
@@ -690,7 +694,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
         e->shared.emplace_back(a, b);
   std::vector<Tensor> out;
   {
-    Capture cap(inputs);
+    Capture cap(inputs, decomposes());
     out = fn(inputs);
     e->graph = cap.finish(out);
   }
@@ -770,7 +774,8 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
   }
   e->failures.assign(e->num_guards(), 0);
   const compiler::PassOptions passes{.fuse = options.backend == CompileBackend::Inductor,
-                                     .autotune = options.mode == CompileMode::MaxAutotune};
+                                     .autotune = options.mode == CompileMode::MaxAutotune,
+                                     .decompose = decomposes()};
   if (options.backend == CompileBackend::Aot ||
       (options.backend == CompileBackend::Inductor && options.joint)) {
     std::string why;
@@ -876,6 +881,15 @@ CompileReport CompiledFunction::report() const {
       for (const auto& [op, n] : g->op_counts()) gi.op_counts[op + tag] += n;
       if (g != &e->graph)
         for (const std::string& p : g->pass_log) gi.passes.push_back(label + ": " + p);
+      if (!g->memory.take.empty()) {
+        const int64_t taken = g->memory.counters->taken.load();
+        const int64_t refused = g->memory.counters->refused.load();
+        gi.buffers_taken += taken;
+        gi.buffers_refused += refused;
+        gi.passes.push_back((label.empty() ? "" : label + ": ") + "memory plan at run time: " +
+                            std::to_string(taken) + " buffer(s) taken, " + std::to_string(refused) +
+                            " refused (held elsewhere)");
+      }
       for (const compiler::FusedKernel& f : g->kernels) {
         for (const compiler::FusedKernel* k : {&f, f.backward.get()}) {
           if (k == nullptr) continue;

@@ -164,6 +164,12 @@ std::string pointwise_expr(const Node& n, const std::vector<std::string>& t, DTy
            ")";
   }
   if (nt == 2 && op == "loom::mul") return "(" + t[0] + " * " + t[1] + ")";
+  // relu's backward (ThresholdBackwardOp): a NaN input passes the gradient through.
+  if (nt == 2 && op == "loom::threshold_backward") {
+    double threshold = 0;
+    if (!scalar_arg(2, &threshold)) return "";
+    return "(" + t[1] + " <= " + literal(threshold, d) + " ? " + T + "(0) : " + t[0] + ")";
+  }
   if (nt == 2 && op == "loom::div") return "(" + t[0] + " / " + t[1] + ")";
   if (nt == 2 && (op == "loom::maximum" || op == "loom::minimum")) {
     return (op == "loom::maximum" ? "lm_maximum(" : "lm_minimum(") + t[0] + ", " + t[1] + ")";

@@ -404,7 +404,9 @@ std::string FuzzReport::str() const {
      << resumed_breaks << " graph break(s) resumed, " << eager_errors
      << " raising the same error eagerly and compiled, " << failures.size() << " failure(s)\n";
   os << "joint graphs: " << joint_graphs
-     << ", min cuts checked against every choice: " << min_cuts_checked << '\n';
+     << ", min cuts checked against every choice: " << min_cuts_checked << '\n'
+     << "memory plan: " << buffers_taken << " kernel output(s) written into a dead buffer, "
+     << buffers_refused << " refused at run time (the buffer was held elsewhere)\n";
   for (const FuzzFailure& f : failures)
     os << "seed " << f.seed << ": " << f.what << "\n" << f.program << "\n";
   return os.str();
@@ -496,6 +498,8 @@ FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
     for (const GraphInfo& g : r.graphs) {
       report.replays += g.replays;
       report.fused_kernels += static_cast<int64_t>(g.kernels.size());
+      report.buffers_taken += g.buffers_taken;
+      report.buffers_refused += g.buffers_refused;
       bool symbolic = false;
       for (const GuardInfo& gd : g.guards) symbolic = symbolic || gd.text.rfind("s0 = ", 0) == 0;
       if (symbolic) report.dynamic_replays += g.replays;

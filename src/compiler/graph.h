@@ -10,6 +10,7 @@
 // Capture belongs to the thread that made it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -150,19 +151,47 @@ struct FusedKernel {
   std::vector<std::vector<bool>> depends;
 
   // Allocates the outputs and runs the kernel over loom's thread pool; `symbols` are the size
-  // symbols' values for this call (a dynamic graph's kernel takes its sizes from them).
+  // symbols' values for this call (a dynamic graph's kernel takes its sizes from them). An
+  // output whose entry of `preset` is defined is written there instead (Note [Memory planning]:
+  // contiguous, of the output's sizes and dtype, on the kernel's device).
   std::vector<Tensor> run(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
-                          const std::vector<int64_t>& symbols) const;
+                          const std::vector<int64_t>& symbols,
+                          const std::vector<Tensor>* preset = nullptr) const;
+  // Whether a run on these inputs records the backward kernel's node (it then saves them).
+  bool records_backward(const std::vector<Tensor>& in) const;
 
  private:
   std::vector<Tensor> compute(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
-                              const std::vector<int64_t>& symbols) const;
+                              const std::vector<int64_t>& symbols,
+                              const std::vector<Tensor>* preset) const;
   // With grad mode on and an input that requires grad: the outputs' autograd history.
   void record_backward(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
                        const std::vector<int64_t>& symbols, std::vector<Tensor>& out) const;
   std::vector<Tensor> run_cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
                                const std::vector<int64_t>& sizes, int64_t total, int64_t cols,
-                               const std::vector<int64_t>& row_strides) const;
+                               const std::vector<int64_t>& row_strides,
+                               const std::vector<Tensor>* preset) const;
+};
+
+// Note [Memory planning] (compiler/memory_plan.cpp): which buffers the outputs of generated
+// kernels take over from values that died before them, or in place from an input that dies at
+// the kernel. Decided once over the steps; checked on every call (the buffer is taken only when
+// nothing else holds it).
+struct MemoryPlan {
+  // Per step: per output of its kernel, the value whose buffer it takes, or -1 (a fresh one).
+  // Empty when the graph has no plan.
+  std::vector<std::vector<ValueId>> take;
+  // Per step: the values that give their buffer to this step's kernel in place (they die here).
+  std::vector<std::vector<ValueId>> in_place;
+  std::vector<bool> donor;  // per value: some later kernel output takes its buffer
+  int64_t outputs = 0, reused = 0, written_in_place = 0;  // kernel outputs; of them planned
+  int64_t bytes = 0, reused_bytes = 0;                    // what they allocate; of it planned
+  // Per call: buffers taken as planned, and refused because something else held them.
+  struct Counters {
+    std::atomic<int64_t> taken{0}, refused{0};
+  };
+  std::shared_ptr<Counters> counters = std::make_shared<Counters>();
+  std::string str() const;  // "memory plan: 3 of 5 kernel outputs reuse ..."
 };
 
 // One step of a replay: a node through the dispatcher, or a fused kernel.
@@ -184,6 +213,7 @@ struct Graph {
   // Per step: the values whose last use it is, released from the replay's environment once it
   // has run, so that a replay holds no more intermediates than the eager call did.
   std::vector<std::vector<ValueId>> release_after;
+  MemoryPlan memory;
   // What the passes did, one line each ("dce: removed 2 nodes").
   std::vector<std::string> pass_log;
   // Graph breaks, each before the node of the same position in `break_at` (a resumed break is
@@ -236,9 +266,19 @@ bool is_pure(const Node& n);
 
 struct PassOptions {
   bool fuse = true;
-  bool autotune = false;  // mode max-autotune
+  bool autotune = false;   // mode max-autotune
+  bool decompose = false;  // captures decompose (Note [Decompositions]): the joint's backward too
 };
+
+// Note [Decompositions] (compiler/decompose.cpp): when `op` has a decomposition that applies to
+// the operands on `stack`, runs it in place of the operator (its primitives reach the capture)
+// and leaves the result on the stack; false otherwise.
+bool decompose(const OperatorHandle& op, Stack* stack);
+// The operators that have a decomposition.
+std::vector<std::string> decomposed_operators();
 void optimize(Graph& g, const PassOptions& options);
+// Note [Memory planning]: fills g.memory from the steps and release_after (after fusion).
+void plan_memory(Graph& g);
 
 // Makes g0 (captured at the hints) dynamic in `symbols`, from two more captures of the same
 // function at other sizes (probe1, probe2: the symbols' values there): every host int and every
@@ -251,7 +291,8 @@ bool generalize(Graph& g0, const Graph& g1, const Graph& g2, const std::vector<S
 // Records the operators that run on this thread while it lives; at most one per thread.
 class Capture {
  public:
-  explicit Capture(const std::vector<Tensor>& inputs);
+  // decompose: operators with a decomposition are recorded as its primitives.
+  explicit Capture(const std::vector<Tensor>& inputs, bool decompose = false);
   ~Capture();
   Capture(const Capture&) = delete;
   Capture& operator=(const Capture&) = delete;
@@ -277,6 +318,7 @@ class Capture {
   // own, Note [Joint graph] in compiler/joint.h).
   void set_recording_backward(bool on) { recording_backward_ = on; }
   bool recording_backward() const { return recording_backward_; }
+  bool decomposing() const { return decompose_; }
   size_t num_constants() const { return graph_.constants.size(); }
 
  private:
@@ -285,6 +327,7 @@ class Capture {
 
   Graph graph_;
   bool recording_backward_ = false;
+  bool decompose_ = false;
   std::vector<Tensor> tensors_;  // per value: the tensor it was, until finish()
   Capture* previous_;
   // Every tensor seen is kept alive in tensors_ (or aliases_: Capture::value_of) until the

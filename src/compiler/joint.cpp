@@ -506,7 +506,7 @@ std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<
   Graph joint;
   const GeneratorState rng = default_generator().state();
   try {
-    Capture cap(capture_in);
+    Capture cap(capture_in, passes.decompose);
     autograd::AutoGradMode grad_on(true);
     std::vector<Tensor> results;
     HostMismatch mismatch;

@@ -178,13 +178,18 @@ class FusedBackward : public autograd::Node {
 
 }  // namespace
 
+bool FusedKernel::records_backward(const std::vector<Tensor>& in) const {
+  if (!backward || !autograd::GradMode::is_enabled()) return false;
+  for (const Tensor& t : in)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
 void FusedKernel::record_backward(const std::vector<Tensor>& in,
                                   const std::vector<Tensor>& scalar_in,
                                   const std::vector<int64_t>& symbols,
                                   std::vector<Tensor>& out) const {
-  bool any = false;
-  for (const Tensor& t : in) any = any || t.requires_grad();
-  if (!backward || !any || !autograd::GradMode::is_enabled()) return;
+  if (!records_backward(in)) return;
   auto node =
       std::make_shared<FusedBackward>(backward, name + " (" + ops + ")", in, scalar_in, symbols);
   for (const Tensor& t : in)
@@ -199,12 +204,17 @@ void FusedKernel::record_backward(const std::vector<Tensor>& in,
 std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
                                           const std::vector<Tensor>& scalar_in,
                                           const std::vector<int64_t>& sizes, int64_t total,
-                                          int64_t cols_now, const std::vector<int64_t>& rs) const {
+                                          int64_t cols_now, const std::vector<int64_t>& rs,
+                                          const std::vector<Tensor>* preset) const {
   std::vector<Tensor> out;
   std::vector<void*> ptrs;
   bool aligned = true;
   for (size_t k = 0; k < outputs.size(); ++k) {
-    out.push_back(empty(sizes, TensorOptions(dtype).with_device(device)));
+    if (preset != nullptr && (*preset)[k].defined()) {
+      out.push_back((*preset)[k]);
+    } else {
+      out.push_back(empty(sizes, TensorOptions(dtype).with_device(device)));
+    }
     ptrs.push_back(out.back().data_ptr());
   }
   for (size_t j = 0; j < in.size(); ++j) {
@@ -257,15 +267,17 @@ std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
 
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& in,
                                      const std::vector<Tensor>& scalar_in,
-                                     const std::vector<int64_t>& symbols) const {
-  std::vector<Tensor> out = compute(in, scalar_in, symbols);
+                                     const std::vector<int64_t>& symbols,
+                                     const std::vector<Tensor>* preset) const {
+  std::vector<Tensor> out = compute(in, scalar_in, symbols, preset);
   record_backward(in, scalar_in, symbols, out);
   return out;
 }
 
 std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
                                          const std::vector<Tensor>& scalar_in,
-                                         const std::vector<int64_t>& symbols) const {
+                                         const std::vector<int64_t>& symbols,
+                                         const std::vector<Tensor>* preset) const {
   // A dynamic graph's kernel: this call's sizes, and its operands' strides for them.
   std::vector<int64_t> sizes_now;
   int64_t rows_now = rows, cols_now = cols;
@@ -284,7 +296,7 @@ std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
   const std::vector<int64_t>& osizes = dynamic ? sizes_now : out_sizes;
   if (device.type() == DeviceType::CUDA)
     return run_cuda(in, scalar_in, osizes, rows_now * cols_now, cols_now,
-                    dynamic ? rs_now : row_strides);
+                    dynamic ? rs_now : row_strides, preset);
   std::vector<Tensor> out;
   out.reserve(outputs.size());
   std::vector<char*> data;
@@ -296,7 +308,11 @@ std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     const bool reduced = reduce != 0 && k + 1 == outputs.size();
-    out.push_back(empty_tensor(reduced ? reduced_now : osizes, dtype, kCPU));
+    if (preset != nullptr && (*preset)[k].defined()) {
+      out.push_back((*preset)[k]);
+    } else {
+      out.push_back(empty_tensor(reduced ? reduced_now : osizes, dtype, kCPU));
+    }
     data.push_back(static_cast<char*>(out.back().data_ptr()));
   }
   for (const Tensor& t : in) data.push_back(static_cast<char*>(t.data_ptr()));

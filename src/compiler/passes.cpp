@@ -221,6 +221,8 @@ void optimize(Graph& g, const PassOptions& options) {
                                   : "cse: merged " + std::to_string(merged) + " node(s)");
   if (options.fuse) fuse_pointwise(g, options.autotune);
   g.compute_releases();
+  plan_memory(g);
+  if (!g.kernels.empty()) g.pass_log.push_back(g.memory.str());
 }
 
 }  // namespace loom::compiler
