@@ -87,6 +87,20 @@ struct CompileState {
   Tensor gpu_x, gpu_out, gpu_tiny;
   CompiledFunction gpu_fn = compile(chain, {.name = "bench chain (GPU, 256M)"});
   CompiledFunction gpu_tiny_fn = compile(chain, {.name = "bench chain (GPU, tiny)"});
+  CompiledFunction gpu_tiny_graphed = compile(
+      chain, {.mode = CompileMode::ReduceOverhead, .name = "bench chain (GPU, tiny, CUDA graph)"});
+  // A small MLP's inference on the GPU (Note [CUDA graphs]): 4 layers of x @ W + b, tanh.
+  Tensors gpu_mlp_w;
+  Tensor gpu_mlp_x;
+  TensorFunction mlp = [this](const Tensors& in) -> Tensors {
+    Tensor h = in[0];
+    for (size_t l = 0; l + 1 < gpu_mlp_w.size(); l += 2)
+      h = tanh(add(mm(h, gpu_mlp_w[l]), gpu_mlp_w[l + 1]));
+    return {h};
+  };
+  CompiledFunction gpu_mlp_fn = compile(mlp, {.name = "bench mlp (GPU)"});
+  CompiledFunction gpu_mlp_graphed =
+      compile(mlp, {.mode = CompileMode::ReduceOverhead, .name = "bench mlp (GPU, CUDA graph)"});
   Tensors sixteen;
   std::map<std::string, double> last;
   CompiledFunction tiny_fn = compile(chain, {.name = "bench chain (tiny)"});
@@ -213,6 +227,11 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
     s->gpu_x = randn({int64_t{256} << 20}, o);
     s->gpu_out = empty({int64_t{256} << 20}, o);
     s->gpu_tiny = randn({16}, o);
+    for (int l = 0; l < 4; ++l) {
+      s->gpu_mlp_w.push_back(mul(randn({64, 64}, o), 0.125));
+      s->gpu_mlp_w.push_back(randn({64}, o));
+    }
+    s->gpu_mlp_x = randn({32, 64}, o);
   };
   const double gpu_bytes = 2.0 * 4 * static_cast<double>(int64_t{256} << 20);
   gpu_row("copy_256m_gpu", "GB/s", false, [s, need_gpu, reps, gpu_bytes] {
@@ -232,14 +251,26 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
       ->value_target = 0.8;
   gpu_row("chain_256m_gpu_compiled_of_eager", "of eager", false,
           ratio("chain_256m_gpu_compiled", "chain_256m_gpu_eager"));
-  // Host time per call of the compiled chain on 16 elements: guards and one kernel launch (no
-  // CUDA graphs: mode reduce-overhead is not built).
-  gpu_row("tiny_chain_gpu_compiled", "us/call", true, [s, need_gpu, per_call_us] {
-    need_gpu();
-    const double us = per_call_us([s] { s->gpu_tiny_fn({s->gpu_tiny}); });
-    synchronize_gpu();
-    return us;
-  });
+  // Host time per call on the GPU: the compiled chain on 16 elements (guards and one kernel
+  // launch), the same in mode reduce-overhead (an input copy and one CUDA graph launch), and a
+  // 4-layer MLP's inference (8 steps a call) eager, compiled and in mode reduce-overhead.
+  auto gpu_per_call = [&](const std::string& name, std::function<void()> call) {
+    return gpu_row(name, "us/call", true, [need_gpu, per_call_us, call = std::move(call)] {
+      need_gpu();
+      call();  // the first calls capture and record
+      call();
+      const double us = per_call_us(call);
+      synchronize_gpu();
+      return us;
+    });
+  };
+  gpu_per_call("tiny_chain_gpu_compiled", [s] { s->gpu_tiny_fn({s->gpu_tiny}); });
+  gpu_per_call("tiny_chain_gpu_reduce_overhead", [s] {
+    s->gpu_tiny_graphed({s->gpu_tiny});
+  })->value_target = 5.0;
+  gpu_per_call("mlp4_gpu_eager", [s] { s->mlp({s->gpu_mlp_x}); });
+  gpu_per_call("mlp4_gpu_compiled", [s] { s->gpu_mlp_fn({s->gpu_mlp_x}); });
+  gpu_per_call("mlp4_gpu_reduce_overhead", [s] { s->gpu_mlp_graphed({s->gpu_mlp_x}); });
   return m;
 }
 

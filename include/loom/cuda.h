@@ -84,6 +84,17 @@ LOOM_API void host_unregister(void* p);
 LOOM_API bool allow_tf32();
 LOOM_API void set_allow_tf32(bool allow);
 
+// CUDA graphs (Note [CUDA graphs] in compiler/cuda_graph.cpp). graph_capture_begin starts
+// capturing the work queued on `stream` (relaxed mode: other threads' calls are not checked);
+// graph_capture_end ends it and instantiates the graph: an executable (a cudaGraphExec_t) and its
+// number of nodes. graph_capture_abort ends a capture that failed, discarding it. graph_launch
+// queues the executable on `stream` (any stream of its device); graph_destroy frees it.
+LOOM_API void graph_capture_begin(const Stream& stream);
+LOOM_API void* graph_capture_end(const Stream& stream, size_t* nodes);
+LOOM_API void graph_capture_abort(const Stream& stream);
+LOOM_API void graph_launch(void* exec, const Stream& stream);
+LOOM_API void graph_destroy(void* exec);
+
 // What `loom info` prints: one line per device, then driver, runtime and libraries found.
 LOOM_API std::vector<std::string> describe();
 

@@ -104,6 +104,14 @@ class LOOM_API StorageImpl : public RefCounted {
     data_ = std::move(data);
     nbytes_ = nbytes;
   }
+  // Exchanges the allocations of two storages (a CUDA graph's output handed to the caller keeps
+  // its contents when the graph's memory is taken back: Note [CUDA graphs] in
+  // compiler/cuda_graph.cpp). Version counters stay.
+  void swap_data(StorageImpl& other) {
+    std::swap(data_, other.data_);
+    std::swap(nbytes_, other.nbytes_);
+    std::swap(allocator_, other.allocator_);
+  }
 
   // Incremented by every in-place write through any view of this storage; autograd compares it with
   // the value it saved to detect "a saved tensor was modified".

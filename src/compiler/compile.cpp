@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/cuda_graph.h"
 #include "compiler/graph.h"
 #include "compiler/joint.h"
 #include "loom/autograd.h"
@@ -181,6 +182,12 @@ struct Entry {
   // Failures per guard, in the order of describe_guards().
   mutable std::vector<int64_t> failures;
   mutable int64_t replays = 0;
+  // Mode reduce-overhead (Note [CUDA graphs] in compiler/cuda_graph.cpp): recorded on the first
+  // replay, or why not. cuda_mu serializes the recording and the replays (static buffers).
+  mutable std::mutex cuda_mu;
+  mutable std::unique_ptr<compiler::CudaGraph> cuda_graph;
+  mutable bool cuda_graph_tried = false;
+  mutable std::string cuda_graph_refused;
 
   // The graphs a replay runs, with their labels: the captured one, or the joint graph's halves.
   std::vector<std::pair<std::string, const Graph*>> replayed() const {
@@ -350,6 +357,33 @@ struct CompiledFunction::Impl {
   std::deque<int64_t> recent_recompiles;  // GUARDED_BY(mu): the calls that recompiled
   int64_t last_storm = INT64_MIN / 2;     // GUARDED_BY(mu): the call that ended the last storm
   std::vector<std::string> storms;        // GUARDED_BY(mu)
+  // Mode reduce-overhead: replays `e` through its CUDA graph, recorded on its first replay; false
+  // when it has none (refused, said once), and the replay goes on as in mode default.
+  bool replay_cuda_graph(const Entry& e, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>* out) const {
+    std::lock_guard<std::mutex> lock(e.cuda_mu);
+    if (e.cuda_graph) {
+      *out = e.cuda_graph->replay(inputs);
+      return true;
+    }
+    if (e.cuda_graph_tried) return false;
+    e.cuda_graph_tried = true;
+    std::string why;
+    if (e.joint) {
+      why = "results require grad (a recording is for inference: run under no_grad)";
+    } else if (inputs.empty() || !inputs[0].defined() ||
+               inputs[0].device().type() != DeviceType::CUDA) {
+      why = "the graph runs on the CPU (CUDA graphs record CUDA work)";
+    } else {
+      e.cuda_graph = compiler::CudaGraph::record(e.graph, inputs, out, &why);
+    }
+    if (e.cuda_graph) return true;
+    e.cuda_graph_refused = why;
+    warn_once("compile.cudagraph:" + options.name,
+              "[compile] " + options.name + ": mode reduce-overhead: no CUDA graph: " + why +
+                  "; the graph replays without one");
+    return false;
+  }
   // Note [Decompositions]: captures of backend inductor record decomposed operators.
   bool decomposes() const {
     return options.backend == CompileBackend::Inductor && options.decompose;
@@ -662,6 +696,11 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
     if (!hit) return eager ? fn(inputs) : capture(inputs, logs);
     std::vector<Tensor> out;
     compiler::HostMismatch m;
+    if (options.mode == CompileMode::ReduceOverhead && replay_cuda_graph(*hit, inputs, &out)) {
+      std::lock_guard<std::mutex> lock(mu);
+      ++hit->replays;
+      return out;
+    }
     if (hit->joint) {
       out = compiler::run_joint(hit->joint, inputs);
       std::lock_guard<std::mutex> lock(mu);
@@ -875,6 +914,13 @@ CompileReport CompiledFunction::report() const {
     for (size_t i = 0; i < text.size(); ++i)
       gi.guards.push_back(GuardInfo{text[i], e->failures[i]});
     gi.passes = e->graph.pass_log;
+    if (impl_->options.mode == CompileMode::ReduceOverhead) {
+      std::lock_guard<std::mutex> cuda_lock(e->cuda_mu);
+      gi.passes.push_back(e->cuda_graph ? e->cuda_graph->str()
+                          : e->cuda_graph_tried
+                              ? "cuda graph: not recorded: " + e->cuda_graph_refused
+                              : "cuda graph: recorded on the graph's first replay");
+    }
     // A joint graph's backward half labels its operators, passes, kernels and code.
     for (const auto& [label, g] : e->replayed()) {
       const std::string tag = label == "backward" ? " (backward)" : "";
@@ -950,9 +996,6 @@ std::string CompileReport::str() const {
 
 CompiledFunction compile(TensorFunction fn, CompileOptions options) {
   LOOM_CHECK(static_cast<bool>(fn), "[compile] compile() needs a function");
-  LOOM_CHECK_AS(NotImplementedError, options.mode != CompileMode::ReduceOverhead,
-                "[compile] mode reduce-overhead (CUDA graphs) is not implemented yet; use mode "
-                "default or max-autotune");
   LOOM_CHECK(options.recompile_limit >= 1, "[compile] recompile_limit must be at least 1, got ",
              options.recompile_limit);
   for (const Bucket& b : options.buckets) {

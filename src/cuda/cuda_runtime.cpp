@@ -51,6 +51,44 @@ void host_unregister(void* p) {
   if (is_available() && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
 }
 
+void graph_capture_begin(const Stream& stream) {
+  LOOM_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(raw_stream(stream)),
+                                         cudaStreamCaptureModeRelaxed),
+                  "cuda graph capture");
+}
+
+void* graph_capture_end(const Stream& stream, size_t* nodes) {
+  cudaGraph_t graph = nullptr;
+  LOOM_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(raw_stream(stream)), &graph),
+                  "cuda graph capture");
+  size_t n = 0;
+  cudaGraphGetNodes(graph, nullptr, &n);
+  if (nodes != nullptr) *nodes = n;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  LOOM_CUDA_CHECK(e, "cuda graph instantiate");
+  return exec;
+}
+
+void graph_capture_abort(const Stream& stream) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(static_cast<cudaStream_t>(raw_stream(stream)), &graph) == cudaSuccess &&
+      graph != nullptr)
+    cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
+void graph_launch(void* exec, const Stream& stream) {
+  LOOM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec),
+                                  static_cast<cudaStream_t>(raw_stream(stream))),
+                  "cuda graph launch");
+}
+
+void graph_destroy(void* exec) {
+  if (exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+}
+
 void throw_error(int code, const char* call, const char* context) {
   cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
   const auto e = static_cast<cudaError_t>(code);

@@ -53,6 +53,17 @@ bool host_register(void*, size_t) {
   return false;
 }
 void host_unregister(void*) {}
+void graph_capture_begin(const Stream&) {
+  missing("graph_capture_begin");
+}
+void* graph_capture_end(const Stream&, size_t*) {
+  missing("graph_capture_end");
+}
+void graph_capture_abort(const Stream&) {}
+void graph_launch(void*, const Stream&) {
+  missing("graph_launch");
+}
+void graph_destroy(void*) {}
 std::vector<std::string> describe() {
   return {
       "CUDA is not in this build (configure with -DLOOM_CUDA=ON on a machine with the CUDA "

@@ -120,7 +120,7 @@ void CachingAllocator::Impl::release_cached_segments() {
   for (Pool* pool : {&small_pool, &large_pool}) {
     for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
       Block* b = *it;
-      if (b->is_split() || b->range != nullptr) {
+      if (b->is_split() || b->range != nullptr || is_kept(b->stream)) {
         ++it;
         continue;
       }
@@ -141,6 +141,7 @@ void CachingAllocator::Impl::collect_garbage(size_t new_bytes) {
   std::vector<Block*> candidates;
   for (Pool* pool : {&small_pool, &large_pool}) {
     for (Block* b : pool->blocks) {
+      if (is_kept(b->stream)) continue;
       if (!b->is_split() || b->range != nullptr) candidates.push_back(b);
     }
   }
@@ -383,6 +384,20 @@ void CachingAllocator::record_stream(void* p, const Stream& s) {
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end()) {
     b->stream_uses.push_back(stream);
   }
+}
+
+void CachingAllocator::keep_stream(const Stream& stream) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->check_stream(stream, "keep_stream");
+  ++impl_->kept[stream.id()];
+}
+
+void CachingAllocator::release_stream(const Stream& stream) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->kept.find(stream.id());
+  LOOM_CHECK(it != impl_->kept.end(), "[caching allocator] release_stream(", stream,
+             "): the stream is not kept");
+  if (--it->second == 0) impl_->kept.erase(it);
 }
 
 void CachingAllocator::empty_cache() {

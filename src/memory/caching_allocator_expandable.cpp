@@ -264,10 +264,12 @@ size_t CachingAllocator::Impl::release_free_tail(Block* b) {
 // the free pages of the other free blocks.
 void CachingAllocator::Impl::release_expandable_pages() {
   for (auto& [key, r] : expandables) {
+    if (is_kept(key.second)) continue;
     if (r.tail != nullptr && r.tail->is_free()) release_free_tail(r.tail);
   }
   for (Pool* pool : {&small_pool, &large_pool}) {
     for (Block* b : pool->blocks) {
+      if (is_kept(b->stream)) continue;
       if (b->range != nullptr && b->range->mapped != 0) unmap_free_pages(b, SIZE_MAX);
     }
   }

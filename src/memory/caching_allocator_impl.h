@@ -149,6 +149,8 @@ struct CachingAllocator::Impl {
   };
   std::map<uint64_t, Segment> segments;                         // by address
   std::map<std::pair<bool, StreamId>, Expandable> expandables;  // by (small pool, stream)
+  std::map<StreamId, int> kept;  // Note [Kept streams]: keep_stream counts
+  bool is_kept(StreamId s) const { return !kept.empty() && kept.count(s) != 0; }
   struct PendingFree {
     Block* block;
     std::vector<EventId> events;  // not yet passed

@@ -448,14 +448,25 @@ TEST(Compile, ReplayFreesIntermediatesAfterTheirLastUse) {
       << "eager peak " << eager_peak << " bytes, replay peak " << replay_peak;
 }
 
-TEST(Compile, UnimplementedOptionsSaySo) {
+// Mode reduce-overhead on a CPU function: no CUDA graph, said once and in the report; the graph
+// replays as in mode default (Note [CUDA graphs] in compiler/cuda_graph.cpp).
+TEST(Compile, ReduceOverheadOnTheCpuSaysItRecordsNothing) {
   Chain c;
-  EXPECT_THROW(compile(c.fn(), {.mode = CompileMode::ReduceOverhead}), NotImplementedError);
-  try {
-    compile(c.fn(), {.mode = CompileMode::ReduceOverhead});
-  } catch (const NotImplementedError& e) {
-    EXPECT_NE(std::string(e.what()).find("CUDA graphs"), std::string::npos) << e.what();
-  }
+  CompiledFunction f = compile(c.fn(), {.mode = CompileMode::ReduceOverhead, .name = "cpu ro"});
+  const Tensor a = randn({4, 3}), b = randn({4, 3});
+  testing::internal::CaptureStderr();
+  for (int call = 0; call < 3; ++call) EXPECT_TRUE(equal(f({a, b})[0], c.fn()({a, b})[0]));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("cpu ro: mode reduce-overhead: no CUDA graph: the graph runs on the CPU"),
+            std::string::npos)
+      << err;
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  EXPECT_EQ(r.graphs[0].replays, 2);
+  bool said = false;
+  for (const std::string& p : r.graphs[0].passes)
+    said = said || p.find("cuda graph: not recorded: the graph runs on the CPU") == 0;
+  EXPECT_TRUE(said) << r.str();
   EXPECT_THROW(compile(c.fn(), {.recompile_limit = 0}), ValueError);
 }
 

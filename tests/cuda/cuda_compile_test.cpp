@@ -157,5 +157,61 @@ TEST(CudaCompile, MaxAutotuneChoosesALaunchConfiguration) {
       << r.graphs[0].kernels[0].tuning;
 }
 
+// Mode reduce-overhead (Note [CUDA graphs] in compiler/cuda_graph.cpp): the second call records
+// the replay (a product, fused pointwise work and a row sum) as one CUDA graph and later calls
+// launch it; a result the caller still holds keeps its values when the next replay overwrites the
+// graph's outputs.
+TEST(CudaCompile, ReduceOverheadReplaysOneCudaGraph) {
+  REQUIRE_GPU();
+  autograd::NoGradGuard no_grad;
+  const Tensor w = randn({64, 32}, on_cuda());
+  TensorFunction fn = [w](const Tensors& in) -> Tensors {
+    const Tensor h = tanh(add(mm(in[0], w), 0.5));
+    return {mul(h, in[1]), sum(h, IntArrayRef{1})};
+  };
+  CompiledFunction f = compile(fn, {.mode = CompileMode::ReduceOverhead, .name = "graphed"});
+  Tensors held_in, held_out;
+  for (int call = 0; call < 6; ++call) {
+    const Tensor x = randn({16, 64}, on_cuda()), s = randn({16, 32}, on_cuda());
+    const Tensors got = f({x, s});
+    expect_close(got, fn({x, s}), "call " + std::to_string(call), 1e-4, 1e-5);
+    if (call == 2) {
+      held_in = {x, s};
+      held_out = got;
+    }
+  }
+  // Three replays ran after call 2: its results were copied out before the first of them.
+  expect_close(held_out, fn(held_in), "results held across later calls", 1e-4, 1e-5);
+  // The parameter is recorded by address: an in-place update is seen.
+  w.mul_(2.0);
+  const Tensor x = randn({16, 64}, on_cuda()), s = randn({16, 32}, on_cuda());
+  expect_close(f({x, s}), fn({x, s}), "after the parameter changed", 1e-4, 1e-5);
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u) << r.str();
+  std::string line;
+  for (const std::string& p : r.graphs[0].passes)
+    if (p.rfind("cuda graph: ", 0) == 0) line = p;
+  EXPECT_NE(line.find("node(s) recorded; 6 replay(s), each copying 2 input(s) in; "),
+            std::string::npos)
+      << r.str();
+  EXPECT_EQ(line.find("; 0 result(s)"), std::string::npos) << line;
+}
+
+// What a recording cannot hold replays without one, saying why.
+TEST(CudaCompile, ReduceOverheadRefusesWhatItCannotRecord) {
+  REQUIRE_GPU();
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {mul(sin(in[0]), 2.0)}; };
+  CompiledFunction f = compile(fn, {.mode = CompileMode::ReduceOverhead, .name = "needs grad"});
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = randn({8, 8}, on_cuda()).requires_grad_(true);
+    expect_close(f({x}), fn({x}), "call " + std::to_string(call));
+  }
+  const CompileReport r = f.report();
+  bool said = false;
+  for (const std::string& p : r.graphs[0].passes)
+    said = said || p.find("cuda graph: not recorded: results require grad") == 0;
+  EXPECT_TRUE(said) << r.str();
+}
+
 }  // namespace
 }  // namespace loom

@@ -102,6 +102,34 @@ TEST(CachingAllocatorStreams, BlocksAreReusedOnlyOnTheirStream) {
   }
 }
 
+// Note [Kept streams]: a kept stream's cached segments survive empty_cache and the retry after a
+// failed device malloc, until the stream is released as many times as it was kept.
+TEST(CachingAllocatorStreams, AKeptStreamKeepsItsCachedMemory) {
+  SimulatedDevice dev(8 * MiB);
+  CachingAllocator a(dev);
+  const Stream kept(kCPU, 1), other(kCPU, 2);
+  a.keep_stream(kept);
+  a.keep_stream(kept);
+  void* p = a.allocate(3 * MiB, kept);
+  void* q = a.allocate(3 * MiB, other);
+  a.free(p);
+  a.free(q);
+  a.empty_cache();
+  ASSERT_EQ(a.snapshot().segments.size(), 1u);
+  EXPECT_EQ(a.snapshot().segments[0].stream, kept.id());
+  // Another stream's request cannot take the kept block, nor evict it: out of memory.
+  EXPECT_THROW(a.allocate(6 * MiB, other), OutOfMemoryError);
+  EXPECT_EQ(a.allocate(3 * MiB, kept), p);  // the stream's own request takes it back
+  a.free(p);
+  a.release_stream(kept);
+  a.empty_cache();
+  EXPECT_EQ(a.snapshot().segments.size(), 1u);  // kept once more
+  a.release_stream(kept);
+  a.empty_cache();
+  EXPECT_TRUE(a.snapshot().segments.empty());
+  EXPECT_CONTAINS(error_of<ValueError>([&] { a.release_stream(kept); }), "is not kept");
+}
+
 TEST(CachingAllocatorStreams, OneAllocatorServesOneDevice) {
   SimulatedDevice dev(GiB);
   CachingAllocator a(dev);

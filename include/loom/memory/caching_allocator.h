@@ -303,8 +303,15 @@ class LOOM_API CachingAllocator {
   void free(void* p);
   // Marks that `p` is also used by work on `stream`: its reuse after free waits for that work.
   void record_stream(void* p, const Stream& stream);
-  // Returns every segment without allocated blocks to the device.
+  // Returns every segment without allocated blocks to the device, but those of kept streams.
   void empty_cache();
+  // Note [Kept streams]: while kept (a count per stream), the cached memory of `stream` stays
+  // reserved: empty_cache, garbage collection and the retry after a failed device malloc skip its
+  // segments and pages. A CUDA graph recorded on a stream of its own keeps it, since the graph
+  // addresses the blocks its recording freed as well as those it holds; no other stream's
+  // requests take those blocks (free blocks are per stream).
+  void keep_stream(const Stream& stream);
+  void release_stream(const Stream& stream);
 
   MemoryStats stats() const;
   void reset_peak_stats();
