@@ -261,6 +261,14 @@ void run_node(const Node& n, std::vector<Tensor>& env, Stack& stack,
 void append_grads(std::vector<Tensor>& in, const std::vector<Tensor>& grads,
                   const autograd::Node& node);
 
+// "96 B", "2.5 KiB", "16.5 MiB" (compiler/joint.cpp).
+std::string bytes_str(int64_t bytes);
+
+// The storage a tensor's data lives in (identity: views share it), or null when undefined.
+inline const void* storage_of(const Tensor& t) {
+  return t.defined() ? static_cast<const void*>(t.storage().get()) : nullptr;
+}
+
 // Note [Pure nodes] in compiler/passes.cpp: no in-place write, no random draw, not a host node.
 bool is_pure(const Node& n);
 

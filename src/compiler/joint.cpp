@@ -101,22 +101,6 @@ int64_t value_bytes(const Value& v) {
   return std::max<int64_t>(1, n * static_cast<int64_t>(element_size(v.dtype)));
 }
 
-std::string bytes_str(int64_t b) {
-  char buf[32];
-  if (b >= (int64_t{1} << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(b) / (1 << 20));
-  } else if (b >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(b) / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(b));
-  }
-  return buf;
-}
-
-const void* storage_of(const Tensor& t) {
-  return t.defined() ? static_cast<const void*>(t.storage().get()) : nullptr;
-}
-
 // The node's tensor operands.
 std::vector<ValueId> operands(const Node& n) {
   std::vector<ValueId> r;
@@ -174,6 +158,18 @@ class CompiledBackward : public autograd::Node {
 };
 
 }  // namespace
+
+std::string bytes_str(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t{1} << 20)) {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(b) / (1 << 20));
+  } else if (b >= 1024) {
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(b) / 1024);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(b));
+  }
+  return buf;
+}
 
 bool is_recomputable(const Node& n) {
   if (!is_pure(n)) return false;

@@ -18,7 +18,6 @@
 //   decision made once, and safety a check made per call; both are counted in the report
 //   ("memory plan: ..." among the passes, and the buffers taken and refused at run time).
 //   Dynamic graphs plan in place only (their sizes change between calls; the check compares them).
-#include <cstdio>
 #include <map>
 #include <string>
 
@@ -33,22 +32,13 @@ int64_t value_bytes(const Value& v) {
   return n;
 }
 
-std::string mib(int64_t bytes) {
-  char b[32];
-  if (bytes < (int64_t{1} << 20)) {
-    std::snprintf(b, sizeof(b), "%.1f KiB", static_cast<double>(bytes) / 1024.0);
-  } else {
-    std::snprintf(b, sizeof(b), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  }
-  return b;
-}
-
 }  // namespace
 
 std::string MemoryPlan::str() const {
   std::string s = "memory plan: " + std::to_string(reused) + " of " + std::to_string(outputs) +
                   " kernel output(s) reuse a dead buffer (" + std::to_string(written_in_place) +
-                  " in place), " + mib(reused_bytes) + " of " + mib(bytes) + " not allocated";
+                  " in place), " + bytes_str(reused_bytes) + " of " + bytes_str(bytes) +
+                  " not allocated";
   return s;
 }
 
