@@ -102,7 +102,12 @@ struct CompiledFunction::Impl {
   TensorFunction fn;
   CompileOptions options;
   mutable std::mutex mu;
-  std::vector<std::shared_ptr<Entry>> entries;       // GUARDED_BY(mu), oldest first
+  std::vector<std::shared_ptr<Entry>> entries;  // GUARDED_BY(mu), oldest first
+  // GUARDED_BY(mu): entry indices in the order a call tries them, from the back: graphs with
+  // fixed sizes before dynamic ones, each the newest first. A graph specialised to the call's
+  // sizes is the better replay (it may be a joint graph, its kernels have fixed sizes), so after
+  // automatic dynamic the first sizes still replay their own graph.
+  std::vector<size_t> lookup;
   bool eager_forever = false;                        // GUARDED_BY(mu): after a break or the limit
   std::vector<GraphBreakInfo> breaks;                // GUARDED_BY(mu)
   std::vector<std::string> recompile_reasons;        // GUARDED_BY(mu)
@@ -306,14 +311,14 @@ std::vector<Tensor> CompiledFunction::Impl::pad(const std::vector<Tensor>& input
 }
 
 // Note [Guard growth]
-//   Guards cost on every call: each cached graph's are checked, newest first, until one holds, so
-//   a function that recompiles often pays for all its graphs. Three things keep that visible. The
-//   time to find a call's graph is sampled (one call in eight) and reported; a warning says once
-//   when it passes guard_time_budget_us on average, or when the graphs' guards together pass
-//   guard_budget. And a recompile storm, 4 recompiles within 16 calls, is reported with the guard
-//   that failed last, and said once: it is the sign of a value that changes every call (a size
-//   that dynamic shapes cannot follow, a host value read with item()), where dynamic=on, buckets
-//   (Note [Bucketing]) or passing the value as a tensor would stop it.
+//   Guards cost on every call: each cached graph's are checked (fixed sizes before dynamic, newest
+//   first) until one holds, so a function that recompiles often pays for all its graphs. Three
+//   things keep that visible. The time to find a call's graph is sampled (one call in eight) and
+//   reported; a warning says once when it passes guard_time_budget_us on average, or when the
+//   graphs' guards together pass guard_budget. And a recompile storm, 4 recompiles within 16 calls,
+//   is reported with the guard that failed last, and said once: it is the sign of a value that
+//   changes every call (a size that dynamic shapes cannot follow, a host value read with item()),
+//   where dynamic=on, buckets (Note [Bucketing]) or passing the value as a tensor would stop it.
 constexpr int64_t kStormWindow = 16;
 constexpr size_t kStormRecompiles = 4;
 
@@ -351,7 +356,7 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
   const LogFlags logs = log_flags();
   // Per graph (0-based): the guard that failed, for the recompile's reason.
   std::map<size_t, std::string> failed;
-  size_t unchecked = SIZE_MAX;  // graphs [0, unchecked) are still to try, the newest first
+  size_t unchecked = SIZE_MAX;  // lookup[0, unchecked) are still to try, from the back
   {
     std::lock_guard<std::mutex> lock(mu);
     ++calls;
@@ -366,17 +371,20 @@ std::vector<Tensor> CompiledFunction::Impl::call_padded(const std::vector<Tensor
       const auto t0 =
           sample ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (!eager_forever) {
-        for (size_t k = std::min(unchecked, entries.size()); k-- > 0;) {
+        size_t hit_pos = 0;
+        for (size_t p = std::min(unchecked, lookup.size()); p-- > 0;) {
+          const size_t k = lookup[p];
           const int g = entries[k]->check(inputs, nullptr);  // no text until it is needed
           if (g < 0) {
             hit = entries[k];
             hit_index = k;
+            hit_pos = p;
             break;
           }
           ++entries[k]->failures[static_cast<size_t>(g)];
           failed[k].clear();
         }
-        unchecked = hit ? hit_index : 0;
+        unchecked = hit ? hit_pos : 0;
       }
       if (sample) {
         check_ns += static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -600,13 +608,18 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
     std::lock_guard<std::mutex> lock(mu);
     entries.push_back(e);
     number = entries.size();
+    if (e->graph.symbols.empty()) {
+      lookup.push_back(number - 1);
+    } else {
+      lookup.insert(lookup.begin(), number - 1);
+    }
     const size_t guards = total_guards();
     if (static_cast<int64_t>(guards) > options.guard_budget) {
       warn_once("compile.guards:" + options.name,
                 "[compile] " + options.name + ": " + std::to_string(guards) + " guards over " +
                     std::to_string(number) + " graph(s), over the budget of " +
                     std::to_string(options.guard_budget) +
-                    " (each call checks the graphs newest first until one holds)");
+                    " (each call checks the graphs until one holds)");
     }
   }
   if (logs.output_code) {

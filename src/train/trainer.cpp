@@ -708,12 +708,14 @@ TrainResult Trainer::run() {
     const CompileReport cr = compiled_step->report();
     report += "\ncompiled: " + cr.str().substr(0, cr.str().find('\n'));
     for (const std::string& why : cr.recompile_reasons) report += "\n  recompiled: " + why;
-    // What the passes did to the newest graph: what was fused (or why nothing was).
-    if (!cr.graphs.empty()) {
-      for (const std::string& pass : cr.graphs.back().passes) {
+    // What the passes did to each graph: the joint graph, what was fused (or why not).
+    for (size_t g = 0; g < cr.graphs.size(); ++g) {
+      report += "\n  graph " + std::to_string(g + 1) + ", replayed " +
+                std::to_string(cr.graphs[g].replays) + " time(s):";
+      for (const std::string& pass : cr.graphs[g].passes) {
         if (pass.rfind("fusion", 0) == 0 || pass.rfind("joint graph", 0) == 0 ||
             pass.rfind("forward: fusion", 0) == 0 || pass.rfind("backward: fusion", 0) == 0)
-          report += "\n  " + pass;
+          report += "\n    " + pass;
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/autograd.h"
 #include "loom/compile.h"
 #include "loom/error.h"
 #include "loom/ops.h"
@@ -57,6 +58,32 @@ TEST(Dynamic, ASizeChangeRecompilesOnceWithASymbol) {
   const Tensors in2 = {randn({3, 30, 64})};
   expect_equal(f(in2), attention_like(in2), "batch 3");
   EXPECT_EQ(f.report().graphs.size(), 3u) << f.report().str();
+}
+
+// After automatic dynamic the first sizes still replay their own graph (fixed-size graphs are
+// tried first: they may be joint graphs), and other sizes the dynamic one. A training loop whose
+// last batch is smaller keeps its full batches on the joint graph in later epochs.
+TEST(Dynamic, TheFirstSizesKeepTheirFixedSizeGraph) {
+  TensorFunction fn = [](const Tensors& in) -> Tensors { return {sum(tanh(mul(in[0], 2.0)))}; };
+  CompiledFunction f = compile(fn, {.name = "epochs"});
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int64_t batch : {128, 128, 128, 48}) {
+      const Tensor x0 = randn({batch, 8});
+      Tensor x = x0.clone().requires_grad_(true), xe = x0.clone().requires_grad_(true);
+      const Tensor got = f({x})[0], want = fn({xe})[0];
+      autograd::backward({got});
+      autograd::backward({want});
+      EXPECT_TRUE(allclose(got, want, 1e-5, 1e-5)) << "batch " << batch;
+      EXPECT_TRUE(allclose(x.grad(), xe.grad(), 1e-5, 1e-6)) << "batch " << batch;
+    }
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 2u) << r.str();
+  EXPECT_EQ(r.graphs[0].replays, 8) << r.str();  // 9 calls at 128, the first captured
+  EXPECT_EQ(r.graphs[1].replays, 2) << r.str();  // 3 at 48, the first captured
+  bool joint = false;
+  for (const std::string& p : r.graphs[0].passes) joint = joint || p.rfind("joint graph: ", 0) == 0;
+  EXPECT_TRUE(joint) << r.str();
 }
 
 TEST(Dynamic, EqualSizesShareASymbolAndAreGuardedEqual) {
