@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "loom/autograd.h"
 #include "loom/compile.h"
 #include "loom/config.h"
 #include "loom/error.h"
@@ -104,6 +105,19 @@ struct CompileState {
   Tensors sixteen;
   std::map<std::string, double> last;
   CompiledFunction tiny_fn = compile(chain, {.name = "bench chain (tiny)"});
+  // A training step's forward and loss (Fashion-MNIST's MLP: 784-256-128-10, relu, batch 128),
+  // eager and compiled (a joint graph: its backward is one node), then backward.
+  Tensors mlp_params;
+  Tensor mlp_x, mlp_y;
+  TensorFunction mlp_loss = [this](const Tensors& in) -> Tensors {
+    Tensor h = in[0];
+    for (size_t l = 0; l < mlp_params.size(); l += 2) {
+      h = add(mm(h, mlp_params[l]), mlp_params[l + 1]);
+      if (l + 2 < mlp_params.size()) h = relu(h);
+    }
+    return {cross_entropy(h, in[1])};
+  };
+  CompiledFunction mlp_loss_fn = compile(mlp_loss, {.name = "bench mlp train step"});
   CompiledFunction big_fn = compile(chain, {.name = "bench chain (16M)"});
   CompiledFunction guard_fn =
       compile([](const Tensors& in) -> Tensors { return {in[0]}; }, {.name = "bench 16 inputs"});
@@ -178,6 +192,44 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   });
   row("row_sum_16m_compiled_of_eager", "of eager", false, 2,
       ratio("row_sum_16m_compiled", "row_sum_16m_eager"))
+      ->value_target = 1.0;
+  // A training step on 2 threads: forward, loss and backward (gradients accumulate; no optimizer).
+  auto train_step = [s](bool compiled) {
+    if (!s->mlp_x.defined()) {
+      const int64_t dims[] = {784, 256, 128, 10};
+      for (int l = 0; l < 3; ++l) {
+        s->mlp_params.push_back(
+            mul(randn({dims[l], dims[l + 1]}), 1.0 / std::sqrt(static_cast<double>(dims[l])))
+                .requires_grad_(true));
+        s->mlp_params.push_back(zeros({dims[l + 1]}).requires_grad_(true));
+      }
+      s->mlp_x = randn({128, 784});
+      s->mlp_y = randint(0, 10, {128});
+    }
+    const Tensor loss =
+        compiled ? s->mlp_loss_fn({s->mlp_x, s->mlp_y})[0] : s->mlp_loss({s->mlp_x, s->mlp_y})[0];
+    autograd::backward({loss});
+  };
+  row("mlp_train_step_eager", "ms/step", true, 2, [train_step, reps] {
+    train_step(false);
+    return median_seconds(
+               [&] {
+                 for (int i = 0; i < 20; ++i) train_step(false);
+               },
+               reps) /
+           20 * 1e3;
+  });
+  row("mlp_train_step_compiled", "ms/step", true, 2, [train_step, reps] {
+    train_step(true);  // the capture and the joint graph
+    return median_seconds(
+               [&] {
+                 for (int i = 0; i < 20; ++i) train_step(true);
+               },
+               reps) /
+           20 * 1e3;
+  });
+  row("mlp_train_step_compiled_of_eager", "of eager", true, 2,
+      ratio("mlp_train_step_compiled", "mlp_train_step_eager"))
       ->value_target = 1.0;
   row("dynamic_40_lengths", "graphs", true, 1, [] {
     WarningsToStderr quiet(false);  // the recompile limit's warning: the row counts it

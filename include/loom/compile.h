@@ -44,7 +44,7 @@
 // backward kernel instead, and says why in its report. What the passes did is in the report.
 // Mode max-autotune times each generated kernel's launch configurations on its first run and
 // keeps the fastest (Note [Autotuning] in compiler/kernel_run.cpp). Mode reduce-overhead records
-// a CUDA graph's replay as one CUDA graph on its first replay (Note [CUDA graphs] in
+// a graph's replay as one CUDA graph on its first replay (Note [CUDA graphs] in
 // compiler/cuda_graph.cpp): inference over CUDA tensors; what it cannot record is said once and
 // in the report, and replays as in mode default.
 //

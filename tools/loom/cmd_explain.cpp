@@ -37,7 +37,8 @@ int run_explain(const std::vector<std::string>& argv) {
         "  the captured graph, its guards, a recompile after an input changes shape, and a\n"
         "  graph break at a host read (item()) with the call that caused it, and guard growth\n"
         "  over 40 sequence lengths: dynamic shapes off, buckets, automatic dynamic; and the\n"
-        "  joint forward/backward graph of a layer, split by a min cut (backend aot).\n"
+        "  joint forward/backward graph of a layer, split by a min cut (backend aot), and the\n"
+        "  same layer through backend inductor: decompositions, fused halves, the memory plan.\n"
         "  LOOM_LOGS=recompiles,guards,graph_breaks,output_code prints the same as it happens.\n");
     return 0;
   }
@@ -102,7 +103,7 @@ int run_explain(const std::vector<std::string>& argv) {
   }
   std::printf(
       "\nWith dynamic shapes off every length is a graph: guards grow with the graphs, a call\n"
-      "checks them newest first, and the recompile storm is said once. Buckets pad the length\n"
+      "checks them in turn, and the recompile storm is said once. Buckets pad the length\n"
       "(the function must be blind to the padding, as a sum of zeros is), automatic dynamic\n"
       "makes it a symbol after the first change.\n");
 
@@ -121,6 +122,33 @@ int run_explain(const std::vector<std::string>& argv) {
       "the forward returns what the backward reads (the saved tensors), choosing the fewest\n"
       "bytes; cheap pointwise operators the backward needs are recomputed there rather than\n"
       "saved, matrix products never. W and b get their gradients in .grad as eagerly.\n");
+
+  std::printf(
+      "\n== the same layer, backend inductor (the default), W [8, 64]: decompositions, fusion of "
+      "both halves, the memory plan ==\n");
+  const Tensor w2 = randn({8, 64}, {}, gen).requires_grad_(true);
+  const Tensor b2 = randn({64}, {}, gen).requires_grad_(true);
+  CompiledFunction fused = compile(
+      [&w2, &b2](const Tensors& in) -> Tensors {
+        return {mul(tanh(add(mm(in[0], w2), b2)), in[1])};
+      },
+      {.name = "layer (inductor)"});
+  for (int i = 0; i < 3; ++i) {
+    const Tensor out = fused({randn({16, 8}, {}, gen), randn({16, 64}, {}, gen)})[0];
+    sum(out).backward();
+  }
+  const CompileReport fr = fused.report();
+  for (const std::string& pass : fr.graphs[0].passes) std::printf("  pass: %s\n", pass.c_str());
+  for (const KernelInfo& k : fr.graphs[0].kernels)
+    std::printf("  kernel %s: %s\n", k.name.c_str(), k.ops.c_str());
+  std::printf(
+      "\ntanh's backward operator (tanh_backward) was captured as the primitives of its formula,\n"
+      "g * (1 - y*y) (Note [Decompositions]); the min cut then moved 1 - y*y into the forward\n"
+      "kernel, which saves it instead of y (the same bytes, nearer the backward), and the "
+      "backward\n"
+      "kernel multiplies the gradients. The memory plan lets a kernel write over a dead buffer\n"
+      "or, in place, over an input that dies there, checked on every call (Note [Memory "
+      "planning]).\n");
   return 0;
 }
 
