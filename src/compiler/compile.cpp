@@ -230,30 +230,11 @@ bool CompiledFunction::Impl::make_dynamic(Graph& g, const std::vector<Tensor>& i
     it->dims.emplace_back(i, d);
   }
   std::vector<compiler::Graph> probes;
-  std::vector<std::vector<int64_t>> probe_values(2);
+  std::vector<std::vector<int64_t>> probe_values;
   for (int k = 0; k < 2 && why.empty(); ++k) {
-    for (size_t s = 0; s < symbols.size(); ++s) {
-      const int64_t h = symbols[s].hint;
-      probe_values[k].push_back(k == 0 ? h + 1 + 2 * static_cast<int64_t>(s)
-                                       : h + 3 + 3 * static_cast<int64_t>(s));
-    }
     // Each input with a symbolic dimension is replaced by a fresh one at the probe's sizes.
-    std::vector<std::vector<int64_t>> sizes(inputs.size());
-    for (size_t s = 0; s < symbols.size(); ++s) {
-      for (const auto& [i, d] : symbols[s].dims) {
-        std::vector<int64_t>& sz = sizes[static_cast<size_t>(i)];
-        if (sz.empty()) sz = inputs[static_cast<size_t>(i)].sizes().vec();
-        sz[static_cast<size_t>(d)] = probe_values[k][s];
-      }
-    }
-    std::vector<Tensor> in = inputs;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (sizes[i].empty()) continue;
-      const Tensor& src = inputs[i];
-      const TensorOptions o = TensorOptions(src.dtype()).with_device(src.device());
-      in[i] = is_floating(src.dtype()) ? randn(sizes[i], o) : zeros(sizes[i], o);
-      if (src.requires_grad()) in[i].requires_grad_(true);
-    }
+    probe_values.push_back(compiler::probe_values(symbols, k));
+    const std::vector<Tensor> in = compiler::probe_inputs(symbols, probe_values.back(), inputs);
     const GeneratorState rng = default_generator().state();
     try {
       Capture cap(in, decomposes());

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "compiler/graph.h"
+#include "loom/ops.h"
 
 namespace loom::compiler {
 
@@ -39,6 +40,38 @@ std::string SymExpr::str() const {
   if (b > 0) (s += " + ") += std::to_string(b);
   if (b < 0) (s += " - ") += std::to_string(-b);
   return s;
+}
+
+std::vector<int64_t> probe_values(const std::vector<Symbol>& symbols, int probe) {
+  std::vector<int64_t> v;
+  for (size_t s = 0; s < symbols.size(); ++s) {
+    const int64_t h = symbols[s].hint;
+    v.push_back(probe == 0 ? h + 1 + 2 * static_cast<int64_t>(s)
+                           : h + 3 + 3 * static_cast<int64_t>(s));
+  }
+  return v;
+}
+
+std::vector<Tensor> probe_inputs(const std::vector<Symbol>& symbols,
+                                 const std::vector<int64_t>& values,
+                                 const std::vector<Tensor>& inputs) {
+  std::vector<std::vector<int64_t>> sizes(inputs.size());
+  for (size_t s = 0; s < symbols.size(); ++s) {
+    for (const auto& [i, d] : symbols[s].dims) {
+      std::vector<int64_t>& sz = sizes[static_cast<size_t>(i)];
+      if (sz.empty()) sz = inputs[static_cast<size_t>(i)].sizes().vec();
+      sz[static_cast<size_t>(d)] = values[s];
+    }
+  }
+  std::vector<Tensor> in = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (sizes[i].empty()) continue;
+    const Tensor& src = inputs[i];
+    const TensorOptions o = TensorOptions(src.dtype()).with_device(src.device());
+    in[i] = is_floating(src.dtype()) ? randn(sizes[i], o) : zeros(sizes[i], o);
+    if (src.requires_grad()) in[i].requires_grad_(true);
+  }
+  return in;
 }
 
 std::vector<int64_t> Graph::bind_symbols(const std::vector<Tensor>& inputs) const {

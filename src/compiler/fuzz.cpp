@@ -404,7 +404,8 @@ std::string FuzzReport::str() const {
      << resumed_breaks << " graph break(s) resumed, " << eager_errors
      << " raising the same error eagerly and compiled, " << failures.size() << " failure(s)\n";
   os << "joint graphs: " << joint_graphs
-     << ", min cuts checked against every choice: " << min_cuts_checked << '\n'
+     << ", min cuts checked against every choice: " << min_cuts_checked
+     << ", dynamic graphs replayed as joint graphs: " << dynamic_joint_graphs << '\n'
      << "memory plan: " << buffers_taken << " kernel output(s) written into a dead buffer, "
      << buffers_refused << " refused at run time (the buffer was held elsewhere)\n";
   for (const FuzzFailure& f : failures)
@@ -503,6 +504,9 @@ FuzzReport fuzz_compile(uint64_t first_seed, int64_t count) {
       bool symbolic = false;
       for (const GuardInfo& gd : g.guards) symbolic = symbolic || gd.text.rfind("s0 = ", 0) == 0;
       if (symbolic) report.dynamic_replays += g.replays;
+      bool joint = false;
+      for (const std::string& pass : g.passes) joint = joint || pass.rfind("joint graph: ", 0) == 0;
+      if (symbolic && joint && g.replays > 0) ++report.dynamic_joint_graphs;
     }
     // Host reads are the only breaks a program has; after an in-place step they cannot resume.
     for (const GraphBreakInfo& b : r.breaks) {

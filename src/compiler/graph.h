@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -287,6 +288,15 @@ std::vector<std::string> decomposed_operators();
 void optimize(Graph& g, const PassOptions& options);
 // Note [Memory planning]: fills g.memory from the steps and release_after (after fusion).
 void plan_memory(Graph& g);
+
+// The symbols' values at probe 0 or 1 (Note [How loom learns symbolic sizes] in
+// compiler/dynamic.cpp): distinct from the hints and from each other.
+std::vector<int64_t> probe_values(const std::vector<Symbol>& symbols, int probe);
+// The inputs for a probe: each input with a symbolic dimension replaced by a fresh one (random,
+// or zeros when not floating; requiring grad as it did) with the symbols at `values`.
+std::vector<Tensor> probe_inputs(const std::vector<Symbol>& symbols,
+                                 const std::vector<int64_t>& values,
+                                 const std::vector<Tensor>& inputs);
 
 // Makes g0 (captured at the hints) dynamic in `symbols`, from two more captures of the same
 // function at other sizes (probe1, probe2: the symbols' values there): every host int and every

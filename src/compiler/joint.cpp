@@ -438,42 +438,13 @@ Graph extract(const Graph& g, const std::vector<int32_t>& nodes, const std::vect
   return out;
 }
 
-std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<Tensor>& inputs,
-                                              bool optimize_halves, const PassOptions& passes,
-                                              std::string* why) {
-  why->clear();
-  std::vector<size_t> grad_results;
-  for (size_t k = 0; k < g.outputs.size(); ++k)
-    if (g.values[static_cast<size_t>(g.outputs[k])].requires_grad) grad_results.push_back(k);
-  if (grad_results.empty()) return nullptr;  // nothing to differentiate
-  if (!g.breaks.empty()) {
-    *why = "the graph has a break";
-    return nullptr;
-  }
-  if (!g.symbols.empty()) {
-    *why = "the graph is dynamic (the partition is built for fixed sizes)";
-    return nullptr;
-  }
-  for (const Node& n : g.nodes) {
-    if (n.op.schema().is_mutable()) {
-      *why = "the function writes in place (" + n.op.name() + ")";
-      return nullptr;
-    }
-  }
-  for (size_t k = 0; k < g.outputs.size(); ++k) {
-    const Value& v = g.values[static_cast<size_t>(g.outputs[k])];
-    if (v.kind != Value::Kind::NodeOutput) {
-      *why = "result " + std::to_string(k) + " is " +
-             (v.kind == Value::Kind::Input ? "an input" : "a constant") + " of the function";
-      return nullptr;
-    }
-    for (size_t m = 0; m < k; ++m) {
-      if (g.outputs[m] == g.outputs[k]) {
-        *why = "results " + std::to_string(m) + " and " + std::to_string(k) + " are one tensor";
-        return nullptr;
-      }
-    }
-  }
+// Captures g's joint graph on these inputs (Note [Joint graph]): g replayed under a capture with
+// detached leaves, then autograd::grad with the tangents as inputs; the constants mapped back to
+// the real tensors. Sets j->grad_of. False, with `why`, when it cannot be captured.
+bool capture_joint(const Graph& g, const std::vector<Tensor>& inputs,
+                   const std::vector<size_t>& grad_results, const PassOptions& passes,
+                   JointGraph* j, Graph* joint_out, std::string* why) {
+  j->grad_of.clear();
   // Detached leaves for what requires grad; the tangents, made before the capture so that they
   // are its inputs rather than recorded factories.
   std::vector<Tensor> in(inputs.size());
@@ -492,13 +463,15 @@ std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<
     alias_of[g0.constants[k].impl()] = k;
   }
   std::vector<Tensor> capture_in = in;
+  const std::vector<int64_t> symbols =
+      g.symbols.empty() ? std::vector<int64_t>{} : g.bind_symbols(inputs);
   for (size_t k : grad_results) {
     const Value& v = g.values[static_cast<size_t>(g.outputs[k])];
-    capture_in.push_back(ones(v.sizes, TensorOptions(v.dtype).with_device(v.device)));
+    std::vector<int64_t> sizes = v.sizes;
+    for (size_t d = 0; d < v.sym_sizes.size() && !symbols.empty(); ++d)
+      sizes[d] = v.sym_sizes[d].eval(symbols);
+    capture_in.push_back(ones(sizes, TensorOptions(v.dtype).with_device(v.device)));
   }
-  auto j = std::make_shared<JointGraph>();
-  j->num_results = g.outputs.size();
-  j->constants = g.constants;
   Graph joint;
   const GeneratorState rng = default_generator().state();
   try {
@@ -576,15 +549,15 @@ std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<
     *why = std::string("capturing the backward raised ") + e.kind() + ": " + e.what();
   }
   default_generator().set_state(rng);
-  if (!why->empty()) return nullptr;
+  if (!why->empty()) return false;
   if (!joint.breaks.empty()) {
     *why = "the backward broke the graph: " + joint.breaks[0].reason;
-    return nullptr;
+    return false;
   }
   for (const Node& n : joint.nodes) {
     if (n.op.schema().is_mutable()) {
       *why = "the backward writes in place (" + n.op.name() + ")";
-      return nullptr;
+      return false;
     }
   }
   // The joint graph's constants are the aliases: the graphs hold the real tensors.
@@ -592,6 +565,102 @@ std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<
     auto it = c.defined() ? alias_of.find(c.impl()) : alias_of.end();
     if (it != alias_of.end()) c = g.constants[it->second];
   }
+  *joint_out = std::move(joint);
+  return true;
+}
+
+// Note [Joint graph], dynamic sizes: the joint graph of a dynamic graph is captured at the call's
+// sizes and at the two probe sizes of its symbols (g replays at any sizes), and its sizes and
+// host ints are fitted to the symbols as the function's were (generalize).
+bool generalize_joint(const Graph& g, const std::vector<Tensor>& inputs,
+                      const std::vector<size_t>& grad_results, const PassOptions& passes,
+                      Graph* joint, std::string* why) {
+  std::vector<Graph> probes;
+  std::vector<std::vector<int64_t>> values;
+  for (int k = 0; k < 2; ++k) {
+    values.push_back(probe_values(g.symbols, k));
+    const std::vector<Tensor> in = probe_inputs(g.symbols, values.back(), inputs);
+    JointGraph scratch;
+    Graph probe;
+    if (!capture_joint(g, in, grad_results, passes, &scratch, &probe, why)) {
+      *why = "at other sizes: " + *why;
+      return false;
+    }
+    probes.push_back(std::move(probe));
+  }
+  if (!generalize(*joint, probes[0], probes[1], g.symbols, values[0], values[1], why)) {
+    *why = "its sizes at other sizes: " + *why;
+    return false;
+  }
+  return true;
+}
+
+// A dynamic joint graph's halves bind its symbols from their own inputs: the forward's are the
+// function's; the backward's are the saved tensors and tangents, one of which must have a
+// dimension that is the symbol itself. False, with `why`, when none has.
+bool bind_halves(const Graph& joint, JointGraph* j, std::string* why) {
+  j->forward.symbols = joint.symbols;
+  std::vector<Symbol> bs = joint.symbols;
+  for (size_t s = 0; s < bs.size(); ++s) {
+    bs[s].dims.clear();
+    for (int32_t i = 0; i < j->backward.num_inputs; ++i) {
+      const Value& v = j->backward.values[static_cast<size_t>(i)];
+      for (size_t d = 0; d < v.sym_sizes.size(); ++d) {
+        const SymExpr& e = v.sym_sizes[d];
+        if (e.a == 1 && e.b == 0 && e.syms == std::vector<int>{static_cast<int>(s)})
+          bs[s].dims.emplace_back(i, static_cast<int>(d));
+      }
+    }
+    if (bs[s].dims.empty()) {
+      *why = "no tensor the backward reads has a dimension of size s" + std::to_string(s);
+      return false;
+    }
+  }
+  j->backward.symbols = std::move(bs);
+  return true;
+}
+
+std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<Tensor>& inputs,
+                                              bool optimize_halves, const PassOptions& passes,
+                                              std::string* why) {
+  why->clear();
+  std::vector<size_t> grad_results;
+  for (size_t k = 0; k < g.outputs.size(); ++k)
+    if (g.values[static_cast<size_t>(g.outputs[k])].requires_grad) grad_results.push_back(k);
+  if (grad_results.empty()) return nullptr;  // nothing to differentiate
+  if (!g.breaks.empty()) {
+    *why = "the graph has a break";
+    return nullptr;
+  }
+  for (const Node& n : g.nodes) {
+    if (n.op.schema().is_mutable()) {
+      *why = "the function writes in place (" + n.op.name() + ")";
+      return nullptr;
+    }
+  }
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const Value& v = g.values[static_cast<size_t>(g.outputs[k])];
+    if (v.kind != Value::Kind::NodeOutput) {
+      *why = "result " + std::to_string(k) + " is " +
+             (v.kind == Value::Kind::Input ? "an input" : "a constant") + " of the function";
+      return nullptr;
+    }
+    for (size_t m = 0; m < k; ++m) {
+      if (g.outputs[m] == g.outputs[k]) {
+        *why = "results " + std::to_string(m) + " and " + std::to_string(k) + " are one tensor";
+        return nullptr;
+      }
+    }
+  }
+  auto j = std::make_shared<JointGraph>();
+  j->num_results = g.outputs.size();
+  j->constants = g.constants;
+  Graph joint;
+  if (!capture_joint(g, inputs, grad_results, passes, j.get(), &joint, why)) return nullptr;
+  // A dynamic graph (Note [Joint graph], dynamic sizes): the joint graph captured at two more
+  // sizes, and its sizes fitted to the symbols as the function's were.
+  if (!g.symbols.empty() && !generalize_joint(g, inputs, grad_results, passes, &joint, why))
+    return nullptr;
   const Partition p = min_cut_partition(joint, inputs.size(), g.outputs.size());
   std::vector<ValueId> primal,
       fwd_out(joint.outputs.begin(),
@@ -616,6 +685,7 @@ std::shared_ptr<const JointGraph> build_joint(const Graph& g, const std::vector<
       joint, p.backward_nodes, bwd_in,
       std::vector<ValueId>(joint.outputs.begin() + static_cast<std::ptrdiff_t>(j->num_results),
                            joint.outputs.end()));
+  if (!joint.symbols.empty() && !bind_halves(joint, j.get(), why)) return nullptr;
   j->num_saved = p.saved.size();
   j->result_requires_grad.assign(g.outputs.size(), false);
   for (size_t k : grad_results) j->result_requires_grad[k] = true;

@@ -29,11 +29,19 @@
 //   writes, as eager saved tensors are) and the incoming gradients. Both graphs go through the
 //   backend's passes (inductor: fusion and code generation in each).
 //
+//   A dynamic graph (sizes that are symbols) gets a dynamic joint graph: it is captured at the
+//   call's sizes and at the symbols' two probe sizes (the dynamic graph replays at any), and its
+//   sizes and host ints are fitted to the symbols as the function's were (generalize, Note [How
+//   loom learns symbolic sizes]); the cut is taken at the call's sizes. The forward half binds the
+//   symbols from the function's inputs, the backward half from a saved tensor or tangent that has
+//   a dimension equal to the symbol.
+//
 //   Not built, with the reason in the report, for: a graph with a break, a graph that writes in
-//   place, a dynamic graph (sizes that are symbols), a result that is an input, a constant, or a
-//   view of one, the same result twice, or a backward formula that computed a tensor outside the
-//   dispatcher (it would be frozen into the graph). Those graphs replay with eager autograd.
-//   Double backward (create_graph) through a CompiledBackward is a NotImplementedError.
+//   place, a result that is an input, a constant, or a view of one, the same result twice, a
+//   backward formula that computed a tensor outside the dispatcher (it would be frozen into the
+//   graph), or a dynamic joint graph whose backward differs at other sizes or reads no tensor
+//   that carries a symbol. Those graphs replay with eager autograd. Double backward
+//   (create_graph) through a CompiledBackward is a NotImplementedError.
 #pragma once
 
 #include <cstdint>

@@ -22,6 +22,8 @@ TEST(CompileDifferential, ThousandRandomProgramsMatchEager) {
   // smaller ones had their min cut checked against every choice of saved tensors.
   EXPECT_GT(r.joint_graphs, 100) << r.str();
   EXPECT_GT(r.min_cuts_checked, 50) << r.str();
+  // Graphs with symbolic sizes get joint graphs too (Note [Joint graph], dynamic sizes).
+  EXPECT_GT(r.dynamic_joint_graphs, 20) << r.str();
   // Note [Memory planning]: kernels wrote into dead buffers (refusals are counted in r.str()).
   EXPECT_GT(r.buffers_taken, 100) << r.str();
 }

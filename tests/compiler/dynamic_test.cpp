@@ -61,8 +61,9 @@ TEST(Dynamic, ASizeChangeRecompilesOnceWithASymbol) {
 }
 
 // After automatic dynamic the first sizes still replay their own graph (fixed-size graphs are
-// tried first: they may be joint graphs), and other sizes the dynamic one. A training loop whose
-// last batch is smaller keeps its full batches on the joint graph in later epochs.
+// tried first: their kernels have fixed sizes), and other sizes the dynamic one, whose joint graph
+// is dynamic too (Note [Joint graph]). A training loop whose last batch is smaller keeps its full
+// batches on their graph in later epochs.
 TEST(Dynamic, TheFirstSizesKeepTheirFixedSizeGraph) {
   TensorFunction fn = [](const Tensors& in) -> Tensors { return {sum(tanh(mul(in[0], 2.0)))}; };
   CompiledFunction f = compile(fn, {.name = "epochs"});
@@ -77,13 +78,21 @@ TEST(Dynamic, TheFirstSizesKeepTheirFixedSizeGraph) {
       EXPECT_TRUE(allclose(x.grad(), xe.grad(), 1e-5, 1e-6)) << "batch " << batch;
     }
   }
+  // A third size replays the dynamic graph, whose backward is a dynamic joint graph too.
+  const Tensor x0 = randn({96, 8});
+  Tensor x = x0.clone().requires_grad_(true), xe = x0.clone().requires_grad_(true);
+  autograd::backward({f({x})[0]});
+  autograd::backward({fn({xe})[0]});
+  EXPECT_TRUE(allclose(x.grad(), xe.grad(), 1e-5, 1e-6)) << "batch 96";
   const CompileReport r = f.report();
   ASSERT_EQ(r.graphs.size(), 2u) << r.str();
   EXPECT_EQ(r.graphs[0].replays, 8) << r.str();  // 9 calls at 128, the first captured
-  EXPECT_EQ(r.graphs[1].replays, 2) << r.str();  // 3 at 48, the first captured
-  bool joint = false;
-  for (const std::string& p : r.graphs[0].passes) joint = joint || p.rfind("joint graph: ", 0) == 0;
-  EXPECT_TRUE(joint) << r.str();
+  EXPECT_EQ(r.graphs[1].replays, 3) << r.str();  // 3 at 48, the first captured, and 96
+  for (const GraphInfo& g : r.graphs) {
+    bool joint = false;
+    for (const std::string& p : g.passes) joint = joint || p.rfind("joint graph: ", 0) == 0;
+    EXPECT_TRUE(joint) << r.str();
+  }
 }
 
 TEST(Dynamic, EqualSizesShareASymbolAndAreGuardedEqual) {

@@ -40,6 +40,7 @@ struct LOOM_API FuzzReport {
   // whose min cut was checked against every choice of saved tensors.
   int64_t joint_graphs = 0;
   int64_t min_cuts_checked = 0;
+  int64_t dynamic_joint_graphs = 0;  // graphs with symbolic sizes that replayed as a joint graph
   // Note [Memory planning]: kernel outputs written into dead buffers, and plans refused at run
   // time because the buffer was held elsewhere.
   int64_t buffers_taken = 0, buffers_refused = 0;
