@@ -11,8 +11,10 @@
 //   - the allocator keeps that stream's memory (Note [Kept streams]): the graph addresses every
 //     block its recording used, including those freed during it, and since free blocks are per
 //     stream and nothing else allocates on this one, no other request can take them.
-//   A replay copies the inputs into the static buffers (one device copy each), launches the graph
-//   on the caller's current stream and returns the static outputs. The next replay overwrites them,
+//   A replay copies the inputs into the static buffers (one device copy each, none for an input
+//   that is the previous call's tensor with its version counter unchanged: it is held, so its
+//   memory cannot be another's), launches the graph on the caller's current stream and returns
+//   the static outputs. The next replay overwrites them,
 //   so if the caller still holds one then (its handle or a view of it), that result is first copied
 //   out and the copy's memory swapped into the caller's storage: what the caller holds never
 //   changes under it. A caller that drops its results before the next call pays no copy. What a
@@ -178,10 +180,18 @@ std::vector<Tensor> CudaGraph::replay(const std::vector<Tensor>& inputs) {
     previous.block(stream);
   }
   take_back_outputs();
-  // The guards hold: same dtype, sizes and (contiguous) strides as recorded.
+  // The guards hold: same dtype, sizes and (contiguous) strides as recorded. An input that is the
+  // previous call's tensor, unwritten since (its version counter), is in the buffer already.
+  last_in_.resize(inputs.size());
+  last_version_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    copy_bytes(static_in_[i].data_ptr(), static_in_[i].device(), inputs[i].data_ptr(),
-               inputs[i].device(), static_in_[i].nbytes(), /*non_blocking=*/true);
+    const Tensor& t = inputs[i];
+    if (t.impl() == last_in_[i].impl() && t.version() == last_version_[i]) continue;
+    copy_bytes(static_in_[i].data_ptr(), static_in_[i].device(), t.data_ptr(), t.device(),
+               static_in_[i].nbytes(), /*non_blocking=*/true);
+    last_in_[i] = t;
+    last_version_[i] = t.version();
+    ++input_copies_;
   }
   cuda::graph_launch(exec_, stream);
   last_ = stream;
@@ -191,8 +201,8 @@ std::vector<Tensor> CudaGraph::replay(const std::vector<Tensor>& inputs) {
 
 std::string CudaGraph::str() const {
   return "cuda graph: " + std::to_string(nodes_) + " node(s) recorded; " +
-         std::to_string(replays_) + " replay(s), each copying " +
-         std::to_string(static_in_.size()) + " input(s) in; " + std::to_string(outputs_copied_) +
+         std::to_string(replays_) + " replay(s), " + std::to_string(input_copies_) +
+         " input(s) copied in; " + std::to_string(outputs_copied_) +
          " result(s) still held by the caller copied out first";
 }
 

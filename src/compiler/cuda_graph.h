@@ -29,11 +29,12 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
 
-  // Copies the inputs in, launches the graph on the current stream, and returns the static
-  // outputs (copying out first those of the previous replay that the caller still holds).
+  // Copies the inputs in (but the previous call's, unwritten since), launches the graph on the
+  // current stream, and returns the static outputs (copying out first those of the previous
+  // replay that the caller still holds).
   std::vector<Tensor> replay(const std::vector<Tensor>& inputs);
-  // "cuda graph: 3 node(s) recorded; 10 replay(s), each copying 1 input(s) in; 2 result(s) still
-  // held by the caller copied out first"
+  // "cuda graph: 3 node(s) recorded; 10 replay(s), 4 input(s) copied in; 2 result(s) still held
+  // by the caller copied out first"
   std::string str() const;
 
  private:
@@ -46,7 +47,10 @@ class CudaGraph {
   bool kept_ = false;  // the allocator keeps stream_'s memory (Note [Kept streams])
   size_t nodes_ = 0;
   std::vector<Tensor> static_in_, static_out_;
-  int64_t replays_ = 0, outputs_copied_ = 0;
+  // The previous call's inputs and their versions: an unchanged one is not copied again.
+  std::vector<Tensor> last_in_;
+  std::vector<uint32_t> last_version_;
+  int64_t replays_ = 0, input_copies_ = 0, outputs_copied_ = 0;
 };
 
 }  // namespace loom::compiler
