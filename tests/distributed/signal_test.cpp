@@ -245,7 +245,8 @@ TEST(DistDebug, DetailModeAnnouncesItselfAndItsCost) {
 
 // The worker of tests/integration/launch_{shm_cleanup,signal_collective}.sh, run by `loom launch`
 // with --gtest_also_run_disabled_tests. LOOM_TEST_WORKER says what it does:
-//   connect  after the rendezvous rank 1 exits with 3; rank 0 waits for it while creating its group
+//   connect  after the rendezvous and rank 0's segment, rank 1 exits with 3; rank 0 waits for it
+//            while creating its group
 //   signal   both ranks join allreduce #0, then rank 1 sleeps and rank 0 blocks in allreduce #1
 // LOOM_TEST_WORKER_DIR receives pid.<rank> and joined.<rank>; LOOM_TEST_IGNORE_TERM=1 ignores
 // SIGTERM (so that only the launcher's SIGKILL ends the worker).
@@ -260,7 +261,24 @@ TEST(DistWorker, DISABLED_Run) {
   }
   if (std::string(mode) == "connect") {
     RendezvousInfo info = rendezvous("env://");
-    if (rank == 1) std::_Exit(3);  // gone before its group connects
+    if (rank == 1) {
+      // Gone before its group connects, but only once rank 0 has made its segment (on a loaded
+      // machine that can take longer than the launcher's grace), so that there is one to sweep.
+      std::string pid0;
+      std::ifstream(std::string(dir) + "/pid.0") >> pid0;
+      const std::string mark = "-" + pid0 + "-";
+      for (int i = 0; i < 3000 && !pid0.empty(); ++i) {
+        bool made = false;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+          const std::string name = e.path().filename().string();
+          made = made || (name.rfind("loom-pg-", 0) == 0 && name.find(mark) != std::string::npos);
+        }
+        if (made) break;
+        std::this_thread::sleep_for(10ms);
+      }
+      std::_Exit(3);
+    }
     ProcessGroupOptions o;
     o.transport = "shm";
     auto pg = ProcessGroup::create(info.store, info.rank, info.world_size, o);
