@@ -39,12 +39,6 @@
 namespace loom::compiler {
 namespace {
 
-bool is_random_op(const std::string& name) {
-  for (const char* w : {"rand", "dropout", "bernoulli", "normal", "uniform", "multinomial"})
-    if (name.find(w) != std::string::npos) return true;
-  return false;
-}
-
 // Why `g` cannot be recorded for these inputs, or "".
 std::string refusal(const Graph& g, const std::vector<Tensor>& inputs) {
   if (!g.symbols.empty())
@@ -55,7 +49,7 @@ std::string refusal(const Graph& g, const std::vector<Tensor>& inputs) {
     if (s.kernel >= 0) continue;
     const Node& n = g.nodes[static_cast<size_t>(s.node)];
     if (n.op.schema().is_mutable()) return n.op.name() + " writes in place";
-    if (is_random_op(n.op.schema().name))
+    if (is_random(n))
       return n.op.name() + " draws random numbers (a replay would repeat the recorded ones)";
   }
   if (inputs.empty()) return "the function has no inputs";

@@ -270,6 +270,8 @@ inline const void* storage_of(const Tensor& t) {
   return t.defined() ? static_cast<const void*>(t.storage().get()) : nullptr;
 }
 
+// Whether the node's operator draws random numbers (rand, dropout, normal, ...).
+bool is_random(const Node& n);
 // Note [Pure nodes] in compiler/passes.cpp: no in-place write, no random draw, not a host node.
 bool is_pure(const Node& n);
 

@@ -21,14 +21,6 @@ void fuse_pointwise(Graph& g, bool autotune);
 
 namespace {
 
-bool is_random(const std::string& name) {
-  for (const char* w : {"rand", "dropout", "bernoulli", "normal", "uniform", "multinomial",
-                        "exponential", "geometric", "cauchy", "poisson"}) {
-    if (name.find(w) != std::string::npos) return true;
-  }
-  return false;
-}
-
 // Removes pure steps none of whose outputs is read later or returned.
 int dead_code(Graph& g) {
   std::vector<bool> live(g.values.size(), false);
@@ -203,8 +195,17 @@ int common_subexpressions(Graph& g) {
 
 }  // namespace
 
+bool is_random(const Node& n) {
+  const std::string& name = n.op.schema().name;
+  for (const char* w : {"rand", "dropout", "bernoulli", "normal", "uniform", "multinomial",
+                        "exponential", "geometric", "cauchy", "poisson"}) {
+    if (name.find(w) != std::string::npos) return true;
+  }
+  return false;
+}
+
 bool is_pure(const Node& n) {
-  return !n.is_host() && !n.op.schema().is_mutable() && !is_random(n.op.schema().name);
+  return !n.is_host() && !n.op.schema().is_mutable() && !is_random(n);
 }
 
 void optimize(Graph& g, const PassOptions& options) {
