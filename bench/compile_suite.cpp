@@ -85,7 +85,8 @@ struct TempCacheDir {
 struct CompileState {
   Tensor tiny, big, rows, bias;
   CompiledFunction row_sum_fn = compile(row_sum, {.name = "bench row sum (16M)"});
-  Tensor gpu_x, gpu_out, gpu_tiny;
+  Tensor gpu_x, gpu_out, gpu_tiny, gpu_tiny2;
+  int64_t gpu_calls = 0;
   CompiledFunction gpu_fn = compile(chain, {.name = "bench chain (GPU, 256M)"});
   CompiledFunction gpu_tiny_fn = compile(chain, {.name = "bench chain (GPU, tiny)"});
   CompiledFunction gpu_tiny_graphed = compile(
@@ -107,17 +108,23 @@ struct CompileState {
   CompiledFunction tiny_fn = compile(chain, {.name = "bench chain (tiny)"});
   // A training step's forward and loss (Fashion-MNIST's MLP: 784-256-128-10, relu, batch 128),
   // eager and compiled (a joint graph: its backward is one node), then backward.
-  Tensors mlp_params;
-  Tensor mlp_x, mlp_y;
-  TensorFunction mlp_loss = [this](const Tensors& in) -> Tensors {
+  // The same on the GPU (rows mlp_train_step_gpu_*).
+  Tensors mlp_params, gpu_train_params;
+  Tensor mlp_x, mlp_y, gpu_train_x, gpu_train_y;
+  static Tensors mlp_loss_of(const Tensors& params, const Tensors& in) {
     Tensor h = in[0];
-    for (size_t l = 0; l < mlp_params.size(); l += 2) {
-      h = add(mm(h, mlp_params[l]), mlp_params[l + 1]);
-      if (l + 2 < mlp_params.size()) h = relu(h);
+    for (size_t l = 0; l < params.size(); l += 2) {
+      h = add(mm(h, params[l]), params[l + 1]);
+      if (l + 2 < params.size()) h = relu(h);
     }
     return {cross_entropy(h, in[1])};
+  }
+  TensorFunction mlp_loss = [this](const Tensors& in) { return mlp_loss_of(mlp_params, in); };
+  TensorFunction gpu_train_loss = [this](const Tensors& in) {
+    return mlp_loss_of(gpu_train_params, in);
   };
   CompiledFunction mlp_loss_fn = compile(mlp_loss, {.name = "bench mlp train step"});
+  CompiledFunction gpu_train_fn = compile(gpu_train_loss, {.name = "bench mlp train step (GPU)"});
   CompiledFunction big_fn = compile(chain, {.name = "bench chain (16M)"});
   CompiledFunction guard_fn =
       compile([](const Tensors& in) -> Tensors { return {in[0]}; }, {.name = "bench 16 inputs"});
@@ -194,18 +201,20 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
       ratio("row_sum_16m_compiled", "row_sum_16m_eager"))
       ->value_target = 1.0;
   // A training step on 2 threads: forward, loss and backward (gradients accumulate; no optimizer).
-  auto train_step = [s](bool compiled) {
-    if (!s->mlp_x.defined()) {
-      const int64_t dims[] = {784, 256, 128, 10};
-      for (int l = 0; l < 3; ++l) {
-        s->mlp_params.push_back(
-            mul(randn({dims[l], dims[l + 1]}), 1.0 / std::sqrt(static_cast<double>(dims[l])))
-                .requires_grad_(true));
-        s->mlp_params.push_back(zeros({dims[l + 1]}).requires_grad_(true));
-      }
-      s->mlp_x = randn({128, 784});
-      s->mlp_y = randint(0, 10, {128});
+  auto make_mlp = [](Tensors* params, Tensor* x, Tensor* y, Device d) {
+    const int64_t dims[] = {784, 256, 128, 10};
+    for (int l = 0; l < 3; ++l) {
+      params->push_back(
+          mul(randn({dims[l], dims[l + 1]}), 1.0 / std::sqrt(static_cast<double>(dims[l])))
+              .to(d)
+              .requires_grad_(true));
+      params->push_back(zeros({dims[l + 1]}).to(d).requires_grad_(true));
     }
+    *x = randn({128, 784}).to(d);
+    *y = randint(0, 10, {128}).to(d);
+  };
+  auto train_step = [s, make_mlp](bool compiled) {
+    if (!s->mlp_x.defined()) make_mlp(&s->mlp_params, &s->mlp_x, &s->mlp_y, kCPU);
     const Tensor loss =
         compiled ? s->mlp_loss_fn({s->mlp_x, s->mlp_y})[0] : s->mlp_loss({s->mlp_x, s->mlp_y})[0];
     autograd::backward({loss});
@@ -279,6 +288,7 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
     s->gpu_x = randn({int64_t{256} << 20}, o);
     s->gpu_out = empty({int64_t{256} << 20}, o);
     s->gpu_tiny = randn({16}, o);
+    s->gpu_tiny2 = randn({16}, o);
     for (int l = 0; l < 4; ++l) {
       s->gpu_mlp_w.push_back(mul(randn({64, 64}, o), 0.125));
       s->gpu_mlp_w.push_back(randn({64}, o));
@@ -304,8 +314,9 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   gpu_row("chain_256m_gpu_compiled_of_eager", "of eager", false,
           ratio("chain_256m_gpu_compiled", "chain_256m_gpu_eager"));
   // Host time per call on the GPU: the compiled chain on 16 elements (guards and one kernel
-  // launch), the same in mode reduce-overhead (an input copy and one CUDA graph launch), and a
-  // 4-layer MLP's inference (8 steps a call) eager, compiled and in mode reduce-overhead.
+  // launch), the same in mode reduce-overhead (one CUDA graph launch, its input copy a node of
+  // the graph), and a 4-layer MLP's inference (8 steps a call) eager, compiled and in mode
+  // reduce-overhead.
   auto gpu_per_call = [&](const std::string& name, std::function<void()> call) {
     return gpu_row(name, "us/call", true, [need_gpu, per_call_us, call = std::move(call)] {
       need_gpu();
@@ -320,6 +331,37 @@ std::vector<Measure> setup_compile(const SuiteOptions& opt) {
   gpu_per_call("tiny_chain_gpu_reduce_overhead", [s] {
     s->gpu_tiny_graphed({s->gpu_tiny});
   })->value_target = 5.0;
+  // Another input than the previous call's every call (two tensors in turn): the graph's copy
+  // node is pointed at it before the launch.
+  gpu_per_call("tiny_chain_gpu_reduce_overhead_new_input", [s] {
+    s->gpu_tiny_graphed({++s->gpu_calls % 2 == 0 ? s->gpu_tiny : s->gpu_tiny2});
+  })->value_target = 5.0;
+  // The training step above on the GPU (forward, loss, backward; host time a step, the device's
+  // work included by a synchronization at the end of each timed run).
+  auto gpu_train_step = [s, make_mlp](bool compiled) {
+    if (!s->gpu_train_x.defined())
+      make_mlp(&s->gpu_train_params, &s->gpu_train_x, &s->gpu_train_y, Device(DeviceType::CUDA, 0));
+    const Tensors in = {s->gpu_train_x, s->gpu_train_y};
+    autograd::backward({compiled ? s->gpu_train_fn(in)[0] : s->gpu_train_loss(in)[0]});
+  };
+  for (bool compiled : {false, true}) {
+    gpu_row(compiled ? "mlp_train_step_gpu_compiled" : "mlp_train_step_gpu_eager", "us/step", true,
+            [gpu_train_step, compiled, reps] {
+              gpu_train_step(compiled);  // the capture and the joint graph
+              gpu_train_step(compiled);
+              synchronize_gpu();
+              return median_seconds(
+                         [&] {
+                           for (int i = 0; i < 50; ++i) gpu_train_step(compiled);
+                           synchronize_gpu();
+                         },
+                         reps) /
+                     50 * 1e6;
+            });
+  }
+  gpu_row("mlp_train_step_gpu_compiled_of_eager", "of eager", true,
+          ratio("mlp_train_step_gpu_compiled", "mlp_train_step_gpu_eager"))
+      ->value_target = 1.0;
   gpu_per_call("mlp4_gpu_eager", [s] { s->mlp({s->gpu_mlp_x}); });
   gpu_per_call("mlp4_gpu_compiled", [s] { s->gpu_mlp_fn({s->gpu_mlp_x}); });
   gpu_per_call("mlp4_gpu_reduce_overhead", [s] { s->gpu_mlp_graphed({s->gpu_mlp_x}); });

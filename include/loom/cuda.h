@@ -86,14 +86,25 @@ LOOM_API void set_allow_tf32(bool allow);
 
 // CUDA graphs (Note [CUDA graphs] in compiler/cuda_graph.cpp). graph_capture_begin starts
 // capturing the work queued on `stream` (relaxed mode: other threads' calls are not checked);
-// graph_capture_end ends it and instantiates the graph: an executable (a cudaGraphExec_t) and its
-// number of nodes. graph_capture_abort ends a capture that failed, discarding it. graph_launch
-// queues the executable on `stream` (any stream of its device); graph_destroy frees it.
+// graph_capture_end ends it and instantiates the graph. graph_capture_abort ends a capture that
+// failed, discarding it. graph_launch queues the executable on `stream` (any stream of its
+// device); graph_destroy frees it and its graph.
+struct RecordedGraph {
+  void* exec = nullptr;   // the executable (a cudaGraphExec_t)
+  void* graph = nullptr;  // the graph it was instantiated from (a cudaGraph_t): its node handles
+  size_t nodes = 0;
+};
 LOOM_API void graph_capture_begin(const Stream& stream);
-LOOM_API void* graph_capture_end(const Stream& stream, size_t* nodes);
+LOOM_API RecordedGraph graph_capture_end(const Stream& stream);
 LOOM_API void graph_capture_abort(const Stream& stream);
-LOOM_API void graph_launch(void* exec, const Stream& stream);
-LOOM_API void graph_destroy(void* exec);
+LOOM_API void graph_launch(const RecordedGraph& g, const Stream& stream);
+LOOM_API void graph_destroy(RecordedGraph& g);
+// The node of `g` that copies device memory into `dst` (a device-to-device copy recorded in
+// it), or null. graph_set_copy makes later launches of `g` run that node from `src` (as many
+// bytes as recorded) or, with src null, skip it; no launch is queued. False when the runtime
+// refused the new source: the node is then skipped, and the caller must copy.
+LOOM_API void* graph_copy_node(const RecordedGraph& g, const void* dst);
+LOOM_API bool graph_set_copy(const RecordedGraph& g, void* node, const void* src);
 
 // What `loom info` prints: one line per device, then driver, runtime and libraries found.
 LOOM_API std::vector<std::string> describe();

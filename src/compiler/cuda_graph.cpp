@@ -11,10 +11,14 @@
 //   - the allocator keeps that stream's memory (Note [Kept streams]): the graph addresses every
 //     block its recording used, including those freed during it, and since free blocks are per
 //     stream and nothing else allocates on this one, no other request can take them.
-//   A replay copies the inputs into the static buffers (one device copy each, none for an input
-//   that is the previous call's tensor with its version counter unchanged: it is held, so its
-//   memory cannot be another's), launches the graph on the caller's current stream and returns
-//   the static outputs. The next replay overwrites them,
+//   The recording starts with the copies of the inputs into the static buffers, so they are
+//   nodes of the graph. A replay points each copy node at its call's input, or disables it for an
+//   input that is the previous call's tensor with its version counter unchanged (it is held, so
+//   its memory cannot be another's, and the buffer has its values): host-side updates of the
+//   executable, no launch. It then launches the graph on the caller's current stream, one launch
+//   for the whole call, and returns the static outputs. (Where the runtime recorded a copy as
+//   something other than a copy node, that input is copied before the launch instead; the report
+//   counts the copy nodes.) The next replay overwrites them,
 //   so if the caller still holds one then (its handle or a view of it), that result is first copied
 //   out and the copy's memory swapped into the caller's storage: what the caller holds never
 //   changes under it. A caller that drops its results before the next call pays no copy. What a
@@ -128,13 +132,23 @@ std::unique_ptr<CudaGraph> CudaGraph::record(const Graph& g, const std::vector<T
     cg->kept_ = true;
     cuda::graph_capture_begin(cg->stream_);
     try {
+      // The input copies are recorded too: a replay points them at its call's inputs.
+      for (size_t i = 0; i < inputs.size(); ++i)
+        copy_bytes(cg->static_in_[i].data_ptr(), dev, inputs[i].data_ptr(), dev,
+                   cg->static_in_[i].nbytes(), /*non_blocking=*/true);
       g.run(cg->static_in_, &cg->static_out_, &mismatch);
     } catch (const Error& e) {
       cuda::graph_capture_abort(cg->stream_);
       *why = std::string("recording raised ") + e.kind() + ": " + e.what();
       return nullptr;
     }
-    cg->exec_ = cuda::graph_capture_end(cg->stream_, &cg->nodes_);
+    cg->rec_ = cuda::graph_capture_end(cg->stream_);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      cg->copy_node_.push_back(cg->static_in_[i].nbytes() == 0
+                                   ? nullptr
+                                   : cuda::graph_copy_node(cg->rec_, cg->static_in_[i].data_ptr()));
+      cg->copy_src_.push_back(inputs[i].data_ptr());
+    }
     // The recording's own stream must be done before the graph runs on another.
     Event done(DeviceType::CUDA);
     done.record(cg->stream_);
@@ -147,7 +161,7 @@ std::unique_ptr<CudaGraph> CudaGraph::record(const Graph& g, const std::vector<T
 }
 
 CudaGraph::~CudaGraph() {
-  cuda::graph_destroy(exec_);
+  cuda::graph_destroy(rec_);
   static_out_.clear();
   static_in_.clear();
   if (kept_) cuda::caching_allocator(stream_.device().index()).release_stream(stream_);
@@ -180,22 +194,43 @@ std::vector<Tensor> CudaGraph::replay(const std::vector<Tensor>& inputs) {
   last_version_.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (t.impl() == last_in_[i].impl() && t.version() == last_version_[i]) continue;
-    copy_bytes(static_in_[i].data_ptr(), static_in_[i].device(), t.data_ptr(), t.device(),
-               static_in_[i].nbytes(), /*non_blocking=*/true);
-    last_in_[i] = t;
+    const bool unchanged = t.impl() == last_in_[i].impl() && t.version() == last_version_[i];
+    if (copy_node_[i] != nullptr) {
+      // The graph copies it: point the node at this input, or skip it (no launch either way).
+      const void* src = unchanged ? nullptr : t.data_ptr();
+      if (src != copy_src_[i]) {
+        copy_src_[i] = src;
+        if (!cuda::graph_set_copy(rec_, copy_node_[i], src)) {
+          copy_node_[i] = nullptr;  // refused (and skipped from now on): copied before launches
+          ++copies_refused_;
+        }
+      }
+    }
+    if (copy_node_[i] == nullptr && !unchanged) {
+      copy_bytes(static_in_[i].data_ptr(), static_in_[i].device(), t.data_ptr(), t.device(),
+                 static_in_[i].nbytes(), /*non_blocking=*/true);
+    }
+    if (unchanged) continue;
+    last_in_[i] = t;  // held: the memory the copy reads stays the input's
     last_version_[i] = t.version();
     ++input_copies_;
   }
-  cuda::graph_launch(exec_, stream);
+  cuda::graph_launch(rec_, stream);
   last_ = stream;
   ++replays_;
   return static_out_;
 }
 
 std::string CudaGraph::str() const {
-  return "cuda graph: " + std::to_string(nodes_) + " node(s) recorded; " +
-         std::to_string(replays_) + " replay(s), " + std::to_string(input_copies_) +
+  size_t in_graph = 0;
+  for (void* n : copy_node_) in_graph += n != nullptr;
+  return "cuda graph: " + std::to_string(rec_.nodes) + " node(s) recorded (" +
+         std::to_string(in_graph) + " of " + std::to_string(copy_node_.size()) +
+         " input copies among them" +
+         (copies_refused_ > 0 ? ", " + std::to_string(copies_refused_) +
+                                    " refused a new source by the runtime: copied before launches"
+                              : std::string()) +
+         "); " + std::to_string(replays_) + " replay(s), " + std::to_string(input_copies_) +
          " input(s) copied in; " + std::to_string(outputs_copied_) +
          " result(s) still held by the caller copied out first";
 }

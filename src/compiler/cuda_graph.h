@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compiler/graph.h"
+#include "loom/cuda.h"
 #include "loom/stream.h"
 
 namespace loom::compiler {
@@ -43,14 +44,17 @@ class CudaGraph {
 
   Stream stream_;
   Stream last_;  // where the previous replay ran: a replay on another stream waits for it
-  void* exec_ = nullptr;
+  cuda::RecordedGraph rec_;
   bool kept_ = false;  // the allocator keeps stream_'s memory (Note [Kept streams])
-  size_t nodes_ = 0;
   std::vector<Tensor> static_in_, static_out_;
+  // Per input: the graph's node that copies it into its static buffer (null: copied before the
+  // launch instead), and the address that node reads now (null: the node is skipped).
+  std::vector<void*> copy_node_;
+  std::vector<const void*> copy_src_;
   // The previous call's inputs and their versions: an unchanged one is not copied again.
   std::vector<Tensor> last_in_;
   std::vector<uint32_t> last_version_;
-  int64_t replays_ = 0, input_copies_ = 0, outputs_copied_ = 0;
+  int64_t replays_ = 0, input_copies_ = 0, outputs_copied_ = 0, copies_refused_ = 0;
 };
 
 }  // namespace loom::compiler

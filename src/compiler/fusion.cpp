@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "autograd/autograd_meta.h"
@@ -147,8 +148,8 @@ class GroupBuilder {
   // Whether node k can join (or start) the group, and its line of code when it can.
   bool try_add(size_t k, std::string* why_not) {
     const Node& n = g_.nodes[k];
-    if (reduce_ != 0) return false;  // a reduction ends its group
     if (n.returns.size() != 1 || n.returns[0].size() != 1) return false;
+    if (reduce_ != 0) return try_add_epilogue(k);  // only per-row work follows a reduction
     if (try_add_reduction(k)) return true;
     const Value& out = g_.values[static_cast<size_t>(n.returns[0][0])];
     if ((out.dtype != kFloat32 && out.dtype != kFloat64) || !out.contiguous || out.sizes.empty())
@@ -248,14 +249,18 @@ class GroupBuilder {
   }
 
   // Note [Reduction fusion]: a sum, mean or amax over the last dimension of a value of the group
-  // ends the group (CPU, nothing requiring grad): the kernel keeps the rows of its iteration space
-  // and reduces each while computing it, so the value reduced need not be written (unless used
-  // elsewhere). Sums accumulate in double, as the eager kernels do, with 16 partial sums a row.
+  // (nothing requiring grad): the kernel keeps the rows of its iteration space and reduces each
+  // while computing it, so the value reduced need not be written (unless used elsewhere). On the
+  // CPU a row is a task's work and sums accumulate in double, as the eager kernels do, with 16
+  // partial sums a row; on CUDA a warp or a block takes a row and float sums accumulate in float,
+  // as the eager CUDA kernels do. Pointwise nodes over the reduced values and 0-dim operands (an
+  // epilogue: `rsqrt(mean + eps)`, `sum * 0.5`) may follow, computed once a row from the row's
+  // result; the reduced values read later are the kernel's last outputs.
   bool try_add_reduction(size_t k) {
     const Node& n = g_.nodes[k];
     const std::string op = n.op.schema().full_name();
     const int kind = op == "loom::sum" ? 1 : op == "loom::mean" ? 2 : op == "loom::amax" ? 3 : 0;
-    if (kind == 0 || nodes_.empty() || device_.type() != DeviceType::CPU || grad_) return false;
+    if (kind == 0 || nodes_.empty() || grad_) return false;
     const ValueId r = n.returns[0][0];
     const Value& out = g_.values[static_cast<size_t>(r)];
     if (out.requires_grad || out.dtype != dtype_ || n.args.size() < 3) return false;
@@ -278,6 +283,53 @@ class GroupBuilder {
     reduce_in_ = self.value;
     reduce_out_ = r;
     reduced_sizes_ = out.sizes;
+    epilogue_values_ = {r};
+    nodes_.push_back(k);
+    ops_ += ", " + n.op.schema().op_name();
+    return true;
+  }
+
+  // Note [Reduction fusion]: a pointwise node over the reduced values (and 0-dim operands) after
+  // the reduction; its line runs once a row.
+  bool try_add_epilogue(size_t k) {
+    const Node& n = g_.nodes[k];
+    const ValueId r = n.returns[0][0];
+    const Value& out = g_.values[static_cast<size_t>(r)];
+    if (out.sizes != reduced_sizes_ || out.dtype != dtype_ || !out.contiguous ||
+        out.requires_grad || out.device != device_)
+      return false;
+    std::vector<std::string> exprs;
+    std::vector<ValueId> fresh;  // 0-dim operands new to the kernel
+    for (const Arg& a : n.args) {
+      if (a.kind == Arg::Kind::TensorList || a.kind == Arg::Kind::NoneTensor) return false;
+      if (a.kind != Arg::Kind::Tensor) continue;
+      if (epilogue_values_.count(a.value) != 0) {
+        exprs.push_back("v" + std::to_string(a.value));
+        continue;
+      }
+      auto it = operands_.find(a.value);
+      if (it != operands_.end() && it->second.kind == Operand::Kind::Scalar) {
+        exprs.push_back(expr_of(a.value, it->second));
+        continue;
+      }
+      if (it != operands_.end() || !is_scalar_value(g_.values[static_cast<size_t>(a.value)]))
+        return false;  // a full-size value, or a tensor the epilogue cannot index per row
+      auto at = static_cast<size_t>(std::find(fresh.begin(), fresh.end(), a.value) - fresh.begin());
+      if (at == fresh.size()) fresh.push_back(a.value);
+      exprs.push_back("s" + std::to_string(scalars_.size() + at));
+    }
+    const std::string e = pointwise_expr(n, exprs, dtype_);
+    if (e.empty()) return false;
+    for (ValueId id : fresh) {
+      Operand o;
+      o.kind = Operand::Kind::Scalar;
+      o.index = static_cast<int>(scalars_.size());
+      operands_[id] = o;
+      scalars_.push_back(id);
+    }
+    epilogue_ +=
+        "    const " + std::string(ctype(dtype_)) + " v" + std::to_string(r) + " = " + e + ";\n";
+    epilogue_values_.insert(r);
     nodes_.push_back(k);
     ops_ += ", " + n.op.schema().op_name();
     return true;
@@ -294,18 +346,23 @@ class GroupBuilder {
     f.ops = ops_;
     f.inputs = inputs_;
     f.scalars = scalars_;
+    std::vector<ValueId> reduced;  // read later, of the reduced sizes: the last outputs
     for (size_t k : nodes_) {
       const ValueId r = g_.nodes[k].returns[0][0];
-      if (r == reduce_out_ ||
-          uses_after_[static_cast<size_t>(r)] <= static_cast<int64_t>(last_step))
+      if (uses_after_[static_cast<size_t>(r)] <= static_cast<int64_t>(last_step)) continue;
+      if (epilogue_values_.count(r) != 0) {
+        reduced.push_back(r);
         continue;
+      }
       f.outputs.push_back(r);
       f.output_requires_grad.push_back(g_.values[static_cast<size_t>(r)].requires_grad);
     }
-    if (reduce_ != 0) {  // the reduction's result comes last
-      f.outputs.push_back(reduce_out_);
+    if (reduce_ != 0 && reduced.empty()) reduced.push_back(reduce_out_);
+    for (ValueId r : reduced) {
+      f.outputs.push_back(r);
       f.output_requires_grad.push_back(false);
     }
+    f.reduced_outputs = static_cast<int>(reduced.size());
     std::vector<std::vector<int64_t>> in_sizes;
     for (ValueId id : inputs_) in_sizes.push_back(g_.values[static_cast<size_t>(id)].sizes);
     build(f, in_sizes);
@@ -332,7 +389,7 @@ class GroupBuilder {
     f.out_sym_sizes = g_.values[static_cast<size_t>(first)].sym_sizes;
     f.device = device_;
     if (device_.type() == DeviceType::CUDA) {
-      f.source = cuda_source(f);
+      f.source = reduce_ != 0 ? cuda_reduce_source(f) : cuda_source(f);
       const CudaModule m = build_cuda_module(f.source, device_.index());
       f.cuda_kernel = m.kernel;
       f.cuda_kernel_vec4 = m.kernel_vec4;
@@ -491,11 +548,14 @@ class GroupBuilder {
   std::string reduce_source(const FusedKernel& f) const {
     const std::string T = ctype(dtype_);
     const std::string x = "v" + std::to_string(reduce_in_);
-    const size_t full = f.outputs.size() - 1;  // outputs before the reduction's
+    const std::string y = "v" + std::to_string(reduce_out_);
+    const size_t full = f.outputs.size() - static_cast<size_t>(f.reduced_outputs);
     std::ostringstream os;
     os << cpu_source_head(f);
-    os << "  " << T << "* __restrict ro = reinterpret_cast<" << T << "*>(d[" << full << "]);\n"
-       << "  for (int64_t r = begin; r < end; ++r) {\n";
+    for (size_t k = full; k < f.outputs.size(); ++k)
+      os << "  " << T << "* __restrict ro" << k << " = reinterpret_cast<" << T << "*>(d[" << k
+         << "]);\n";
+    os << "  for (int64_t r = begin; r < end; ++r) {\n";
     for (size_t k = 0; k < full; ++k)
       os << "    " << T << "* __restrict o" << k << " = reinterpret_cast<" << T << "*>(d[" << k
          << "]) + r * C;\n";
@@ -533,7 +593,7 @@ class GroupBuilder {
          << "      lanes[l] = a > b ? a : b;\n    }\n"
          << "    " << T << " best = lanes[0];\n"
          << "    for (int l = 1; l < 16; ++l) best = best < lanes[l] ? lanes[l] : best;\n"
-         << "    ro[r] = nan ? " << T << "(LM_NAN) : best;\n";
+         << "    const " << T << " " << y << " = nan ? " << T << "(LM_NAN) : best;\n";
     } else {
       // Note [Accurate float sums] (src/ops/reduce_engine.cpp), as its vector code adds: blocks
       // of 256 into 64 lanes of T, folded four to one and flushed into 16 double lanes; the rest
@@ -557,10 +617,84 @@ class GroupBuilder {
          << "    double ln[8];\n    for (int l = 0; l < 8; ++l) ln[l] = dl[l] + dl[8 + l];\n"
          << "    const double total = ((ln[0] + ln[1]) + (ln[2] + ln[3])) + "
             "((ln[4] + ln[5]) + (ln[6] + ln[7]));\n"
-         << "    ro[r] = static_cast<" << T << ">("
+         << "    const " << T << " " << y << " = static_cast<" << T << ">("
          << (reduce_ == 2 ? "total / static_cast<double>(C)" : "total") << ");\n";
     }
+    os << epilogue_;
+    for (size_t k = full; k < f.outputs.size(); ++k)
+      os << "    ro" << k << "[r] = v" << f.outputs[k] << ";\n";
     os << "  }\n}\n";
+    return os.str();
+  }
+
+  // Note [Reduction fusion] on CUDA: `tpr` threads reduce a row (32, a warp, or the whole
+  // block), each over the columns c = lane, lane + tpr, ...; the warps combine by shuffles, a
+  // block's warps through shared memory; the row's first thread runs the epilogue and stores the
+  // reduced outputs. Rows are taken blockDim / tpr at a time, grid-strided (the loop's bound is
+  // the same for every thread of a block, so __syncthreads is reached by all).
+  // Arguments: outputs, inputs, scalars (double), row strides, cols, rows, tpr.
+  std::string cuda_reduce_source(const FusedKernel& f) const {
+    const std::string T = ctype(dtype_);
+    const std::string& A = T;  // the accumulator: float sums in float, as eager CUDA
+    const std::string x = "v" + std::to_string(reduce_in_);
+    const std::string y = "v" + std::to_string(reduce_out_);
+    const size_t full = f.outputs.size() - static_cast<size_t>(f.reduced_outputs);
+    const std::string combine =
+        reduce_ == 3 ? "(a != a || b != b) ? (a != a ? a : b) : (a > b ? a : b)" : "a + b";
+    std::ostringstream os;
+    os << "// loom generated CUDA kernel: " << f.ops << " over " << dtype_name(dtype_) << "\n"
+       << kCudaMath << "\n"
+       << "__device__ __forceinline__ " << A << " loom_combine(" << A << " a, " << A
+       << " b) { return " << combine << "; }\n";
+    os << "extern \"C\" __global__ void loom_kernel(";
+    for (size_t k = 0; k < f.outputs.size(); ++k) os << T << "* __restrict__ o" << k << ", ";
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      os << "const " << T << "* __restrict__ p" << j << ", ";
+    for (size_t i = 0; i < scalars_.size(); ++i) os << "double sd" << i << ", ";
+    for (size_t j = 0; j < inputs_.size(); ++j) os << "long long rs" << j << ", ";
+    os << "long long C, long long rows, long long tpr) {\n";
+    for (size_t i = 0; i < scalars_.size(); ++i)
+      os << "  const " << T << " s" << i << " = static_cast<" << T << ">(sd" << i << ");\n";
+    const std::string init = reduce_ == 3 ? "-" + T + "(LM_INF)" : A + "(0)";
+    os << "  __shared__ " << A << " part[32];\n"
+       << "  const long long per_block = blockDim.x / tpr;\n"
+       << "  const int lane = threadIdx.x % tpr, warp = threadIdx.x / 32;\n"
+       << "  for (long long r0 = blockIdx.x * per_block; r0 < rows; r0 += gridDim.x * per_block) "
+          "{\n"
+       << "    const long long r = r0 + threadIdx.x / tpr;\n"
+       << "    " << A << " acc = " << init << ";\n"
+       << "    if (r < rows) {\n"
+       << "      for (long long c = lane; c < C; c += tpr) {\n"
+       << "        const long long i = r * C + c;\n";
+    for (size_t j = 0; j < inputs_.size(); ++j)
+      os << "        const " << T << " in" << j << " = p" << j << "[r * rs" << j
+         << (column_steps_[j] ? " + c" : "") << "];\n";
+    os << body_;
+    for (size_t k = 0; k < full; ++k) os << "        o" << k << "[i] = v" << f.outputs[k] << ";\n";
+    os << "        acc = loom_combine(acc, " << x << ");\n"
+       << "      }\n    }\n"
+       << "    for (int off = 16; off > 0; off /= 2)\n"
+       << "      acc = loom_combine(acc, __shfl_down_sync(0xffffffffu, acc, off));\n"
+       << "    if (tpr > 32) {\n"
+       << "      if (threadIdx.x % 32 == 0) part[warp] = acc;\n"
+       << "      __syncthreads();\n"
+       << "      if (warp == 0) {\n"
+       << "        acc = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : " << init << ";\n"
+       << "        for (int off = 16; off > 0; off /= 2)\n"
+       << "          acc = loom_combine(acc, __shfl_down_sync(0xffffffffu, acc, off));\n"
+       << "      }\n"
+       << "      __syncthreads();\n"
+       << "    }\n"
+       << "    if (lane == 0 && r < rows) {\n"
+       << "      const " << T << " " << y << " = "
+       << (reduce_ == 2
+               ? "static_cast<" + T + ">(static_cast<double>(acc) / static_cast<double>(C))"
+               : "acc")
+       << ";\n"
+       << epilogue_;
+    for (size_t k = full; k < f.outputs.size(); ++k)
+      os << "      o" << k << "[r] = v" << f.outputs[k] << ";\n";
+    os << "    }\n  }\n}\n";
     return os.str();
   }
 
@@ -648,9 +782,11 @@ class GroupBuilder {
   std::vector<int64_t> row_strides_;
   std::vector<bool> column_steps_;
   std::string body_, ops_;
-  int reduce_ = 0;  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax (the group's last node)
+  int reduce_ = 0;  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax
   ValueId reduce_in_ = -1, reduce_out_ = -1;
   std::vector<int64_t> reduced_sizes_;
+  std::set<ValueId> epilogue_values_;     // the reduction's result and the epilogue's values
+  std::string epilogue_;                  // the epilogue's lines, once a row
   bool grad_ = false;                     // some result requires grad: a backward kernel is built
   std::vector<std::string> derivatives_;  // per node: its part of the reverse sweep
   std::string grad_refusal_;              // why results that require grad cannot be fused here

@@ -135,9 +135,14 @@ struct FusedKernel {
   std::shared_ptr<const FusedKernel> backward;
   std::vector<int> grad_inputs;
   std::vector<bool> output_requires_grad;  // as eager: only these get the node as history
-  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax of each row; its result is the last
-  // output, of reduced_sizes (reduced_sym_sizes in a dynamic graph).
+  // Note [Reduction fusion]: 0, or 1 sum, 2 mean, 3 amax of each row; the last
+  // `reduced_outputs` outputs (the result and the epilogue's values read later) are of
+  // reduced_sizes (reduced_sym_sizes in a dynamic graph).
   int reduce = 0;
+  int reduced_outputs = 0;
+  bool is_reduced_output(size_t k) const {
+    return reduce != 0 && k + static_cast<size_t>(reduced_outputs) >= outputs.size();
+  }
   std::vector<int64_t> reduced_sizes;
   std::vector<SymExpr> reduced_sym_sizes;
   // Mode max-autotune (Note [Autotuning] in compiler/fusion.cpp): the launch configuration,
@@ -169,8 +174,9 @@ struct FusedKernel {
   void record_backward(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
                        const std::vector<int64_t>& symbols, std::vector<Tensor>& out) const;
   std::vector<Tensor> run_cuda(const std::vector<Tensor>& in, const std::vector<Tensor>& scalar_in,
-                               const std::vector<int64_t>& sizes, int64_t total, int64_t cols,
-                               const std::vector<int64_t>& row_strides,
+                               const std::vector<int64_t>& sizes,
+                               const std::vector<int64_t>& reduced_sizes, int64_t rows,
+                               int64_t cols, const std::vector<int64_t>& row_strides,
                                const std::vector<Tensor>* preset) const;
 };
 

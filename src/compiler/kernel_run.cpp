@@ -31,6 +31,7 @@ struct FusedKernel::Tuning {
   std::once_flag once;
   int64_t grain = 8192;
   int threads = 256, blocks_per_sm = 16;
+  int rows_tpr = 32;  // a CUDA reduction: threads a row
   std::string log;
 };
 
@@ -203,9 +204,11 @@ void FusedKernel::record_backward(const std::vector<Tensor>& in,
 
 std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
                                           const std::vector<Tensor>& scalar_in,
-                                          const std::vector<int64_t>& sizes, int64_t total,
+                                          const std::vector<int64_t>& sizes,
+                                          const std::vector<int64_t>& reduced_now, int64_t rows_now,
                                           int64_t cols_now, const std::vector<int64_t>& rs,
                                           const std::vector<Tensor>* preset) const {
+  const int64_t total = rows_now * cols_now;
   std::vector<Tensor> out;
   std::vector<void*> ptrs;
   bool aligned = true;
@@ -213,7 +216,8 @@ std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
     if (preset != nullptr && (*preset)[k].defined()) {
       out.push_back((*preset)[k]);
     } else {
-      out.push_back(empty(sizes, TensorOptions(dtype).with_device(device)));
+      out.push_back(empty(is_reduced_output(k) ? reduced_now : sizes,
+                          TensorOptions(dtype).with_device(device)));
     }
     ptrs.push_back(out.back().data_ptr());
   }
@@ -227,13 +231,48 @@ std::vector<Tensor> FusedKernel::run_cuda(const std::vector<Tensor>& in,
   std::vector<double> sv;
   for (const Tensor& t : scalar_in) sv.push_back(scalar_value(t));
   std::vector<long long> rsv(rs.begin(), rs.end());
-  long long c = cols_now, n = total;
+  long long c = cols_now, n = reduce != 0 ? rows_now : total, tpr = 0;
   std::vector<void*> args;
   for (void*& p : ptrs) args.push_back(&p);
   for (double& d : sv) args.push_back(&d);
   for (long long& r : rsv) args.push_back(&r);
   args.push_back(&c);
   args.push_back(&n);
+  if (reduce != 0) {
+    // Note [Reduction fusion] on CUDA: a warp a row for short rows, else a block a row.
+    args.push_back(&tpr);
+    auto launch_rows = [&](int threads, int per_sm) {
+      const int64_t per_block = threads / tpr;
+      const int64_t blocks = std::min<int64_t>((rows_now + per_block - 1) / per_block,
+                                               int64_t{std::max(cuda_multiprocessors, 1)} * per_sm);
+      launch_cuda_kernel(cuda_kernel, blocks, threads, args.data(), device.index());
+    };
+    if (tuning) {
+      std::call_once(tuning->once, [&] {
+        const std::vector<std::pair<int, int>> configs = {
+            {32, 256}, {128, 128}, {256, 256}, {512, 512}, {1024, 1024}};
+        std::vector<std::string> names;
+        for (const auto& [t, b] : configs)
+          names.push_back(std::to_string(t) + " threads a row, " + std::to_string(b) +
+                          " threads, 8 blocks/SM");
+        const Stream stream = current_stream(device);
+        const size_t best = pick_fastest(
+            names,
+            [&](size_t i) {
+              tpr = configs[i].first;
+              launch_rows(configs[i].second, 8);
+              stream.synchronize();
+            },
+            &tuning->log);
+        tuning->rows_tpr = configs[best].first;
+        tuning->threads = configs[best].second;
+      });
+    }
+    if (rows_now == 0) return out;
+    tpr = tuning ? tuning->rows_tpr : (cols_now <= 512 ? 32 : 256);
+    launch_rows(tuning ? tuning->threads : 256, 8);
+    return out;
+  }
   const bool vec4 = cuda_kernel_vec4 != nullptr && cols_now == total && aligned;
   const int64_t work = vec4 ? (total + 3) / 4 : total;
   auto launch = [&](int threads, int per_sm) {
@@ -294,20 +333,20 @@ std::vector<Tensor> FusedKernel::compute(const std::vector<Tensor>& in,
         "[compile] ", name, ": the operands no longer broadcast as the kernel was written for");
   }
   const std::vector<int64_t>& osizes = dynamic ? sizes_now : out_sizes;
-  if (device.type() == DeviceType::CUDA)
-    return run_cuda(in, scalar_in, osizes, rows_now * cols_now, cols_now,
-                    dynamic ? rs_now : row_strides, preset);
-  std::vector<Tensor> out;
-  out.reserve(outputs.size());
-  std::vector<char*> data;
-  data.reserve(outputs.size() + in.size());
   std::vector<int64_t> reduced_now = reduced_sizes;
   if (dynamic && reduce != 0) {
     reduced_now.clear();
     for (const SymExpr& e : reduced_sym_sizes) reduced_now.push_back(e.eval(symbols));
   }
+  if (device.type() == DeviceType::CUDA)
+    return run_cuda(in, scalar_in, osizes, reduced_now, rows_now, cols_now,
+                    dynamic ? rs_now : row_strides, preset);
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  std::vector<char*> data;
+  data.reserve(outputs.size() + in.size());
   for (size_t k = 0; k < outputs.size(); ++k) {
-    const bool reduced = reduce != 0 && k + 1 == outputs.size();
+    const bool reduced = is_reduced_output(k);
     if (preset != nullptr && (*preset)[k].defined()) {
       out.push_back((*preset)[k]);
     } else {

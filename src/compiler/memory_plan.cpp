@@ -70,7 +70,7 @@ void plan_memory(Graph& g) {
       take.assign(f.outputs.size(), -1);
       for (size_t o = 0; o < f.outputs.size(); ++o) {
         const Value& out = g.values[static_cast<size_t>(f.outputs[o])];
-        const bool reduced = f.reduce != 0 && o + 1 == f.outputs.size();
+        const bool reduced = f.is_reduced_output(o);
         ++p.outputs;
         p.bytes += value_bytes(out);
         if (f.outputs.size() == 1 && f.reduce == 0) {

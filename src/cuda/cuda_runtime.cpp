@@ -57,18 +57,19 @@ void graph_capture_begin(const Stream& stream) {
                   "cuda graph capture");
 }
 
-void* graph_capture_end(const Stream& stream, size_t* nodes) {
+RecordedGraph graph_capture_end(const Stream& stream) {
   cudaGraph_t graph = nullptr;
   LOOM_CUDA_CHECK(cudaStreamEndCapture(static_cast<cudaStream_t>(raw_stream(stream)), &graph),
                   "cuda graph capture");
-  size_t n = 0;
-  cudaGraphGetNodes(graph, nullptr, &n);
-  if (nodes != nullptr) *nodes = n;
+  RecordedGraph g;
+  g.graph = graph;
+  cudaGraphGetNodes(graph, nullptr, &g.nodes);
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) cudaGraphDestroy(graph);
   LOOM_CUDA_CHECK(e, "cuda graph instantiate");
-  return exec;
+  g.exec = exec;
+  return g;
 }
 
 void graph_capture_abort(const Stream& stream) {
@@ -79,14 +80,57 @@ void graph_capture_abort(const Stream& stream) {
   cudaGetLastError();
 }
 
-void graph_launch(void* exec, const Stream& stream) {
-  LOOM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec),
+void graph_launch(const RecordedGraph& g, const Stream& stream) {
+  LOOM_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec),
                                   static_cast<cudaStream_t>(raw_stream(stream))),
                   "cuda graph launch");
 }
 
-void graph_destroy(void* exec) {
-  if (exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+void graph_destroy(RecordedGraph& g) {
+  if (g.exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec));
+  if (g.graph != nullptr) cudaGraphDestroy(static_cast<cudaGraph_t>(g.graph));
+  g = RecordedGraph();
+}
+
+void* graph_copy_node(const RecordedGraph& g, const void* dst) {
+  size_t n = g.nodes;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n == 0 ||
+      cudaGraphGetNodes(static_cast<cudaGraph_t>(g.graph), nodes.data(), &n) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeMemcpy)
+      continue;
+    cudaMemcpy3DParms p{};
+    if (cudaGraphMemcpyNodeGetParams(nodes[i], &p) == cudaSuccess && p.dstPtr.ptr == dst &&
+        p.kind != cudaMemcpyHostToDevice && p.kind != cudaMemcpyHostToHost)
+      return nodes[i];
+  }
+  cudaGetLastError();
+  return nullptr;
+}
+
+bool graph_set_copy(const RecordedGraph& g, void* node, const void* src) {
+  auto exec = static_cast<cudaGraphExec_t>(g.exec);
+  auto n = static_cast<cudaGraphNode_t>(node);
+  if (src != nullptr) {
+    // The recorded copy with its source changed: its kind (cudaMemcpyDefault), sizes and
+    // destination stay as recorded.
+    cudaMemcpy3DParms p{};
+    if (cudaGraphMemcpyNodeGetParams(n, &p) == cudaSuccess) {
+      p.srcPtr.ptr = const_cast<void*>(src);
+      if (cudaGraphExecMemcpyNodeSetParams(exec, n, &p) == cudaSuccess) {
+        LOOM_CUDA_CHECK(cudaGraphNodeSetEnabled(exec, n, 1), "cuda graph: enabling an input copy");
+        return true;
+      }
+    }
+    cudaGetLastError();
+  }
+  LOOM_CUDA_CHECK(cudaGraphNodeSetEnabled(exec, n, 0), "cuda graph: skipping an input copy");
+  return src == nullptr;
 }
 
 void throw_error(int code, const char* call, const char* context) {

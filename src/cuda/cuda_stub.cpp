@@ -56,14 +56,20 @@ void host_unregister(void*) {}
 void graph_capture_begin(const Stream&) {
   missing("graph_capture_begin");
 }
-void* graph_capture_end(const Stream&, size_t*) {
+RecordedGraph graph_capture_end(const Stream&) {
   missing("graph_capture_end");
 }
 void graph_capture_abort(const Stream&) {}
-void graph_launch(void*, const Stream&) {
+void graph_launch(const RecordedGraph&, const Stream&) {
   missing("graph_launch");
 }
-void graph_destroy(void*) {}
+void graph_destroy(RecordedGraph&) {}
+void* graph_copy_node(const RecordedGraph&, const void*) {
+  return nullptr;
+}
+bool graph_set_copy(const RecordedGraph&, void*, const void*) {
+  missing("graph_set_copy");
+}
 std::vector<std::string> describe() {
   return {
       "CUDA is not in this build (configure with -DLOOM_CUDA=ON on a machine with the CUDA "

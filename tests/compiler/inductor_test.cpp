@@ -262,6 +262,40 @@ TEST(Inductor, AReductionOverTheLastDimensionEndsTheGroup) {
       << r.graphs[0].code;
 }
 
+// Note [Reduction fusion]: pointwise nodes over the reduced values and 0-dim operands (an
+// epilogue) join the reduction's kernel and run once a row; every reduced value read later is an
+// output. Bit for bit as eager, the epilogue's math being the eager kernels' own.
+TEST(Inductor, PointwiseWorkOnTheReducedValuesIsTheReductionsEpilogue) {
+  FreshCache cache;
+  const Tensor eps = full({}, 1e-5);  // a 0-dim operand: read per call
+  TensorFunction fn = [eps](const Tensors& in) -> Tensors {
+    const Tensor m = mean(mul(in[0], in[0]), IntArrayRef{-1});
+    const Tensor inv = rsqrt(add(m, eps));
+    const Tensor half = mul(sum(exp(in[0]), IntArrayRef{1}, /*keepdim=*/true), 0.5);
+    return {inv, m, sqrt(half)};
+  };
+  CompiledFunction f = compile(fn, {.name = "epilogue"});
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = edgy({29, 70});
+    if (call == 2) x.select(0, 3).select(0, 9).fill_(std::nan(""));
+    const Tensors got = f({x}), want = fn({x});
+    ASSERT_EQ(got[2].sizes().vec(), (std::vector<int64_t>{29, 1}));
+    for (size_t i = 0; i < got.size(); ++i)
+      expect_bitwise(got[i], want[i],
+                     "call " + std::to_string(call) + " output " + std::to_string(i));
+  }
+  const CompileReport r = f.report();
+  ASSERT_EQ(r.graphs.size(), 1u);
+  ASSERT_EQ(r.graphs[0].kernels.size(), 2u) << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[0].ops, "mul, mean, add, rsqrt") << r.str();
+  EXPECT_EQ(r.graphs[0].kernels[1].ops, "exp, sum, mul, sqrt") << r.str();
+  EXPECT_EQ(r.graphs[0].op_counts, (std::map<std::string, int64_t>{{"fused", 2}})) << r.str();
+  // m and rsqrt(m + eps) both leave the first kernel; the 0-dim eps is one of its scalars.
+  EXPECT_NE(r.graphs[0].code.find("%2, %5 = fused_0(%in0, %const0)  # float32 [29, 70] -> [29]: "),
+            std::string::npos)
+      << r.graphs[0].code;
+}
+
 // Over another dimension, or with a dtype, the reduction stays the eager operator.
 TEST(Inductor, OtherReductionsStayEager) {
   FreshCache cache;
