@@ -1,0 +1,243 @@
+// The GPT model (include/loom/nn/gpt.h): its parameter layout against GPT-2's known figures, the
+// reference attention against loops, the whole model's logits, loss and gradients against the same
+// model written in PyTorch (through /usr/bin/python3, skipped without it), causality, training on a
+// pattern until sampling reproduces it, and sampling's contract.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/autograd.h"
+#include "loom/nn/gpt.h"
+#include "loom/optim.h"
+#include "nn/test_util.h"
+
+namespace loom::testing {
+namespace {
+
+using nn::Gpt;
+using nn::GptConfig;
+
+// Hugging Face's GPT-2 small has 124,439,808 parameters (the head tied to wte).
+TEST(Gpt, Gpt2SmallHasGpt2sParameterCount) {
+  EXPECT_EQ(GptConfig::gpt2_small().num_parameters(), 124439808);
+  EXPECT_NE(GptConfig::gpt2_small().str().find("124.4M parameters"), std::string::npos);
+}
+
+TEST(Gpt, ParametersFollowGpt2sLayout) {
+  GptConfig c = GptConfig::tiny(50);
+  c.n_layer = 3;
+  Gpt model(c);
+  int64_t total = 0;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, p] : model.named_parameters()) {
+    total += p.numel();
+    shapes[name] = p.sizes().vec();
+  }
+  EXPECT_EQ(total, c.num_parameters());
+  EXPECT_EQ(shapes.size(), 2 + 3 * 12 + 2u);  // wte, wpe; 12 a block; ln_f
+  EXPECT_EQ(shapes.at("transformer.wte.weight"), (std::vector<int64_t>{50, 64}));
+  EXPECT_EQ(shapes.at("transformer.wpe.weight"), (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(shapes.at("transformer.h.2.attn.c_attn.weight"), (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(shapes.at("transformer.h.0.mlp.c_fc.bias"), (std::vector<int64_t>{256}));
+  EXPECT_EQ(shapes.at("transformer.h.1.mlp.c_proj.weight"), (std::vector<int64_t>{64, 256}));
+  EXPECT_EQ(shapes.at("transformer.ln_f.weight"), (std::vector<int64_t>{64}));
+  // GPT-2's initialisation: N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 n_layer)).
+  std::map<std::string, Tensor> p;
+  for (const auto& [name, t] : model.named_parameters()) p[name] = t;
+  auto std_of = [](const Tensor& t) { return std::sqrt(mean(mul(t, t)).item<double>()); };
+  EXPECT_NEAR(std_of(p["transformer.h.1.attn.c_attn.weight"]), 0.02, 0.001);
+  EXPECT_NEAR(std_of(p["transformer.wte.weight"]), 0.02, 0.001);
+  EXPECT_NEAR(std_of(p["transformer.h.1.mlp.c_proj.weight"]), 0.02 / std::sqrt(6.0), 0.0004);
+  EXPECT_EQ(values(p["transformer.h.0.ln_2.weight"]), std::vector<double>(64, 1.0));
+  EXPECT_EQ(values(p["transformer.h.0.attn.c_attn.bias"]), std::vector<double>(192, 0.0));
+}
+
+std::string shape_str_of(const Tensor& t) {
+  std::string s;
+  for (int64_t d : t.sizes()) s += std::to_string(d) + ",";
+  return s;
+}
+
+// Attention by loops, in double: row i attends to j <= i.
+std::vector<double> attention_by_loops(const std::vector<double>& q, const std::vector<double>& k,
+                                       const std::vector<double>& v, int64_t bh, int64_t t,
+                                       int64_t d) {
+  std::vector<double> out(static_cast<size_t>(bh * t * d), 0.0);
+  for (int64_t h = 0; h < bh; ++h) {
+    for (int64_t i = 0; i < t; ++i) {
+      std::vector<double> w(static_cast<size_t>(i + 1));
+      double top = -std::numeric_limits<double>::infinity(), total = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t e = 0; e < d; ++e)
+          s += q[static_cast<size_t>((h * t + i) * d + e)] *
+               k[static_cast<size_t>((h * t + j) * d + e)];
+        w[static_cast<size_t>(j)] = s / std::sqrt(static_cast<double>(d));
+        top = std::max(top, w[static_cast<size_t>(j)]);
+      }
+      for (double& x : w) total += (x = std::exp(x - top));
+      for (int64_t j = 0; j <= i; ++j)
+        for (int64_t e = 0; e < d; ++e)
+          out[static_cast<size_t>((h * t + i) * d + e)] +=
+              w[static_cast<size_t>(j)] / total * v[static_cast<size_t>((h * t + j) * d + e)];
+    }
+  }
+  return out;
+}
+
+TEST(Gpt, ReferenceAttentionMatchesLoops) {
+  const int64_t b = 2, h = 3, t = 7, d = 5;
+  const Tensor q = randn({b, h, t, d}, kFloat64), k = randn({b, h, t, d}, kFloat64),
+               v = randn({b, h, t, d}, kFloat64);
+  const std::vector<double> got = values(nn::causal_attention_reference(q, k, v));
+  const std::vector<double> want = attention_by_loops(values(q), values(k), values(v), b * h, t, d);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12) << i;
+  EXPECT_THROW(nn::causal_attention_reference(q, k, v.narrow(2, 0, 6)), ValueError);
+}
+
+// The same model in PyTorch (nanoGPT's forward, attention written out), fed loom's weights: the
+// logits, the loss and every parameter's gradient agree to float64 rounding.
+TEST(Gpt, LogitsLossAndGradientsMatchPyTorch) {
+  GptConfig c;
+  c.vocab_size = 13;
+  c.block_size = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  Generator gen(7);
+  Gpt model(c, &gen);
+  model.to(kFloat64);
+  const std::vector<int64_t> ids = {1, 5, 2, 12, 0, 7, 7, 3, 9, 4, 11, 6};
+  const std::vector<int64_t> next = {5, 2, 12, 0, 7, 7, 3, 1, 4, 11, 6, 8};
+  const Tensor idx = from_vector(ids, {2, 6}), targets = from_vector(next, {2, 6});
+  const Tensor logits = model.forward(idx);
+  const Tensor loss = model.loss(idx, targets);
+  autograd::backward({loss});
+
+  std::string script =
+      "import sys\ntry:\n import torch\n import torch.nn.functional as F\nexcept Exception:\n"
+      " print('NO_TORCH'); sys.exit(0)\n"
+      "torch.set_default_dtype(torch.float64)\n"
+      "C, H = 8, 2\nP = {}\n";
+  for (const auto& [name, p] : model.named_parameters())
+    script += "P['" + name + "'] = torch.tensor(" + py_list(values(p)) +
+              ", dtype=torch.float64).reshape([" + shape_str_of(p) + "]).requires_grad_()\n";
+  script +=
+      "def lin(x, n):\n return F.linear(x, P[n + '.weight'], P[n + '.bias'])\n"
+      "def ln(x, n):\n return F.layer_norm(x, (C,), P[n + '.weight'], P[n + '.bias'], 1e-5)\n"
+      "idx = torch.tensor(" +
+      py_list(std::vector<double>(ids.begin(), ids.end())) +
+      ").long().reshape(2, 6)\n"
+      "tgt = torch.tensor(" +
+      py_list(std::vector<double>(next.begin(), next.end())) +
+      ").long().reshape(2, 6)\n"
+      "B, T = idx.shape\n"
+      "x = P['transformer.wte.weight'][idx] + P['transformer.wpe.weight'][torch.arange(T)]\n"
+      "for l in range(2):\n"
+      " p = 'transformer.h.%d.' % l\n"
+      " q, k, v = lin(ln(x, p + 'ln_1'), p + 'attn.c_attn').split(C, dim=2)\n"
+      " q, k, v = [a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v)]\n"
+      " att = (q @ k.transpose(-2, -1)) / (C // H) ** 0.5\n"
+      " att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float('-inf'))\n"
+      " y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)\n"
+      " x = x + lin(y, p + 'attn.c_proj')\n"
+      " x = x + lin(F.gelu(lin(ln(x, p + 'ln_2'), p + 'mlp.c_fc'), approximate='tanh'), "
+      "p + 'mlp.c_proj')\n"
+      "logits = ln(x, 'transformer.ln_f') @ P['transformer.wte.weight'].t()\n"
+      "loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))\n"
+      "loss.backward()\n"
+      "print('logits', ' '.join('%.17g' % v for v in logits.flatten().tolist()))\n"
+      "print('loss', '%.17g' % loss.item())\n"
+      "for n, t in P.items():\n print('g:' + n, ' '.join('%.17g' % v for v in "
+      "t.grad.flatten().tolist()))\n";
+  const auto ref = run_python(script);
+  if (ref.empty()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  const std::vector<double> got_logits = values(logits);
+  ASSERT_EQ(ref.at("logits").size(), got_logits.size());
+  for (size_t i = 0; i < got_logits.size(); ++i)
+    EXPECT_NEAR(got_logits[i], ref.at("logits")[i], 1e-10) << "logit " << i;
+  EXPECT_NEAR(loss.item<double>(), ref.at("loss")[0], 1e-12);
+  for (const auto& [name, p] : model.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    const std::vector<double> g = values(p.grad());
+    const std::vector<double>& want = ref.at("g:" + name);
+    ASSERT_EQ(g.size(), want.size()) << name;
+    for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-10) << name << " " << i;
+  }
+}
+
+// A token's logits depend only on the tokens up to it.
+TEST(Gpt, LogitsDoNotSeeTheFuture) {
+  GptConfig c = GptConfig::tiny(20);
+  Gpt model(c);
+  model.eval();
+  Tensor idx = from_vector(std::vector<int64_t>{3, 1, 4, 1, 5, 9, 2, 6}, {1, 8});
+  const Tensor before = model.forward(idx);
+  Tensor changed = idx.clone();
+  changed.select(1, 5).fill_(7);
+  const Tensor after = model.forward(changed);
+  EXPECT_TRUE(allclose(before.narrow(1, 0, 5), after.narrow(1, 0, 5), 0, 0));
+  EXPECT_FALSE(allclose(before.narrow(1, 5, 3), after.narrow(1, 5, 3), 1e-6, 1e-6));
+  EXPECT_THROW(model.forward(zeros({1, 65}, kInt64)), ValueError);  // block_size 64
+  EXPECT_THROW(model.forward(full({1, 4}, 20, kInt64)), IndexError);
+}
+
+// Trained on a repeating pattern, the model predicts it: greedy sampling (top_k 1) continues it.
+TEST(Gpt, LearnsAPatternAndSamplingContinuesIt) {
+  const std::vector<int64_t> pattern = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 3, 5, 7};
+  std::vector<int64_t> stream;
+  while (stream.size() < 2000) stream.insert(stream.end(), pattern.begin(), pattern.end());
+  GptConfig c = GptConfig::tiny(12);
+  c.block_size = 32;
+  Generator gen(3);
+  Gpt model(c, &gen);
+  optim::AdamW opt(model.parameters(), {.lr = 3e-3, .weight_decay = 0.0});
+  const int64_t b = 8, t = 32;
+  double first = 0, last = 0;
+  for (int step = 0; step < 150; ++step) {
+    std::vector<int64_t> x, y;
+    for (int64_t r = 0; r < b; ++r) {
+      const size_t at = static_cast<size_t>((step * 37 + r * 101) % 1900);
+      x.insert(x.end(), stream.begin() + static_cast<int64_t>(at),
+               stream.begin() + static_cast<int64_t>(at) + t);
+      y.insert(y.end(), stream.begin() + static_cast<int64_t>(at) + 1,
+               stream.begin() + static_cast<int64_t>(at) + t + 1);
+    }
+    opt.zero_grad();
+    const Tensor loss = model.loss(from_vector(x, {b, t}), from_vector(y, {b, t}));
+    autograd::backward({loss});
+    opt.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_NEAR(first, std::log(12.0), 0.3);  // at initialisation: about uniform
+  EXPECT_LT(last, 0.2) << "first loss " << first;
+  const Tensor prompt = from_vector(std::vector<int64_t>{9, 10, 11, 3}, {1, 4});
+  const Tensor out = model.generate(prompt, {.max_new_tokens = 10, .top_k = 1, .gen = &gen});
+  EXPECT_EQ(to_vector<int64_t>(out),
+            (std::vector<int64_t>{9, 10, 11, 3, 5, 7, 0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(model.is_training());  // generate restored the mode
+}
+
+TEST(Gpt, SamplingIsSeededAndChecksItsOptions) {
+  Gpt model(GptConfig::tiny(30));
+  const Tensor prompt = from_vector(std::vector<int64_t>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Generator a(11), b(11);
+  const Tensor x = model.generate(prompt, {.max_new_tokens = 70, .gen = &a});
+  const Tensor y = model.generate(prompt, {.max_new_tokens = 70, .gen = &b});
+  ASSERT_EQ(x.sizes().vec(), (std::vector<int64_t>{2, 73}));  // past block_size 64: the last 64
+  EXPECT_EQ(to_vector<int64_t>(x), to_vector<int64_t>(y));
+  for (int64_t v : to_vector<int64_t>(x)) EXPECT_TRUE(v >= 0 && v < 30) << v;
+  EXPECT_THROW(model.generate(prompt, {.temperature = 0.0}), ValueError);
+  EXPECT_THROW(model.generate(prompt, {.top_k = -1}), ValueError);
+  GptConfig bad = GptConfig::tiny(30);
+  bad.n_head = 3;
+  EXPECT_THROW(Gpt{bad}, ValueError);
+}
+
+}  // namespace
+}  // namespace loom::testing
