@@ -10,6 +10,7 @@ PACKAGES=(
   libtorch-dev python3-torch # anchors for `loom bench` (PyTorch 1.13, CPU)
   libgloo-dev libopenmpi-dev openmpi-bin # anchors for distributed benchmarks
   dataset-fashion-mnist      # the main job's data set
+  fortunes                   # text for `loom train --model gpt`
   liburing-dev libzstd-dev zlib1g-dev
   chromium                   # headless check that `loom mem viz` pages render (tests)
 )

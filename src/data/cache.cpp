@@ -1,14 +1,12 @@
 // Derived-data cache: Fashion-MNIST packed into shards once (see loom/data/pack.h).
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "data/cache_internal.h"
 #include "loom/config.h"
 #include "loom/data/pack.h"
 #include "loom/data/shard.h"
@@ -55,34 +53,6 @@ bool source_present(const std::string& idx_dir, bool train) {
   }
   return true;
 }
-
-bool packed_from(const std::string& dir, const std::string& identity) {
-  if (!fs::exists(dir + "/index.json")) return false;
-  try {
-    ShardReader r(dir);
-    return r.index().at("source").as_string() == identity;
-  } catch (const Error&) {
-    return false;  // damaged or from an older format: pack again
-  }
-}
-
-class FileLock {
- public:
-  explicit FileLock(const std::string& path)
-      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0)
-      LOOM_THROW(DataError, "[data.cache] cannot create the lock file ", path, ": ",
-                 std::strerror(errno));
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR)
-        LOOM_THROW(DataError, "[data.cache] cannot lock ", path, ": ", std::strerror(errno));
-    }
-  }
-  ~FileLock() { ::close(fd_); }  // closing releases the lock
-
- private:
-  int fd_;
-};
 
 }  // namespace
 

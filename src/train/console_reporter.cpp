@@ -30,12 +30,12 @@ class ConsoleReporter : public Reporter {
 
   void on_start(const RunInfo& r) override {
     std::printf(
-        "loom train: %s, Fashion-MNIST %lld train / %lld test, batch %lld, %s, %lld epochs of %lld "
+        "loom train: %s, %s %lld train / %lld %s, batch %lld, %s, %lld epochs of %lld "
         "steps, "
         "%d threads, seed %llu\n",
-        r.model.c_str(), static_cast<long long>(r.train_samples),
-        static_cast<long long>(r.test_samples), static_cast<long long>(r.batch),
-        r.optimizer.c_str(), static_cast<long long>(r.epochs),
+        r.model.c_str(), r.dataset.c_str(), static_cast<long long>(r.train_samples),
+        static_cast<long long>(r.test_samples), r.test_split.c_str(),
+        static_cast<long long>(r.batch), r.optimizer.c_str(), static_cast<long long>(r.epochs),
         static_cast<long long>(r.steps_per_epoch), r.threads,
         static_cast<unsigned long long>(r.seed));
     if (!r.device.empty()) std::printf("device: %s\n", r.device.c_str());

@@ -78,7 +78,21 @@ std::string FaultSpec::describe() const {
 }
 
 void TrainOptions::check() const {
-  check_one_of(model, "--model", {"mlp", "cnn"});
+  check_one_of(model, "--model", {"mlp", "cnn", "gpt"});
+  if (model == "gpt") {
+    check_one_of(gpt, "--gpt", {"tiny", "mini", "small4", "small"});
+    check_range(seq_len, "--seq-len", 1, 1 << 20);
+    check_range(vocab, "--vocab", 257, 1 << 24);
+    check_range(warmup, "--warmup", 0, int64_t{1} << 40);
+    check_range(sample_tokens, "--sample", 0, 1 << 20);
+    LOOM_CHECK(std::isfinite(grad_clip) && grad_clip >= 0,
+               "[train] --grad-clip must be a non-negative number but got ", grad_clip);
+    LOOM_CHECK_AS(NotImplementedError, checkpoint_dir.empty() && save_final.empty(),
+                  "[train] --model gpt does not write checkpoints or saved models yet: drop "
+                  "--checkpoint-dir, --resume and --save-final");
+    LOOM_CHECK_AS(NotImplementedError, fault.kind == FaultKind::None && profile_path.empty(),
+                  "[train] --model gpt takes no --inject-fault or --profile yet");
+  }
   check_one_of(optimizer, "--optimizer", {"sgd", "adam", "adamw"});
   check_one_of(schedule, "--schedule", {"none", "cosine"});
   LOOM_CHECK(std::isfinite(lr) && lr > 0 && lr <= 1e3,
@@ -126,6 +140,11 @@ Json TrainOptions::identity() const {
                          {"schedule", schedule},
                          {"augment", augment}});
   if (compile) j.set("compile", true);
+  if (model == "gpt") {
+    j.set("gpt", gpt);
+    j.set("seq_len", seq_len);
+    j.set("vocab", vocab);
+  }
   if (optimizer == "sgd") j.set("momentum", momentum);
   if (schedule == "cosine") j.set("epochs", epochs);  // the schedule's length depends on it
   return j;

@@ -41,6 +41,13 @@ EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardRe
                     int64_t batch, double mean, double std, Reporter* reporter,
                     const std::string& what);
 
+// What every run reports first: its sizes and settings (the caller adds model, optimizer, data).
+RunInfo run_info_of(const TrainOptions& o, int64_t train_samples, int64_t test_samples,
+                    int64_t steps_per_epoch);
+
+// `loom train --model gpt` (Note [GPT training] in gpt_job.cpp); `rep` may be null.
+TrainResult run_gpt(const TrainOptions& o, Reporter* rep);
+
 // Where the training loop stands.
 struct Loop {
   int64_t epoch = 0;

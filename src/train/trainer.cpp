@@ -26,6 +26,7 @@
 #include "loom/config.h"
 #include "loom/cuda.h"
 #include "loom/data/pack.h"
+#include "loom/data/text.h"
 #include "loom/datasets.h"
 #include "loom/distributed/ddp.h"
 #include "loom/distributed/process_group.h"
@@ -364,6 +365,13 @@ Trainer::Trainer(TrainOptions options, Reporter* reporter) : impl_(std::make_uni
 Trainer::~Trainer() = default;
 
 void Trainer::prepare_data(const TrainOptions& o) {
+  if (o.model == "gpt") {
+    data::TextShardsOptions to;
+    to.seq_len = o.seq_len;
+    to.vocab_size = o.vocab;
+    data::text_shards(o.corpus_dir.empty() ? data::default_fortunes_dir() : o.corpus_dir, to);
+    return;
+  }
   const std::string dir = o.data_dir.empty() ? data::default_fashion_mnist_dir() : o.data_dir;
   data::fashion_mnist_shards(dir, true, o.train_samples);
   data::fashion_mnist_shards(dir, false);
@@ -371,6 +379,7 @@ void Trainer::prepare_data(const TrainOptions& o) {
 
 TrainResult Trainer::run() {
   const TrainOptions& o = impl_->o;
+  if (o.model == "gpt") return detail::run_gpt(o, impl_->reporter);
   const Device device(o.device);  // checked by TrainOptions::check
   if (!device.is_cpu()) {
     // Refused before the process group would wait for its peers.
@@ -498,17 +507,10 @@ TrainResult Trainer::run() {
         {.name = "loom train: forward and loss"});
   }
   if (rep) {
-    RunInfo info;
+    RunInfo info = detail::run_info_of(o, train_ds->size(), test_ds->size(), steps_per_epoch);
     info.model = o.model + " (" + std::to_string(nparams) + " parameters)";
     info.optimizer = detail::describe_optimizer(o);
-    info.train_samples = train_ds->size();
-    info.test_samples = test_ds->size();
-    info.batch = o.batch;
-    info.epochs = o.epochs;
-    info.steps_per_epoch = steps_per_epoch;
-    info.threads = get_num_threads();
     info.world = par.world;
-    info.seed = o.seed;
     info.data = loader.describe();
     if (par.group) {
       info.parallel = std::to_string(par.world) + " processes, " +

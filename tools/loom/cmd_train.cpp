@@ -17,7 +17,8 @@ namespace {
 
 void usage() {
   std::printf(
-      "usage: loom train [--model mlp|cnn] [--optimizer sgd|adam|adamw] [--lr X] [--momentum X]\n"
+      "usage: loom train [--model mlp|cnn|gpt] [--optimizer sgd|adam|adamw] [--lr X] [--momentum "
+      "X]\n"
       "                  [--weight-decay X] [--schedule none|cosine] [--epochs N] [--batch N] "
       "[--seed S]\n"
       "                  [--data DIR] [--train-samples N] [--threads N] [--workers N] [--augment] "
@@ -27,6 +28,8 @@ void usage() {
       "                  [--resume]] [--save-final FILE] [--nproc N [--max-restarts R]]\n"
       "                  [--profile FILE[.gz] [--profile-steps W,WU,A]]\n"
       "                  [--inject-fault mismatch|hang|kill --rank R --step S] [--no-progress]\n"
+      "                  --model gpt: [--gpt tiny|mini|small4|small] [--corpus DIR] [--seq-len N]\n"
+      "                  [--vocab N] [--warmup N] [--grad-clip X] [--sample N]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / "
       "LOOM_FASHION_MNIST_DIR)\n"
       "  and reports validation loss and accuracy after every epoch (on the test split; --no-val "
@@ -55,7 +58,16 @@ void usage() {
       "  one GPU; its checkpoints resume on the CPU and the other way round. --compile runs the "
       "forward\n"
       "  pass and loss through loom::compile (captured once per batch shape, then replayed; "
-      "`loom explain`).\n");
+      "`loom explain`).\n"
+      "  --model gpt trains a GPT-2-style language model on text (default: Debian's fortunes, "
+      "package\n"
+      "  fortunes; --corpus DIR or LOOM_FORTUNES_DIR), tokenised by a byte-level BPE of --vocab "
+      "tokens\n"
+      "  that loom trains and keeps in its cache; it prints loss, tokens/s (and MFU on a GPU), "
+      "the\n"
+      "  validation perplexity after every epoch, and --sample N tokens of text at the end. "
+      "AdamW,\n"
+      "  linear --warmup then --schedule cosine to a tenth, gradients clipped to --grad-clip.\n");
 }
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command
@@ -104,7 +116,14 @@ int run_train(const std::vector<std::string>& argv) {
              "profile-steps",
              "inject-fault",
              "rank",
-             "step"});
+             "step",
+             "gpt",
+             "corpus",
+             "seq-len",
+             "vocab",
+             "warmup",
+             "grad-clip",
+             "sample"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -142,6 +161,13 @@ int run_train(const std::vector<std::string>& argv) {
   o.max_steps = args.get_int("max-steps", 0, 1, int64_t{1} << 40);
   o.profile_path = args.get_or("profile", "");
   o.profile_steps = args.get_or("profile-steps", o.profile_steps);
+  o.gpt = args.get_or("gpt", o.gpt);
+  o.corpus_dir = args.get_or("corpus", "");
+  o.seq_len = args.get_int("seq-len", o.seq_len, 1, 1 << 20);
+  o.vocab = args.get_int("vocab", o.vocab, 257, 1 << 24);
+  o.warmup = args.get_int("warmup", o.warmup, 0, int64_t{1} << 40);
+  o.grad_clip = args.get_double("grad-clip", o.grad_clip, 0, 1e9);
+  o.sample_tokens = args.get_int("sample", o.sample_tokens, 0, 1 << 20);
   if (auto kind = args.get("inject-fault")) {
     LOOM_CHECK(
         args.get("rank") && args.get("step"), "[loom train] --inject-fault ", *kind,
@@ -177,8 +203,8 @@ int run_train(const std::vector<std::string>& argv) {
   return run.run().exit_code();
 }
 
-const RegisterCommand kTrain("train", "train an MLP or CNN on Fashion-MNIST (the main job)",
-                             run_train);
+const RegisterCommand kTrain(
+    "train", "train an MLP or CNN on Fashion-MNIST (the main job), or a GPT on text", run_train);
 
 }  // namespace
 }  // namespace loom::cli

@@ -38,7 +38,7 @@ struct LOOM_API FaultSpec {
 };
 
 struct LOOM_API TrainOptions {
-  std::string model = "mlp";       // mlp | cnn
+  std::string model = "mlp";       // mlp | cnn | gpt (Note [GPT training] in train/gpt_job.cpp)
   std::string optimizer = "adam";  // sgd (with momentum) | adam | adamw
   double lr = 1e-3;
   double momentum = 0.9;          // sgd only
@@ -64,6 +64,15 @@ struct LOOM_API TrainOptions {
   std::string profile_path;  // "": no profile
   std::string profile_steps = "5,2,10";
   FaultSpec fault;
+  // --model gpt only: the size preset, the text (Note [Text shards] in data/text.h), the
+  // schedule's warmup, gradient clipping and the tokens sampled at the end.
+  std::string gpt = "tiny";  // tiny | mini | small4 | small
+  std::string corpus_dir;    // "": data::default_fortunes_dir()
+  int64_t seq_len = 64;
+  int64_t vocab = 2048;
+  int64_t warmup = 0;  // steps of linear warmup
+  double grad_clip = 1.0;
+  int64_t sample_tokens = 200;
 
   // ValueError naming the option and the value for anything out of range or inconsistent.
   void check() const;
@@ -78,6 +87,8 @@ struct LOOM_API TrainOptions {
 struct RunInfo {
   std::string model;      // "mlp (235146 parameters)"
   std::string optimizer;  // "Adam lr 0.001"
+  std::string dataset = "Fashion-MNIST";
+  std::string test_split = "test";  // what the held-out samples are called
   int64_t train_samples = 0, test_samples = 0;
   int64_t batch = 0, epochs = 0, steps_per_epoch = 0;
   int threads = 0, world = 1;
