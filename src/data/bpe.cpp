@@ -462,7 +462,9 @@ struct BpeTokenizer::Impl {
 
   // GPT-2's bpe() on one pre-token: the lowest-ranked adjacent pair is merged first, equal ranks
   // left to right. A heap of (rank, position) over a linked list of symbols keeps a long
-  // pre-token O(n log n); GPT-2's rescanning loop is O(n^2).
+  // pre-token O(n log n); GPT-2's rescanning loop is O(n^2). As in Hugging Face's tokenizers,
+  // the two can differ only when a merge creates a pair ranked below itself, which needs a token
+  // made by two merges (Note [BPE vocabulary]); GPT-2's own files have none.
   void bpe(std::string_view piece, std::vector<int32_t>& out) const {
     const auto n = static_cast<int32_t>(piece.size());
     std::vector<int32_t> sym(n), prev(n), next(n);
