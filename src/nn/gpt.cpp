@@ -67,6 +67,22 @@ std::string GptConfig::str() const {
   return b;
 }
 
+std::string GptConfig::hf_config_json() const {
+  char b[600];
+  std::snprintf(b, sizeof(b),
+                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                "  \"vocab_size\": %lld,\n  \"n_positions\": %lld,\n  \"n_ctx\": %lld,\n"
+                "  \"n_embd\": %lld,\n  \"n_layer\": %lld,\n  \"n_head\": %lld,\n"
+                "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                "  \"resid_pdrop\": %g,\n  \"embd_pdrop\": %g,\n  \"attn_pdrop\": %g,\n"
+                "  \"tie_word_embeddings\": true\n}\n",
+                static_cast<long long>(vocab_size), static_cast<long long>(block_size),
+                static_cast<long long>(block_size), static_cast<long long>(n_embd),
+                static_cast<long long>(n_layer), static_cast<long long>(n_head), dropout, dropout,
+                dropout);
+  return b;
+}
+
 // ---- attention ----
 
 Tensor causal_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -194,6 +210,19 @@ Tensor Gpt::forward(const Tensor& idx) {
   Tensor x = drop_->forward(add(wte_->forward(idx), wpe_->forward(pos)));
   x = ln_f_->forward(h_->forward(x));
   return matmul(x, loom::t(wte_->weight()));
+}
+
+std::vector<std::pair<std::string, Tensor>> Gpt::hf_state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, p] : named_parameters()) {
+    const bool conv1d =
+        name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0 &&
+        (name.find(".c_attn.") != std::string::npos || name.find(".c_proj.") != std::string::npos ||
+         name.find(".c_fc.") != std::string::npos);
+    out.emplace_back(name, conv1d ? loom::t(p.detach()).contiguous() : p.detach().clone());
+  }
+  out.emplace_back("lm_head.weight", wte_->weight().detach().clone());
+  return out;
 }
 
 Tensor Gpt::loss(const Tensor& idx, const Tensor& targets) {

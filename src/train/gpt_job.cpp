@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "loom/autograd.h"
 #include "loom/compile.h"
@@ -80,6 +81,22 @@ RunInfo run_info_of(const TrainOptions& o, int64_t train_samples, int64_t test_s
   info.threads = get_num_threads();
   info.seed = o.seed;
   return info;
+}
+
+// Note [GPT saved model]: --save-final DIR writes what Hugging Face's from_pretrained reads for a
+// GPT2LMHeadModel: model.safetensors (hf_state_dict: HF's names, Conv1D weights as (in, out),
+// lm_head.weight), config.json, and the tokenizer's vocab.json and merges.txt.
+void save_gpt_pretrained(const std::string& dir, const nn::Gpt& model,
+                         const std::string& tokenizer_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  LOOM_CHECK_AS(DataError, !ec, "[train] cannot create ", dir, ": ", ec.message());
+  io::TensorMap tensors;
+  for (auto& [name, t] : model.hf_state_dict()) tensors.emplace_back(name, t.to(kCPU));
+  io::save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  io::atomic_write_file(dir + "/config.json", model.config().hf_config_json());
+  for (const char* f : {"vocab.json", "merges.txt"})
+    io::atomic_write_file(dir + "/" + f, io::read_file(tokenizer_dir + "/" + f));
 }
 
 TrainResult run_gpt(const TrainOptions& o, Reporter* rep) {
@@ -277,6 +294,11 @@ TrainResult run_gpt(const TrainOptions& o, Reporter* rep) {
       if (nl == std::string::npos) break;
       at = nl + 1;
     }
+  }
+  if (!o.save_final.empty()) {
+    save_gpt_pretrained(o.save_final, model, text.tokenizer);
+    say("model written to " + o.save_final +
+        "/ (model.safetensors, config.json, vocab.json, merges.txt: Hugging Face's GPT-2 layout)");
   }
   if (o.max_steps > 0 && step >= o.max_steps && step < total_steps) {
     result.status = TrainResult::Status::Stopped;

@@ -87,9 +87,9 @@ void TrainOptions::check() const {
     check_range(sample_tokens, "--sample", 0, 1 << 20);
     LOOM_CHECK(std::isfinite(grad_clip) && grad_clip >= 0,
                "[train] --grad-clip must be a non-negative number but got ", grad_clip);
-    LOOM_CHECK_AS(NotImplementedError, checkpoint_dir.empty() && save_final.empty(),
-                  "[train] --model gpt does not write checkpoints or saved models yet: drop "
-                  "--checkpoint-dir, --resume and --save-final");
+    LOOM_CHECK_AS(NotImplementedError, checkpoint_dir.empty(),
+                  "[train] --model gpt does not write checkpoints yet: drop --checkpoint-dir and "
+                  "--resume");
     LOOM_CHECK_AS(NotImplementedError, fault.kind == FaultKind::None && profile_path.empty(),
                   "[train] --model gpt takes no --inject-fault or --profile yet");
   }

@@ -13,6 +13,7 @@
 #include "loom/generator.h"
 #include "loom/io.h"
 #include "loom/nn.h"
+#include "loom/nn/gpt.h"
 #include "loom/optim.h"
 #include "loom/train/trainer.h"
 
@@ -44,6 +45,10 @@ EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardRe
 // What every run reports first: its sizes and settings (the caller adds model, optimizer, data).
 RunInfo run_info_of(const TrainOptions& o, int64_t train_samples, int64_t test_samples,
                     int64_t steps_per_epoch);
+
+// Note [GPT saved model] in gpt_job.cpp.
+void save_gpt_pretrained(const std::string& dir, const nn::Gpt& model,
+                         const std::string& tokenizer_dir);
 
 // `loom train --model gpt` (Note [GPT training] in gpt_job.cpp); `rep` may be null.
 TrainResult run_gpt(const TrainOptions& o, Reporter* rep);

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "loom/autograd.h"
+#include "loom/io.h"
+#include "loom/json.h"
 #include "loom/nn/gpt.h"
 #include "loom/optim.h"
 #include "nn/test_util.h"
+#include "temp_dir.h"
 
 namespace loom::testing {
 namespace {
@@ -100,15 +103,41 @@ TEST(Gpt, ReferenceAttentionMatchesLoops) {
   EXPECT_THROW(nn::causal_attention_reference(q, k, v.narrow(2, 0, 6)), ValueError);
 }
 
-// The same model in PyTorch (nanoGPT's forward, attention written out), fed loom's weights: the
-// logits, the loss and every parameter's gradient agree to float64 rounding.
-TEST(Gpt, LogitsLossAndGradientsMatchPyTorch) {
+// A 2-layer model of 2 heads, 8 wide, 8 positions (the PyTorch comparisons' size).
+GptConfig small_config(int64_t vocab) {
   GptConfig c;
-  c.vocab_size = 13;
+  c.vocab_size = vocab;
   c.block_size = 8;
   c.n_layer = 2;
   c.n_head = 2;
   c.n_embd = 8;
+  return c;
+}
+
+// nanoGPT's forward pass in Python over the parameters P (attention written out), given the
+// script's `idx`, `lin(x, name)` (a linear layer in the weights' layout) and `ln(x, name)`;
+// `head` is the output projection's weight (vocab, C). Leaves `logits`.
+std::string py_gpt_forward(const std::string& head) {
+  return "B, T = idx.shape\n"
+         "x = P['transformer.wte.weight'][idx] + P['transformer.wpe.weight'][torch.arange(T)]\n"
+         "for l in range(2):\n"
+         " p = 'transformer.h.%d.' % l\n"
+         " q, k, v = lin(ln(x, p + 'ln_1'), p + 'attn.c_attn').split(C, dim=2)\n"
+         " q, k, v = [a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v)]\n"
+         " att = (q @ k.transpose(-2, -1)) / (C // H) ** 0.5\n"
+         " att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), "
+         "float('-inf'))\n"
+         " x = x + lin((att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C), p + 'attn.c_proj')\n"
+         " x = x + lin(F.gelu(lin(ln(x, p + 'ln_2'), p + 'mlp.c_fc'), approximate='tanh'), "
+         "p + 'mlp.c_proj')\n"
+         "logits = ln(x, 'transformer.ln_f') @ " +
+         head + ".t()\n";
+}
+
+// The same model in PyTorch (nanoGPT's forward, attention written out), fed loom's weights: the
+// logits, the loss and every parameter's gradient agree to float64 rounding.
+TEST(Gpt, LogitsLossAndGradientsMatchPyTorch) {
+  const GptConfig c = small_config(13);
   Generator gen(7);
   Gpt model(c, &gen);
   model.to(kFloat64);
@@ -134,21 +163,8 @@ TEST(Gpt, LogitsLossAndGradientsMatchPyTorch) {
       py_list(std::vector<double>(ids.begin(), ids.end())) +
       ").long().reshape(2, 6)\n"
       "tgt = torch.tensor(" +
-      py_list(std::vector<double>(next.begin(), next.end())) +
-      ").long().reshape(2, 6)\n"
-      "B, T = idx.shape\n"
-      "x = P['transformer.wte.weight'][idx] + P['transformer.wpe.weight'][torch.arange(T)]\n"
-      "for l in range(2):\n"
-      " p = 'transformer.h.%d.' % l\n"
-      " q, k, v = lin(ln(x, p + 'ln_1'), p + 'attn.c_attn').split(C, dim=2)\n"
-      " q, k, v = [a.view(B, T, H, C // H).transpose(1, 2) for a in (q, k, v)]\n"
-      " att = (q @ k.transpose(-2, -1)) / (C // H) ** 0.5\n"
-      " att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float('-inf'))\n"
-      " y = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, T, C)\n"
-      " x = x + lin(y, p + 'attn.c_proj')\n"
-      " x = x + lin(F.gelu(lin(ln(x, p + 'ln_2'), p + 'mlp.c_fc'), approximate='tanh'), "
-      "p + 'mlp.c_proj')\n"
-      "logits = ln(x, 'transformer.ln_f') @ P['transformer.wte.weight'].t()\n"
+      py_list(std::vector<double>(next.begin(), next.end())) + ").long().reshape(2, 6)\n" +
+      py_gpt_forward("P['transformer.wte.weight']") +
       "loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))\n"
       "loss.backward()\n"
       "print('logits', ' '.join('%.17g' % v for v in logits.flatten().tolist()))\n"
@@ -169,6 +185,60 @@ TEST(Gpt, LogitsLossAndGradientsMatchPyTorch) {
     ASSERT_EQ(g.size(), want.size()) << name;
     for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-10) << name << " " << i;
   }
+}
+
+// Note [GPT saved model]: hf_state_dict is GPT-2's layout as Hugging Face stores it. Written to
+// safetensors and read back by a GPT-2 forward pass written against that layout in PyTorch (Conv1D:
+// x @ W + b; the head is lm_head.weight), it gives loom's logits.
+TEST(Gpt, HuggingFaceLayoutGivesTheSameLogitsInPyTorch) {
+  const GptConfig c = small_config(17);
+  Generator gen(5);
+  Gpt model(c, &gen);
+  model.eval();
+  const std::vector<std::pair<std::string, Tensor>> hf = model.hf_state_dict();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : hf) shapes[name] = t.sizes().vec();
+  EXPECT_EQ(shapes.at("transformer.h.0.attn.c_attn.weight"), (std::vector<int64_t>{8, 24}));
+  EXPECT_EQ(shapes.at("transformer.h.1.mlp.c_proj.weight"), (std::vector<int64_t>{32, 8}));
+  EXPECT_EQ(shapes.at("lm_head.weight"), (std::vector<int64_t>{17, 8}));
+  const Json config = Json::parse(c.hf_config_json(), "config.json");
+  EXPECT_EQ(config.at("n_layer").as_int(), 2);
+  EXPECT_EQ(config.at("n_positions").as_int(), 8);
+  EXPECT_EQ(config.at("activation_function").as_string(), "gelu_new");
+
+  TempDir dir;
+  io::TensorMap tensors(hf.begin(), hf.end());
+  io::save_safetensors(dir / "model.safetensors", tensors, {{"format", "pt"}});
+  const std::vector<int64_t> ids = {3, 16, 0, 9, 9, 4, 12};
+  const std::vector<double> logits = values(model.forward(from_vector(ids, {1, 7})).to(kFloat64));
+  const std::string script =
+      "import sys, json, struct\ntry:\n import torch\n import torch.nn.functional as F\n"
+      "except Exception:\n print('NO_TORCH'); sys.exit(0)\n"
+      "b = open('" +
+      dir / "model.safetensors" +
+      "', 'rb').read()\n"
+      "n = struct.unpack('<Q', b[:8])[0]\nh = json.loads(b[8:8 + n])\nP = {}\n"
+      "for k, m in h.items():\n"
+      " if k == '__metadata__': continue\n"
+      " s, e = m['data_offsets']\n"
+      " P[k] = torch.frombuffer(bytearray(b[8 + n + s:8 + n + e]), dtype=torch.float32)"
+      ".reshape(m['shape'])\n"
+      "C, H = 8, 2\n"
+      "def lin(x, k):\n return x @ P[k + '.weight'] + P[k + '.bias']\n"
+      "def ln(x, k):\n return F.layer_norm(x, (C,), P[k + '.weight'], P[k + '.bias'], 1e-5)\n"
+      "idx = torch.tensor([" +
+      [&] {
+        std::string l;
+        for (int64_t v : ids) l += std::to_string(v) + ",";
+        return l;
+      }() +
+      "]).reshape(1, -1)\n" + py_gpt_forward("P['lm_head.weight']") +
+      "print('logits', ' '.join('%.9g' % v for v in logits.flatten().tolist()))\n";
+  const auto ref = run_python(script);
+  if (ref.empty()) GTEST_SKIP() << "/usr/bin/python3 with torch is not available";
+  ASSERT_EQ(ref.at("logits").size(), logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    EXPECT_NEAR(logits[i], ref.at("logits")[i], 2e-5) << "logit " << i;
 }
 
 // A token's logits depend only on the tokens up to it.

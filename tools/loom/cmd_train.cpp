@@ -29,7 +29,7 @@ void usage() {
       "                  [--profile FILE[.gz] [--profile-steps W,WU,A]]\n"
       "                  [--inject-fault mismatch|hang|kill --rank R --step S] [--no-progress]\n"
       "                  --model gpt: [--gpt tiny|mini|small4|small] [--corpus DIR] [--seq-len N]\n"
-      "                  [--vocab N] [--warmup N] [--grad-clip X] [--sample N]\n"
+      "                  [--vocab N] [--warmup N] [--grad-clip X] [--sample N] [--save-final DIR]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / "
       "LOOM_FASHION_MNIST_DIR)\n"
       "  and reports validation loss and accuracy after every epoch (on the test split; --no-val "
@@ -67,7 +67,10 @@ void usage() {
       "the\n"
       "  validation perplexity after every epoch, and --sample N tokens of text at the end. "
       "AdamW,\n"
-      "  linear --warmup then --schedule cosine to a tenth, gradients clipped to --grad-clip.\n");
+      "  linear --warmup then --schedule cosine to a tenth, gradients clipped to --grad-clip;\n"
+      "  --save-final DIR writes it in Hugging Face's GPT-2 layout (model.safetensors, "
+      "config.json,\n"
+      "  vocab.json, merges.txt).\n");
 }
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command

@@ -55,6 +55,9 @@ struct LOOM_API GptConfig {
   // "GPT(12 layers, 12 heads, 768 wide, 1024 positions, 50257 tokens, dropout 0, 124.4M
   // parameters)"
   std::string str() const;
+  // Hugging Face's config.json of this model (GPT2LMHeadModel: n_layer, n_head, n_embd,
+  // n_positions, vocab_size, gelu_new, tied embeddings).
+  std::string hf_config_json() const;
 };
 
 // Causal multi-head self-attention of x (B, T, C): one linear layer c_attn makes q, k and v (each
@@ -126,6 +129,11 @@ class LOOM_API Gpt : public Module {
   Tensor generate(const Tensor& idx, const SampleOptions& options = {});
   std::string name() const override;
   const GptConfig& config() const { return config_; }
+  // The parameters as Hugging Face's GPT2LMHeadModel names and lays them out: the same names, the
+  // Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed to (in, out), and
+  // lm_head.weight, the token embedding it is tied to. Detached contiguous copies, on the model's
+  // device.
+  std::vector<std::pair<std::string, Tensor>> hf_state_dict() const;
 
  private:
   GptConfig config_;
