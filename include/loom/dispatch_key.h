@@ -27,7 +27,7 @@ enum class DispatchKey : uint8_t {
   Capture = 8,        // graph capture for the compiler
   Functionalize = 9,  // room: rewriting mutations into pure ops
   Autograd = 10,      // records the backward graph
-  Autocast = 11,      // room: mixed precision
+  Autocast = 11,      // mixed precision (loom/autocast.h)
   Tracer = 12,        // room: a user-visible tracing layer above everything else
   NumKeys = 13,
   // Alias keys: used only when registering kernels; each stands for several runtime keys.

@@ -276,6 +276,35 @@ LOOM_API Tensor cross_entropy(const Tensor& input, const Tensor& target,
                               Reduction reduction = Reduction::Mean, int64_t ignore_index = -100,
                               double label_smoothing = 0.0);
 
+// ---- attention (attention.cpp, Note [Attention backends]) ----
+// As torch.nn.functional.scaled_dot_product_attention: softmax(query key^T * scale) value over
+// (batch, heads, length, head_dim) or (batch, length, head_dim) inputs; scale defaults to
+// 1 / sqrt(head_dim); is_causal masks keys after the query (top-left aligned). Runs the fused flash
+// kernel when it applies, else the composed path (and says why, once).
+LOOM_API Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key,
+                                             const Tensor& value, double dropout_p = 0.0,
+                                             bool is_causal = false,
+                                             std::optional<double> scale = std::nullopt);
+// Which path scaled_dot_product_attention takes for these 4-D inputs, and why.
+struct AttentionBackend {
+  bool fused = false;
+  std::string reason;
+};
+LOOM_API AttentionBackend attention_backend(const Tensor& query, const Tensor& key,
+                                            const Tensor& value, double dropout_p = 0.0);
+// The composed path (also the reference of the fused kernels' tests).
+LOOM_API Tensor attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
+                               double dropout_p, bool is_causal, double scale);
+// The fused kernels on 4-D inputs: (out, lse) with lse the log-sum-exp of each query row's scaled
+// scores (batch, heads, length) in float32 (float64 for float64 inputs); the backward rebuilds the
+// probabilities from it and returns (grad_query, grad_key, grad_value).
+LOOM_API std::tuple<Tensor, Tensor> _flash_attention(const Tensor& query, const Tensor& key,
+                                                     const Tensor& value, bool is_causal,
+                                                     double scale);
+LOOM_API std::tuple<Tensor, Tensor, Tensor> _flash_attention_backward(
+    const Tensor& grad_out, const Tensor& query, const Tensor& key, const Tensor& value,
+    const Tensor& out, const Tensor& lse, bool is_causal, double scale);
+
 // ---- backward kernels (used by autograd formulas; PyTorch names) ----
 // Each takes grad_output (the gradient of the forward op's result) plus what the forward saved and
 // returns the gradient of the forward's input(s), with the dtype of grad_output. grad_output must
@@ -364,5 +393,38 @@ LOOM_API bool equal(const Tensor& a, const Tensor& b);  // same shape and elemen
 // the reason the backend gives (`loom ops --missing cuda` prints it). "" for backends that keep no
 // such list.
 LOOM_API std::string missing_kernel_reason(const std::string& op, DispatchKey backend);
+
+// ---- fused training kernels (Note [Fused cross-entropy], Note [Fused bias GELU], Note
+// [Multi-tensor Adam]) ----
+// logits (N, V), target (N) int64 class indices: (mean cross-entropy over the rows whose target is
+// not ignore_index, in logits' dtype; each row's log-sum-exp, float32). No (N, V) intermediate.
+LOOM_API std::tuple<Tensor, Tensor> _fused_cross_entropy(const Tensor& logits, const Tensor& target,
+                                                         int64_t ignore_index = -100,
+                                                         double label_smoothing = 0.0);
+// grad_logits = (softmax - (1 - s) onehot - s / V) * grad / count, zero on ignored rows, in the
+// logits' dtype; lse is the forward's second output.
+LOOM_API Tensor _fused_cross_entropy_backward(const Tensor& grad, const Tensor& logits,
+                                              const Tensor& target, const Tensor& lse,
+                                              int64_t ignore_index = -100,
+                                              double label_smoothing = 0.0);
+// gelu(input + bias) in one pass; input (..., M), bias (M). approximate: "none" or "tanh".
+LOOM_API Tensor _bias_gelu(const Tensor& input, const Tensor& bias,
+                           std::string_view approximate = "tanh");
+// The gradient of input + bias's pre-activation (its bias gradient is the sum over rows).
+LOOM_API Tensor _bias_gelu_backward(const Tensor& grad, const Tensor& input, const Tensor& bias,
+                                    std::string_view approximate = "tanh");
+// gelu(linear(input, weight, bias)): on CUDA the product and the bias + GELU run as one cuBLASLt
+// call when approximate is "tanh" (its epilogue's approximation), else product + _bias_gelu.
+LOOM_API Tensor _linear_gelu(const Tensor& input, const Tensor& weight,
+                             const std::optional<Tensor>& bias = std::nullopt,
+                             std::string_view approximate = "tanh");
+// One Adam / AdamW step over lists of parameters (torch's _fused_adamw_): params, exp_avgs,
+// exp_avg_sqs (and max_exp_avg_sqs with amsgrad, else an empty list) are updated in place; steps
+// holds each parameter's step count after this step's increment. All float32 (or float64 on the
+// CPU), dense, contiguous, on one device.
+LOOM_API void _fused_adam_(TensorList params, TensorList grads, TensorList exp_avgs,
+                           TensorList exp_avg_sqs, TensorList max_exp_avg_sqs, double lr,
+                           double beta1, double beta2, double weight_decay, double eps,
+                           bool amsgrad, bool maximize, bool decoupled, IntArrayRef steps);
 
 }  // namespace loom

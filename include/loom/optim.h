@@ -148,6 +148,14 @@ struct AdamOptions {
   double weight_decay = 0.0;  // L2 penalty added to the gradient (Adam) or decoupled (AdamW)
   bool amsgrad = false;
   bool maximize = false;
+  // The multi-tensor step (loom::_fused_adam_, Note [Multi-tensor Adam]): one kernel launch per
+  // ~300 chunks of a group instead of ~10 launches per parameter. Unset (the default) means auto:
+  // used for a group whose parameters are all float32, contiguous and on one CUDA device, since
+  // there it computes the CPU fused step's formulas and only saves launches; CPU groups keep the
+  // per-parameter fused loop (the same arithmetic). true: required for every group (CPU groups
+  // then run the operator's CPU kernel); a group it cannot take (mixed devices, not float32 on
+  // CUDA, non-contiguous) throws ValueError saying why. false: never. Applies to every group.
+  std::optional<bool> fused;
 };
 
 // torch.optim.Adam (single-tensor implementation): m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;

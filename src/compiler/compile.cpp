@@ -475,6 +475,7 @@ std::vector<Tensor> CompiledFunction::Impl::capture(const std::vector<Tensor>& i
   // The guards describe the inputs as the call received them (the function may change them).
   e->grad_mode = autograd::GradMode::is_enabled();
   e->default_dtype = loom::default_dtype();
+  e->autocast = Entry::AutocastState::current();
   for (const Tensor& t : inputs) e->inputs.push_back(TensorGuard::of(t));
   for (size_t a = 0; a < inputs.size(); ++a)
     for (size_t b = a + 1; b < inputs.size(); ++b)

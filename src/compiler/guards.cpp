@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "loom/autocast.h"
 #include "loom/autograd.h"
 #include "loom/ops.h"
 
@@ -96,10 +97,28 @@ std::string TensorGuard::sizes_str() const {
   return s + "]";
 }
 
+Entry::AutocastState Entry::AutocastState::current() {
+  AutocastState s;
+  s.cpu = autocast_enabled(DeviceType::CPU);
+  s.cuda = autocast_enabled(DeviceType::CUDA);
+  if (s.cpu) s.cpu_dtype = autocast_dtype(DeviceType::CPU);
+  if (s.cuda) s.cuda_dtype = autocast_dtype(DeviceType::CUDA);
+  return s;
+}
+
+std::string Entry::AutocastState::str() const {
+  if (!cpu && !cuda) return "off";
+  std::string r;
+  if (cpu) r += std::string("cpu ") + dtype_name(cpu_dtype);
+  if (cuda) r += std::string(cpu ? ", " : "") + "cuda " + dtype_name(cuda_dtype);
+  return r;
+}
+
 std::vector<std::string> Entry::describe_guards() const {
   std::vector<std::string> g;
   g.push_back(std::string("grad mode ") + (grad_mode ? "on" : "off"));
-  g.push_back(std::string("default dtype ") + dtype_name(default_dtype));
+  g.push_back(std::string("default dtype ") + dtype_name(default_dtype) + ", autocast " +
+              autocast.str());
   for (size_t i = 0; i < inputs.size(); ++i)
     g.push_back("input " + std::to_string(i) + ": " + inputs[i].str());
   std::string alias = "storage sharing between inputs: ";
@@ -143,6 +162,10 @@ int Entry::check(const std::vector<Tensor>& in, std::string* why) const {
   if (loom::default_dtype() != default_dtype) {
     *why = std::string("default dtype ") + dtype_name(default_dtype) + " -> " +
            dtype_name(loom::default_dtype());
+    return 1;
+  }
+  if (const Entry::AutocastState now = Entry::AutocastState::current(); !(now == autocast)) {
+    *why = "autocast " + autocast.str() + " -> " + now.str();
     return 1;
   }
   if (in.size() != inputs.size()) {

@@ -52,6 +52,20 @@ struct Entry {
   std::vector<TensorGuard> constants;
   bool grad_mode = true;
   DType default_dtype = kFloat32;
+  // Autocast (loom/autocast.h) on the CPU and on CUDA: a graph captured under autocast holds its
+  // casts, so a call with another autocast state must not replay it. Checked with the default
+  // dtype (guard 1).
+  struct AutocastState {
+    bool cpu = false, cuda = false;
+    DType cpu_dtype = kBFloat16, cuda_dtype = kBFloat16;
+    bool operator==(const AutocastState& o) const {
+      return cpu == o.cpu && cuda == o.cuda && (!cpu || cpu_dtype == o.cpu_dtype) &&
+             (!cuda || cuda_dtype == o.cuda_dtype);
+    }
+    static AutocastState current();
+    std::string str() const;
+  };
+  AutocastState autocast;
   // Failures per guard, in the order of describe_guards().
   mutable std::vector<int64_t> failures;
   mutable int64_t replays = 0;

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "loom/autograd.h"
+#include "loom/autograd_checkpoint.h"
 #include "loom/nn/init.h"
 #include "loom/ops.h"
 #include "nn/check.h"
@@ -122,8 +123,9 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = n_embd_ / n_head_;
   const std::vector<Tensor> qkv = split(c_attn_->forward(x), n_embd_, 2);
   auto heads = [&](const Tensor& a) { return transpose(reshape(a, {b, t, n_head_, d}), 1, 2); };
-  Tensor y = causal_attention_reference(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                        is_training() ? dropout_ : 0.0);
+  // Fused flash attention where it applies (Note [Attention backends]).
+  Tensor y = scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                          is_training() ? dropout_ : 0.0, /*is_causal=*/true);
   y = reshape(transpose(y, 1, 2), {b, t, n_embd_});
   y = c_proj_->forward(y);
   resid_dropout_->train(is_training());
@@ -145,7 +147,9 @@ Tensor GptMlp::forward(const Tensor& x) {
   return dropout_->forward(c_proj_->forward(gelu(c_fc_->forward(x), "tanh")));
 }
 
-GptBlock::GptBlock(const GptConfig& config, Generator* gen) {
+GptBlock::GptBlock(const GptConfig& config, Generator* gen)
+    : checkpointing_(config.activation_checkpointing) {
+  if (gen != nullptr) gen_ = *gen;
   ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(std::vector<int64_t>{config.n_embd},
                                                               1e-5, true, config.bias));
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(config, gen));
@@ -155,6 +159,15 @@ GptBlock::GptBlock(const GptConfig& config, Generator* gen) {
 }
 
 Tensor GptBlock::forward(const Tensor& x) {
+  if (!checkpointing_ || !is_training() || !autograd::GradMode::is_enabled()) return run(x);
+  autograd::CheckpointOptions co;
+  if (gen_) co.generators.push_back(*gen_);
+  return autograd::checkpoint(
+      [this](const std::vector<Tensor>& in) { return std::vector<Tensor>{run(in[0])}; }, {x},
+      co)[0];
+}
+
+Tensor GptBlock::run(const Tensor& x) {
   const Tensor h = add(x, attn_->forward(ln_1_->forward(x)));
   return add(h, mlp_->forward(ln_2_->forward(h)));
 }

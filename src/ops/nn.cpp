@@ -267,6 +267,15 @@ Tensor cross_entropy_kernel(const Tensor& input, const Tensor& target,
     ws[static_cast<size_t>(class_dim)] = classes;
     w = reshape(*weight, ws);
   }
+  // (N, V) logits with class indices and a plain mean: the fused kernel, which never writes the
+  // (N, V) log-probabilities (Note [Fused cross-entropy] in fused_loss.cpp). float64 keeps the
+  // composition (the fused kernel keeps its log-sum-exp in float32).
+  const DType dt = input.dtype();
+  if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && reduction == 1 &&
+      !has(weight) && (dt == kFloat32 || dt == kBFloat16 || dt == kFloat16) &&
+      (input.is_cpu() || input.is_cuda()) && target.device() == input.device()) {
+    return std::get<0>(_fused_cross_entropy(input, target, ignore_index, label_smoothing));
+  }
   const Tensor logp = log_softmax(input, class_dim, input.dtype());
 
   if (target.sizes() == input.sizes()) {  // class probabilities

@@ -149,6 +149,14 @@ LOOM_API TensorMeta norm_shape(TensorMetaRef self, const Scalar& p, std::optiona
 template <bool kAll>
 LOOM_API TensorMeta all_any_shape(TensorMetaRef self, std::optional<IntArrayRef> dim, bool keepdim);
 
+// ---- attention (attention.cpp) ----
+LOOM_API std::array<TensorMeta, 2> flash_attention_shape(TensorMetaRef q, TensorMetaRef k,
+                                                         TensorMetaRef v, bool is_causal,
+                                                         double scale);
+LOOM_API std::array<TensorMeta, 3> flash_attention_backward_shape(
+    TensorMetaRef grad_out, TensorMetaRef q, TensorMetaRef k, TensorMetaRef v, TensorMetaRef out,
+    TensorMetaRef lse, bool is_causal, double scale);
+
 // ---- join (join.cpp) ----
 LOOM_API TensorMeta cat_shape(TensorMetaList tensors, int64_t dim);
 

@@ -1,5 +1,7 @@
 // Adam and AdamW (torch.optim.Adam / AdamW, single-tensor implementation).
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "loom/autograd.h"
 #include "loom/error.h"
@@ -87,6 +89,43 @@ bool Adam::is_state_name(std::string_view name) const {
   return name == "step" || name == "exp_avg" || name == "exp_avg_sq" || name == "max_exp_avg_sq";
 }
 
+namespace {
+
+// Why the group's tensors cannot take the multi-tensor CUDA step ("" when they can).
+std::string fused_refusal(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                          const std::vector<Tensor>& states) {
+  const Device device = params[0].device();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& p = params[i];
+    if (p.device() != device) {
+      return "its parameters are on more than one device (" + device.str() + " and " +
+             p.device().str() + ")";
+    }
+    if (device.is_cuda() && p.dtype() != kFloat32) {
+      return std::string("parameter ") + std::to_string(i) + " has dtype " +
+             std::string(dtype_name(p.dtype())) + " (the CUDA kernel takes float32)";
+    }
+    if (p.dtype() != kFloat32 && p.dtype() != kFloat64) {
+      return std::string("parameter ") + std::to_string(i) + " has dtype " +
+             std::string(dtype_name(p.dtype()));
+    }
+    if (!p.is_contiguous() || !grads[i].is_contiguous() || grads[i].dtype() != p.dtype() ||
+        grads[i].device() != device) {
+      return std::string("parameter ") + std::to_string(i) +
+             " or its gradient is not contiguous, or the gradient's dtype or device differs";
+    }
+  }
+  for (const Tensor& t : states) {
+    if (t.device() != device || !t.is_contiguous()) {
+      return "a state tensor (exp_avg, exp_avg_sq) is on " + t.device().str() +
+             " or not contiguous";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 void Adam::step() {
   autograd::NoGradGuard no_grad;
   for (const ParamGroup& group : param_groups()) {
@@ -99,6 +138,9 @@ void Adam::step() {
     a.decoupled = decoupled_;
     a.maximize = group.get("maximize") != 0.0;
     const bool amsgrad = group.get("amsgrad") != 0.0;
+    // The parameters with a gradient, their state and their step counts after this step.
+    std::vector<Tensor> params, grads, ms, vs, vmaxs;
+    std::vector<int64_t> steps;
     for (const Tensor& p : group.params) {
       Tensor grad = p.grad();
       if (!grad.defined()) continue;
@@ -112,15 +154,37 @@ void Adam::step() {
       int64_t& step = *step_t.data_ptr<int64_t>();
       step += 1;
       step_t.storage()->bump_version();
-      const auto t = static_cast<double>(step);
+      params.push_back(p);
+      grads.push_back(grad);
+      ms.push_back(*st.find("exp_avg"));
+      vs.push_back(*st.find("exp_avg_sq"));
+      if (amsgrad) vmaxs.push_back(*st.find("max_exp_avg_sq"));
+      steps.push_back(step);
+    }
+    if (params.empty()) continue;
+    // Note [Multi-tensor Adam]: the whole group in one operator call where it applies.
+    if (defaults_.fused != false) {
+      std::vector<Tensor> states = ms;
+      states.insert(states.end(), vs.begin(), vs.end());
+      states.insert(states.end(), vmaxs.begin(), vmaxs.end());
+      const std::string refusal = fused_refusal(params, grads, states);
+      const bool requested = defaults_.fused == true;
+      LOOM_CHECK(!requested || refusal.empty(), "[", name(),
+                 "] fused=true but a parameter group cannot take the fused step: ", refusal,
+                 "; use fused=false (or leave it unset) for this group");
+      if (refusal.empty() && (requested || params[0].is_cuda())) {
+        _fused_adam_(params, grads, ms, vs, vmaxs, a.lr, a.beta1, a.beta2, a.weight_decay, a.eps,
+                     amsgrad, a.maximize, decoupled_, steps);
+        continue;
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto t = static_cast<double>(steps[i]);
       a.step_size = a.lr / (1.0 - std::pow(a.beta1, t));
       a.bias_correction2_sqrt = std::sqrt(1.0 - std::pow(a.beta2, t));
-      const Tensor& m = *st.find("exp_avg");
-      const Tensor& v = *st.find("exp_avg_sq");
-      const Tensor* vmax_p = amsgrad ? st.find("max_exp_avg_sq") : nullptr;
-      const Tensor vmax = vmax_p ? *vmax_p : Tensor();
-      if (detail::adam_step_fused(p, grad, m, v, vmax, a)) continue;
-      adam_step_ops(p, grad, m, v, vmax, a);
+      const Tensor vmax = amsgrad ? vmaxs[i] : Tensor();
+      if (detail::adam_step_fused(params[i], grads[i], ms[i], vs[i], vmax, a)) continue;
+      adam_step_ops(params[i], grads[i], ms[i], vs[i], vmax, a);
     }
   }
   memory::mark_step();  // a step marker for allocation recordings (loom/memory/alloc_context.h)

@@ -87,11 +87,19 @@ void TrainOptions::check() const {
     check_range(sample_tokens, "--sample", 0, 1 << 20);
     LOOM_CHECK(std::isfinite(grad_clip) && grad_clip >= 0,
                "[train] --grad-clip must be a non-negative number but got ", grad_clip);
-    LOOM_CHECK_AS(NotImplementedError, checkpoint_dir.empty(),
-                  "[train] --model gpt does not write checkpoints yet: drop --checkpoint-dir and "
-                  "--resume");
+    check_range(grad_accum, "--grad-accum", 1, 1 << 20);
+    check_one_of(precision, "--precision", {"f32", "bf16", "f16"});
+    LOOM_CHECK(optimizer == "adamw", "[train] --model gpt trains with AdamW (GPT-2's recipe) but ",
+               "got --optimizer ", optimizer, ": drop --optimizer or pass adamw");
+    LOOM_CHECK_AS(NotImplementedError, !(compile && activation_checkpointing),
+                  "[train] --compile with --activation-checkpointing: the compiled joint graph ",
+                  "chooses what to recompute itself (its min cut); drop one of them");
     LOOM_CHECK_AS(NotImplementedError, fault.kind == FaultKind::None && profile_path.empty(),
                   "[train] --model gpt takes no --inject-fault or --profile yet");
+  } else {
+    LOOM_CHECK(grad_accum == 1 && !activation_checkpointing && precision == "f32",
+               "[train] --grad-accum, --activation-checkpointing and --precision go with --model ",
+               "gpt");
   }
   check_one_of(optimizer, "--optimizer", {"sgd", "adam", "adamw"});
   check_one_of(schedule, "--schedule", {"none", "cosine"});
@@ -144,6 +152,8 @@ Json TrainOptions::identity() const {
     j.set("gpt", gpt);
     j.set("seq_len", seq_len);
     j.set("vocab", vocab);
+    j.set("grad_accum", grad_accum);  // a step's windows
+    j.set("precision", precision);
   }
   if (optimizer == "sgd") j.set("momentum", momentum);
   if (schedule == "cosine") j.set("epochs", epochs);  // the schedule's length depends on it

@@ -74,6 +74,13 @@ class Fields {
   std::string file_;
 };
 
+// The command-line flag of a config key ("train_samples" -> "train-samples").
+std::string flag_of(std::string key) {
+  for (char& c : key)
+    if (c == '_') c = '-';
+  return key;
+}
+
 Json rng_json(const Generator& g) {
   GeneratorState st = g.state();
   return Json::object({{"seed", std::to_string(st.seed)}, {"offset", std::to_string(st.offset)}});
@@ -168,8 +175,7 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
     if (!same) {
       LOOM_THROW(ValueError, "[train] the checkpoint ", ck->path,
                  " was written by a run with config.", key, " = ", got->dump(),
-                 " but this run has ", want.dump(), " (--",
-                 key == "train_samples" ? "train-samples" : key,
+                 " but this run has ", want.dump(), " (--", flag_of(key),
                  "); resume with the same settings, or use another --checkpoint-dir");
     }
   }
@@ -216,7 +222,8 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
              "the loader of this run has another configuration (dataset, batch, shuffle, "
              "augmentation)");
     }
-    const bool mid_epoch = de == loop.epoch && consumed == loop.batch_in_epoch * o.batch;
+    const int64_t per_step = shape.samples_per_step > 0 ? shape.samples_per_step : o.batch;
+    const bool mid_epoch = de == loop.epoch && consumed == loop.batch_in_epoch * per_step;
     const bool epoch_end =
         loop.batch_in_epoch == 0 && de + 1 == loop.epoch && consumed == shape.epoch_samples;
     if (!mid_epoch && !epoch_end) {
@@ -224,9 +231,9 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
              "is at epoch " + std::to_string(de) + " with " + std::to_string(consumed) +
                  " samples consumed",
              "expected epoch " + std::to_string(loop.epoch) + " with " +
-                 std::to_string(loop.batch_in_epoch * o.batch) + " consumed (loop.batch_in_epoch " +
-                 std::to_string(loop.batch_in_epoch) + " x --batch " + std::to_string(o.batch) +
-                 ")" +
+                 std::to_string(loop.batch_in_epoch * per_step) +
+                 " consumed (loop.batch_in_epoch " + std::to_string(loop.batch_in_epoch) + " x " +
+                 std::to_string(per_step) + " samples a step)" +
                  (loop.batch_in_epoch == 0 && loop.epoch > 0
                       ? ", or the end of epoch " + std::to_string(loop.epoch - 1) + " (" +
                             std::to_string(shape.epoch_samples) + " consumed)"

@@ -2,6 +2,7 @@
 // share.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -46,6 +47,30 @@ EvalReport evaluate(nn::Module& model, const std::shared_ptr<const data::ShardRe
 RunInfo run_info_of(const TrainOptions& o, int64_t train_samples, int64_t test_samples,
                     int64_t steps_per_epoch);
 
+// Note [Stopping a data-parallel run] in trainer.cpp: while the returned handle lives, the first
+// SIGINT or SIGTERM asks the loop to stop at its next step boundary (stop_signal() says which
+// arrived, 0 for none); the previous handlers come back when it is dropped. One at a time.
+std::shared_ptr<void> catch_stop_signals();
+int stop_signal();
+
+// The batches of one epoch on `device`, each with the loader's state just after it. A DeviceStage
+// takes batches from the loader ahead of the loop (double buffering, pinned staging on a GPU), so
+// loader.state() is ahead of the step being run; the state handed out with a batch is what a
+// checkpoint after that batch needs. On the CPU the stage passes batches through.
+class DeviceBatches {
+ public:
+  DeviceBatches(data::Loader& loader, Device device)
+      : loader_(loader), stage_([this] { return take(); }, device) {}
+  std::optional<data::Batch> next(std::optional<data::LoaderState>& state_after);
+  data::DeviceStageMetrics metrics() { return stage_.metrics(); }
+
+ private:
+  std::optional<data::Batch> take();
+  data::Loader& loader_;
+  std::deque<data::LoaderState> states_;
+  data::DeviceStage stage_;  // last: its source uses the members above
+};
+
 // Note [GPT saved model] in gpt_job.cpp.
 void save_gpt_pretrained(const std::string& dir, const nn::Gpt& model,
                          const std::string& tokenizer_dir);
@@ -74,6 +99,7 @@ struct RunShape {
   int64_t steps_per_epoch = 0;
   int64_t epoch_samples = 0;  // global positions of an epoch (the loader's epoch_size)
   uint64_t loader_hash = 0;
+  int64_t samples_per_step = 0;  // loader positions one step consumes (0: --batch)
 };
 
 std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loop);

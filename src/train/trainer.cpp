@@ -297,41 +297,11 @@ std::string final_report(const data::Loader& loader, double seconds,
 // Note [Training on a device]: `--device cuda` runs one process on one GPU. The model is built and
 // initialised on the CPU (the same draws as a CPU run) and moved with Module::to before the
 // optimizer is built, so its state is created next to the parameters (Adam's step counter stays a
-// CPU tensor: it is read on the host). Batches come through a DeviceStage (DeviceBatches below).
-// The loss is summed on the device and read back only at the steps the reporter shows, the end of
-// an epoch and a stop, instead of once per step (which would wait for the device every step); the
-// CPU keeps reading it every step. Evaluation runs on the model's device; checkpoints hold CPU
-// copies (Note [Checkpoints of device runs]).
-
-// The batches of one epoch on `device`, each with the loader's state just after it. A DeviceStage
-// takes batches from the loader ahead of the loop (double buffering), so loader.state() is ahead
-// of the step being run; the state saved with a batch is what a checkpoint after that step needs.
-// On the CPU the stage passes batches through and the states are the loader's own.
-class DeviceBatches {
- public:
-  DeviceBatches(data::Loader& loader, Device device)
-      : loader_(loader), stage_([this] { return take(); }, device) {}
-  std::optional<data::Batch> next(std::optional<data::LoaderState>& state_after) {
-    std::optional<data::Batch> b = stage_.next();
-    if (b) {
-      LOOM_INTERNAL_ASSERT(!states_.empty(), "a device batch without its loader state");
-      state_after = std::move(states_.front());
-      states_.pop_front();
-    }
-    return b;
-  }
-  data::DeviceStageMetrics metrics() { return stage_.metrics(); }
-
- private:
-  std::optional<data::Batch> take() {
-    std::optional<data::Batch> b = loader_.next();
-    if (b) states_.push_back(loader_.state());
-    return b;
-  }
-  data::Loader& loader_;
-  std::deque<data::LoaderState> states_;
-  data::DeviceStage stage_;  // last: its source uses the members above
-};
+// CPU tensor: it is read on the host). Batches come through a DeviceStage (DeviceBatches,
+// train_internal.h). The loss is summed on the device and read back only at the steps the reporter
+// shows, the end of an epoch and a stop, instead of once per step (which would wait for the device
+// every step); the CPU keeps reading it every step. Evaluation runs on the model's device;
+// checkpoints hold CPU copies (Note [Checkpoints of device runs]).
 
 void add_metrics(data::DeviceStageMetrics& total, const data::DeviceStageMetrics& m) {
   total.batches += m.batches;
@@ -343,6 +313,47 @@ void add_metrics(data::DeviceStageMetrics& total, const data::DeviceStageMetrics
 }
 
 }  // namespace
+
+namespace detail {
+
+std::shared_ptr<void> catch_stop_signals() {
+  return std::make_shared<StopSignals>();
+}
+
+int stop_signal() {
+  return g_stop_signal.load();
+}
+
+std::optional<data::Batch> DeviceBatches::next(std::optional<data::LoaderState>& state_after) {
+  std::optional<data::Batch> b = stage_.next();
+  if (b) {
+    LOOM_INTERNAL_ASSERT(!states_.empty(), "a device batch without its loader state");
+    state_after = std::move(states_.front());
+    states_.pop_front();
+  }
+  return b;
+}
+
+std::optional<data::Batch> DeviceBatches::take() {
+  std::optional<data::Batch> b = loader_.next();
+  if (b) states_.push_back(loader_.state());
+  return b;
+}
+
+RunInfo run_info_of(const TrainOptions& o, int64_t train_samples, int64_t test_samples,
+                    int64_t steps_per_epoch) {
+  RunInfo info;
+  info.train_samples = train_samples;
+  info.test_samples = test_samples;
+  info.batch = o.batch;
+  info.epochs = o.epochs;
+  info.steps_per_epoch = steps_per_epoch;
+  info.threads = get_num_threads();
+  info.seed = o.seed;
+  return info;
+}
+
+}  // namespace detail
 
 struct Trainer::Impl {
   TrainOptions o;
@@ -554,7 +565,7 @@ TrainResult Trainer::run() {
       } else {
         loader.set_epoch(loop.epoch);
       }
-      DeviceBatches batches(loader, device);
+      detail::DeviceBatches batches(loader, device);
       Tensor pending_loss;  // on a device: the losses since the last read, summed there
       Tensor last_loss;
       const auto e0 = Clock::now();

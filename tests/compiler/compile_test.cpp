@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/autocast.h"
 #include "loom/autograd.h"
 #include "loom/compile.h"
 #include "loom/config.h"
@@ -114,6 +115,24 @@ TEST(Compile, GlobalStateIsGuarded) {
     EXPECT_FALSE(got[0].requires_grad()) << "a graph captured with grad mode on was replayed";
   }
   EXPECT_EQ(f.report().recompile_reasons.back(), "graph 1: grad mode on -> off");
+}
+
+// A graph captured without autocast holds no casts: under autocast the call recaptures (and the
+// other way round), so a matrix product gives bfloat16 only where autocast is on.
+TEST(Compile, AutocastStateIsGuarded) {
+  const Tensor w = randn({4, 4});
+  CompiledFunction f =
+      compile([w](const Tensors& in) -> Tensors { return {mm(in[0], w)}; }, {.name = "autocast"});
+  const Tensor x = randn({3, 4});
+  EXPECT_EQ(f({x})[0].dtype(), kFloat32);
+  {
+    AutocastGuard autocast(DeviceType::CPU, kBFloat16);
+    const Tensors got = f({x});
+    EXPECT_EQ(got[0].dtype(), kBFloat16) << "a graph captured without autocast was replayed";
+    EXPECT_TRUE(equal(got[0], mm(x.to(kBFloat16), w.to(kBFloat16))));
+  }
+  EXPECT_EQ(f.report().recompile_reasons.back(), "graph 1: autocast off -> cpu bfloat16");
+  EXPECT_EQ(f({x})[0].dtype(), kFloat32);
 }
 
 // Inputs that share storage: an in-place operator on one changes the other, so a graph captured

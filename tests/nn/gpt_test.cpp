@@ -13,6 +13,8 @@
 #include "loom/autograd.h"
 #include "loom/io.h"
 #include "loom/json.h"
+#include "loom/memory.h"
+#include "loom/memory/caching_allocator.h"
 #include "loom/nn/gpt.h"
 #include "loom/optim.h"
 #include "nn/test_util.h"
@@ -307,6 +309,134 @@ TEST(Gpt, SamplingIsSeededAndChecksItsOptions) {
   GptConfig bad = GptConfig::tiny(30);
   bad.n_head = 3;
   EXPECT_THROW(Gpt{bad}, ValueError);
+}
+
+// The gradients of every parameter after one backward of `model` over windows `ids` (B, T + 1),
+// split into `micro` micro-batches whose losses are scaled by 1 / micro (gradient accumulation,
+// Note [GPT training]); `seed` seeds the default generator first (attention dropout).
+std::map<std::string, std::vector<double>> grads_of(Gpt& model, const Tensor& ids, int64_t micro,
+                                                    uint64_t seed = 0) {
+  manual_seed(seed);
+  model.zero_grad();
+  const int64_t b = ids.size(0), t = ids.size(1) - 1;
+  for (int64_t m = 0; m < micro; ++m) {
+    const Tensor w = narrow(ids, 0, m * (b / micro), b / micro);
+    const Tensor loss =
+        model.loss(narrow(w, 1, 0, t).contiguous(), narrow(w, 1, 1, t).contiguous());
+    autograd::backward({micro > 1 ? mul(loss, 1.0 / static_cast<double>(micro)) : loss});
+  }
+  std::map<std::string, std::vector<double>> g;
+  for (const auto& [name, p] : model.named_parameters()) g[name] = values(p.grad());
+  return g;
+}
+
+Tensor random_windows(int64_t b, int64_t t, int64_t vocab) {
+  Generator gen(11);
+  return randint(0, vocab, {b, t + 1}, DType::Int64, gen);
+}
+
+// --grad-accum: 4 micro-batches of 2 windows give the gradients of one batch of 8 (float32: to
+// rounding; the sums are taken in another order).
+TEST(Gpt, GradientAccumulationMatchesOneLargeBatch) {
+  const GptConfig c = GptConfig::tiny(97);
+  Generator g1(3), g2(3);
+  Gpt whole(c, &g1), split(c, &g2);
+  const Tensor ids = random_windows(8, 16, c.vocab_size);
+  const auto want = grads_of(whole, ids, 1);
+  const auto got = grads_of(split, ids, 4);
+  ASSERT_EQ(want.size(), got.size());
+  for (const auto& [name, w] : want) {
+    const std::vector<double>& g = got.at(name);
+    double scale = 0;
+    for (double v : w) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0) << name;
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], 2e-6 * scale + 1e-9) << name << " " << i;
+  }
+  // One micro-batch alone is not the whole batch: the check above can tell them apart.
+  Generator g3(3);
+  Gpt half(c, &g3);
+  const auto one = grads_of(half, narrow(ids, 0, 0, 2), 1);
+  EXPECT_NE(one.at("transformer.h.0.attn.c_attn.weight"),
+            want.at("transformer.h.0.attn.c_attn.weight"));
+}
+
+// --activation-checkpointing: the recomputed blocks give bitwise the gradients of the plain model
+// on the CPU, without dropout and with it (the generators are restored for the recompute), and the
+// graph holds one CheckpointBackward per block.
+TEST(Gpt, ActivationCheckpointingGivesBitwiseTheSameGradients) {
+  for (double p : {0.0, 0.2}) {
+    GptConfig c = GptConfig::tiny(61);
+    c.n_layer = 3;
+    c.dropout = p;
+    GptConfig cc = c;
+    cc.activation_checkpointing = true;
+    Generator g1(5), g2(5);
+    Gpt plain(c, &g1), ckpt(cc, &g2);
+    const Tensor ids = random_windows(4, 32, c.vocab_size);
+    const auto want = grads_of(plain, ids, 1, 42);
+    const auto got = grads_of(ckpt, ids, 1, 42);
+    for (const auto& [name, w] : want) EXPECT_EQ(got.at(name), w) << name << " dropout " << p;
+    // The generators advanced alike (the recompute put them back where the forward left them).
+    EXPECT_EQ(g1.state(), g2.state());
+    const Tensor loss =
+        ckpt.loss(narrow(ids, 1, 0, 32).contiguous(), narrow(ids, 1, 1, 32).contiguous());
+    const std::string graph = autograd::describe_graph(loss);
+    size_t n = 0;
+    for (size_t at = graph.find("CheckpointBackward"); at != std::string::npos;
+         at = graph.find("CheckpointBackward", at + 1))
+      ++n;
+    EXPECT_EQ(n, 3u) << graph;
+  }
+  // With dropout, other draws give other gradients: the equality above is not vacuous.
+  GptConfig c = GptConfig::tiny(61);
+  c.dropout = 0.2;
+  Generator g1(5), g2(5);
+  Gpt a(c, &g1), b(c, &g2);
+  const Tensor ids = random_windows(4, 32, c.vocab_size);
+  EXPECT_NE(grads_of(a, ids, 1, 1).at("transformer.h.0.mlp.c_fc.weight"),
+            grads_of(b, ids, 1, 2).at("transformer.h.0.mlp.c_fc.weight"));
+}
+
+// The point of checkpointing: the activations kept between forward and backward. Measured with
+// CPU tensors from a caching allocator (memory/caching_allocator.h): bytes still allocated after
+// the forward pass (what the graph saved), and the peak over forward and backward.
+TEST(Gpt, ActivationCheckpointingKeepsLessMemory) {
+  // Tensors allocated here may outlive the test's scope in caches: the allocator is never freed.
+  static auto* device = new memory::SimulatedDevice(size_t{4} << 30, /*backed=*/true);
+  static auto* cache = new memory::CachingAllocator(*device);
+  static auto* adapter = new memory::CachingAllocatorAdapter(*cache, kCPU);
+  struct Usage {
+    int64_t after_forward, peak;
+  };
+  auto measure = [&](bool checkpointing) {
+    GptConfig c = GptConfig::tiny(128);
+    c.n_layer = 6;
+    c.activation_checkpointing = checkpointing;
+    Generator gen(9);
+    Gpt model(c, &gen);
+    const Tensor ids = random_windows(8, 64, c.vocab_size);
+    const Tensor x = narrow(ids, 1, 0, 64).contiguous(), y = narrow(ids, 1, 1, 64).contiguous();
+    set_allocator(DeviceType::CPU, adapter);
+    Usage u{};
+    {
+      const int64_t base = cache->stats().allocated_bytes.current;
+      cache->reset_peak_stats();
+      Tensor loss = model.loss(x, y);
+      u.after_forward = cache->stats().allocated_bytes.current - base;
+      autograd::backward({loss});
+      u.peak = cache->stats().allocated_bytes.peak - base;
+      model.zero_grad();
+    }
+    set_allocator(DeviceType::CPU, nullptr);
+    return u;
+  };
+  const Usage plain = measure(false), ckpt = measure(true);
+  // Six blocks keep ~20 activations of (8, 64, 64..256) and the attention weights each;
+  // checkpointed they keep their inputs only (plus the head's logits, which both keep).
+  EXPECT_LT(ckpt.after_forward * 2, plain.after_forward)
+      << "after forward: " << ckpt.after_forward << " vs " << plain.after_forward;
+  EXPECT_LT(ckpt.peak, plain.peak) << "peak: " << ckpt.peak << " vs " << plain.peak;
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // `loom ops`: every registered operator, its schema and the dispatch keys that have kernels.
 // `loom ops --explain NAME` shows the whole dispatch table of one operator and why each key gets
-// the kernel it does.
+// the kernel it does, and what autocast does to it.
 #include <cstdio>
 #include <iostream>
 
 #include "cli.h"
+#include "loom/autocast.h"
 #include "loom/dispatch.h"
 #include "loom/ops.h"
 
@@ -55,6 +56,15 @@ int run_ops(const std::vector<std::string>& argv) {
         "minus thread-local excluded.\nExamples: CPU tensors -> %s; Meta tensors -> %s.\n",
         dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::CPU))),
         dispatch_key_name(op.dispatch_key_for(DispatchKeySet(DispatchKey::Meta))));
+    const CastPolicy policy = autocast_policy(op.name());
+    if (op.schema().is_mutable()) {
+      std::printf("autocast: not cast (out= and in-place variants run in the dtypes given)\n");
+    } else if (policy == CastPolicy::None) {
+      std::printf("autocast: %s\n", cast_policy_explanation(policy));
+    } else {
+      std::printf("autocast: %s \u2014 %s\n", cast_policy_name(policy),
+                  cast_policy_explanation(policy));
+    }
     return 0;
   }
   std::string filter = args.positionals().empty() ? "" : args.positionals()[0];

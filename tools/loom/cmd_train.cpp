@@ -30,6 +30,7 @@ void usage() {
       "                  [--inject-fault mismatch|hang|kill --rank R --step S] [--no-progress]\n"
       "                  --model gpt: [--gpt tiny|mini|small4|small] [--corpus DIR] [--seq-len N]\n"
       "                  [--vocab N] [--warmup N] [--grad-clip X] [--sample N] [--save-final DIR]\n"
+      "                  [--grad-accum N] [--activation-checkpointing] [--precision f32|bf16|f16]\n"
       "  Trains on Fashion-MNIST (Debian package dataset-fashion-mnist, or --data / "
       "LOOM_FASHION_MNIST_DIR)\n"
       "  and reports validation loss and accuracy after every epoch (on the test split; --no-val "
@@ -70,7 +71,9 @@ void usage() {
       "  linear --warmup then --schedule cosine to a tenth, gradients clipped to --grad-clip;\n"
       "  --save-final DIR writes it in Hugging Face's GPT-2 layout (model.safetensors, "
       "config.json,\n"
-      "  vocab.json, merges.txt).\n");
+      "  vocab.json, merges.txt). --grad-accum N sums the gradients of N micro-batches of --batch\n"
+      "  windows per step; --activation-checkpointing recomputes each block's activations in the\n"
+      "  backward (less memory, the same gradients); checkpoints and --resume work as above.\n");
 }
 
 // `loom train --nproc N`: this process becomes the launcher of N workers running the same command
@@ -93,40 +96,44 @@ int launch_workers(const std::vector<std::string>& argv, int nproc, int max_rest
 }
 
 int run_train(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "resume", "no-progress", "augment", "no-val", "compile"},
-            {"model",
-             "optimizer",
-             "lr",
-             "momentum",
-             "weight-decay",
-             "schedule",
-             "epochs",
-             "batch",
-             "seed",
-             "data",
-             "train-samples",
-             "threads",
-             "workers",
-             "device",
-             "checkpoint-dir",
-             "checkpoint-every",
-             "keep-checkpoints",
-             "save-final",
-             "max-steps",
-             "nproc",
-             "max-restarts",
-             "profile",
-             "profile-steps",
-             "inject-fault",
-             "rank",
-             "step",
-             "gpt",
-             "corpus",
-             "seq-len",
-             "vocab",
-             "warmup",
-             "grad-clip",
-             "sample"});
+  Args args(
+      argv,
+      {"help", "resume", "no-progress", "augment", "no-val", "compile", "activation-checkpointing"},
+      {"model",
+       "optimizer",
+       "lr",
+       "momentum",
+       "weight-decay",
+       "schedule",
+       "epochs",
+       "batch",
+       "seed",
+       "data",
+       "train-samples",
+       "threads",
+       "workers",
+       "device",
+       "checkpoint-dir",
+       "checkpoint-every",
+       "keep-checkpoints",
+       "save-final",
+       "max-steps",
+       "nproc",
+       "max-restarts",
+       "profile",
+       "profile-steps",
+       "inject-fault",
+       "rank",
+       "step",
+       "gpt",
+       "corpus",
+       "seq-len",
+       "vocab",
+       "warmup",
+       "grad-clip",
+       "sample",
+       "grad-accum",
+       "precision"});
   if (args.flag("help")) {
     usage();
     return 0;
@@ -137,7 +144,8 @@ int run_train(const std::vector<std::string>& argv) {
   const int max_restarts = static_cast<int>(args.get_int("max-restarts", 0, 0, 1000));
   train::TrainOptions o;
   o.model = args.get_or("model", o.model);
-  o.optimizer = args.get_or("optimizer", o.optimizer);
+  // --model gpt trains with AdamW unless told otherwise (and refuses anything else).
+  o.optimizer = args.get_or("optimizer", o.model == "gpt" ? "adamw" : o.optimizer);
   o.lr = args.get_double("lr", o.lr, 1e-12, 1e3);
   o.momentum = args.get_double("momentum", o.momentum, 0, 0.999999);
   o.weight_decay = args.get_double("weight-decay", o.weight_decay, 0, 1);
@@ -171,6 +179,9 @@ int run_train(const std::vector<std::string>& argv) {
   o.warmup = args.get_int("warmup", o.warmup, 0, int64_t{1} << 40);
   o.grad_clip = args.get_double("grad-clip", o.grad_clip, 0, 1e9);
   o.sample_tokens = args.get_int("sample", o.sample_tokens, 0, 1 << 20);
+  o.grad_accum = args.get_int("grad-accum", o.grad_accum, 1, 1 << 20);
+  o.activation_checkpointing = args.flag("activation-checkpointing");
+  o.precision = args.get_or("precision", o.precision);
   if (auto kind = args.get("inject-fault")) {
     LOOM_CHECK(
         args.get("rank") && args.get("step"), "[loom train] --inject-fault ", *kind,

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct LOOM_API GptConfig {
   int64_t n_embd = 768;
   double dropout = 0.0;  // after embeddings, attention weights, and each residual branch
   bool bias = true;      // biases in the linear layers and LayerNorms
+  // Each block's activations are recomputed in the backward instead of kept, in training with grad
+  // (autograd::checkpoint, Note [Activation checkpointing]): the same gradients for the memory of
+  // the blocks' inputs only, at the cost of one more forward pass of the blocks.
+  bool activation_checkpointing = false;
 
   // GPT-2 small: 12 layers, 12 heads, 768 wide, 1024 positions, 50257 tokens (124M parameters).
   static GptConfig gpt2_small();
@@ -63,6 +68,7 @@ struct LOOM_API GptConfig {
 // Causal multi-head self-attention of x (B, T, C): one linear layer c_attn makes q, k and v (each
 // split into n_head heads of C / n_head), softmax(q k^T / sqrt(d) masked to j <= i) v per head,
 // heads concatenated, then c_proj. Dropout on the attention weights and on the output in training.
+// The attention itself is scaled_dot_product_attention (fused flash kernels where they apply).
 class LOOM_API CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& config, Generator* gen = nullptr);
@@ -76,9 +82,9 @@ class LOOM_API CausalSelfAttention : public Module {
   std::shared_ptr<Dropout> resid_dropout_;
 };
 
-// The reference attention (the math CausalSelfAttention runs): q, k, v of (B, H, T, D), causal,
-// scaled by 1 / sqrt(D), dropout `p` on the weights when p > 0. Materialises the (T, T) scores; the
-// fused kernels are checked against it.
+// The reference attention written out in operators: q, k, v of (B, H, T, D), causal, scaled by
+// 1 / sqrt(D), dropout `p` on the weights when p > 0. Materialises the (T, T) scores; tests check
+// the model's fused attention against it.
 LOOM_API Tensor causal_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                            double dropout_p = 0.0, Generator* gen = nullptr);
 
@@ -94,7 +100,9 @@ class LOOM_API GptMlp : public Module {
   std::shared_ptr<Dropout> dropout_;
 };
 
-// A pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(.)).
+// A pre-LN block: x + attn(ln_1(x)), then + mlp(ln_2(.)). With config.activation_checkpointing it
+// runs under autograd::checkpoint in training (restoring the default generator and `gen`, which its
+// dropouts draw from, for the recompute); the block must then outlive the backward.
 class LOOM_API GptBlock : public Module {
  public:
   GptBlock(const GptConfig& config, Generator* gen = nullptr);
@@ -102,6 +110,9 @@ class LOOM_API GptBlock : public Module {
   std::string name() const override { return "GptBlock"; }
 
  private:
+  Tensor run(const Tensor& x);  // the block's math
+  bool checkpointing_;
+  std::optional<Generator> gen_;
   std::shared_ptr<LayerNorm> ln_1_, ln_2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<GptMlp> mlp_;

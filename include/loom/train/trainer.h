@@ -39,7 +39,7 @@ struct LOOM_API FaultSpec {
 
 struct LOOM_API TrainOptions {
   std::string model = "mlp";       // mlp | cnn | gpt (Note [GPT training] in train/gpt_job.cpp)
-  std::string optimizer = "adam";  // sgd (with momentum) | adam | adamw
+  std::string optimizer = "adam";  // sgd (with momentum) | adam | adamw (--model gpt: adamw only)
   double lr = 1e-3;
   double momentum = 0.9;          // sgd only
   double weight_decay = 0.0;      // L2 for sgd and adam, decoupled for adamw
@@ -73,6 +73,13 @@ struct LOOM_API TrainOptions {
   int64_t warmup = 0;  // steps of linear warmup
   double grad_clip = 1.0;
   int64_t sample_tokens = 200;
+  // Micro-batches of --batch windows per optimizer step (gradients summed, each loss scaled by
+  // 1/N).
+  int64_t grad_accum = 1;
+  // Recompute each block's activations in the backward instead of keeping them
+  // (autograd::checkpoint); the same gradients for less memory.
+  bool activation_checkpointing = false;
+  std::string precision = "f32";  // f32 | bf16 | f16 (autocast of the forward pass)
 
   // ValueError naming the option and the value for anything out of range or inconsistent.
   void check() const;
