@@ -397,7 +397,8 @@ LOOM_API std::string missing_kernel_reason(const std::string& op, DispatchKey ba
 // ---- fused training kernels (Note [Fused cross-entropy], Note [Fused bias GELU], Note
 // [Multi-tensor Adam]) ----
 // logits (N, V), target (N) int64 class indices: (mean cross-entropy over the rows whose target is
-// not ignore_index, in logits' dtype; each row's log-sum-exp, float32). No (N, V) intermediate.
+// not ignore_index, each row's log-sum-exp), both float32 (float64 for float64 logits): 16-bit
+// logits are read as they are and give a float32 loss. No (N, V) intermediate.
 LOOM_API std::tuple<Tensor, Tensor> _fused_cross_entropy(const Tensor& logits, const Tensor& target,
                                                          int64_t ignore_index = -100,
                                                          double label_smoothing = 0.0);

@@ -15,7 +15,9 @@
 //   float (rescaled when the maximum grows), plus x_it and sum_c x_ic, and keeps only lse (N
 //   floats) for backward. The backward reads each row once more and writes the gradient directly in
 //   the logits' dtype: no float copy of the logits, no (N, V) intermediate. 16-bit logits are
-//   computed in float; the per-row losses are summed in double in row order, so results do not
+//   computed in float and give a float32 loss (cross_entropy casts it back to their dtype; under
+//   autocast it stays float32 without a float32 copy of the logits: Note [Autocast] in
+//   autograd/autocast.cpp); the per-row losses are summed in double in row order, so results do not
 //   depend on the thread count. Bad targets raise IndexError naming the row and the value before
 //   anything is written.
 #include <cmath>
@@ -50,9 +52,11 @@ std::array<TensorMeta, 2> fused_cross_entropy_shape(TensorMetaRef logits, Tensor
                                                     int64_t /*ignore_index*/,
                                                     double label_smoothing) {
   check_ce_args("_fused_cross_entropy", logits, target, label_smoothing);
-  // lse in float32 (float64 for float64 logits, which only the CPU kernel takes).
+  // The loss and lse in float32 (float64 for float64 logits, which only the CPU kernel takes):
+  // 16-bit logits give a float32 loss, summed in float (cross_entropy casts it back to their
+  // dtype; autocast keeps it, as PyTorch's autocast returns a float32 loss).
   const DType lse_dtype = logits.dtype == kFloat64 ? kFloat64 : kFloat32;
-  return {TensorMeta(IntArrayRef(), logits.dtype), TensorMeta({logits.size(0)}, lse_dtype)};
+  return {TensorMeta(IntArrayRef(), lse_dtype), TensorMeta({logits.size(0)}, lse_dtype)};
 }
 
 TensorMeta fused_cross_entropy_backward_shape(TensorMetaRef grad, TensorMetaRef logits,
@@ -127,7 +131,7 @@ GradList fused_cross_entropy_derivative(const BackwardContext& c) {
   if (s > 0.0) delta = add(delta, s / static_cast<double>(v));
   const Tensor rows = unsqueeze(keep.to(x.dtype()), 1);
   const Tensor per = mul(sub(softmax(x, 1, x.dtype()), delta), rows);
-  r[0] = mul(per, div(g, sum(keep).to(x.dtype())));
+  r[0] = mul(per, div(g, sum(keep).to(x.dtype()))).to(x.dtype());
   return r;
 }
 }  // namespace

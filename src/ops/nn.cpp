@@ -274,7 +274,8 @@ Tensor cross_entropy_kernel(const Tensor& input, const Tensor& target,
   if (input.dim() == 2 && target.dim() == 1 && target.dtype() == kInt64 && reduction == 1 &&
       !has(weight) && (dt == kFloat32 || dt == kBFloat16 || dt == kFloat16) &&
       (input.is_cpu() || input.is_cuda()) && target.device() == input.device()) {
-    return std::get<0>(_fused_cross_entropy(input, target, ignore_index, label_smoothing));
+    // The loss comes in float32 for 16-bit logits; cross_entropy returns their dtype, as PyTorch.
+    return std::get<0>(_fused_cross_entropy(input, target, ignore_index, label_smoothing)).to(dt);
   }
   const Tensor logp = log_softmax(input, class_dim, input.dtype());
 

@@ -134,6 +134,19 @@ TEST(Autocast, Float32OperatorsOnBfloat16Inputs) {
   r = cross_entropy(x, target);
   EXPECT_EQ(r.dtype(), kFloat32);
   EXPECT_TRUE(equal(r, cross_entropy(x32, target)));
+  {
+    // The fused kernel reads the bf16 logits as they are: no float32 copy is recorded, and their
+    // gradient comes back in bf16.
+    const Tensor xg = x.detach().clone().requires_grad_();
+    const Tensor loss = cross_entropy(xg, target);
+    EXPECT_EQ(loss.dtype(), kFloat32);
+    EXPECT_TRUE(equal(loss, cross_entropy(x32, target)));
+    const std::string graph = autograd::describe_graph(loss);
+    EXPECT_NE(graph.find("_fused_cross_entropy"), std::string::npos) << graph;
+    EXPECT_EQ(graph.find("_to_copy"), std::string::npos) << graph;
+    loss.backward();
+    EXPECT_EQ(xg.grad().dtype(), kBFloat16);
+  }
   r = pow(x, 2);
   EXPECT_EQ(r.dtype(), kFloat32);
   EXPECT_TRUE(equal(r, pow(x32, 2)));

@@ -93,7 +93,8 @@ void fused_cross_entropy_loop(const std::array<Tensor, 2>& outs, const Tensor& l
       total += row_loss[static_cast<size_t>(i)];
       count += tp[i] != ignore_index ? 1 : 0;
     }
-    outs[0].data_ptr<scalar_t>()[0] = convert<scalar_t>(total / static_cast<double>(count));
+    // 16-bit logits give a float32 loss (Note [Fused cross-entropy]).
+    outs[0].data_ptr<A>()[0] = static_cast<A>(total / static_cast<double>(count));
   });
 }
 

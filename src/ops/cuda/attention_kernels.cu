@@ -149,157 +149,202 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 // ---- forward ----
 
+// Forward tiling per head_dim: kM query tiles of 16 rows per warp (a block owns 64 kM rows; the
+// k and v fragments a warp loads serve all its tiles), kBk keys per tile, and whether the q
+// fragments stay in registers for the whole pass (head_dim 128 reloads them from shared memory
+// each tile, to stay within the register file).
 template <int kD>
-constexpr size_t fwd_smem_bytes() {
-  return static_cast<size_t>(kTile + 4 * kTile) * (kD + 8) * sizeof(uint16_t);
-}
+struct FwdTraits {
+  static constexpr int kM = 2;
+  static constexpr int kBk = kD == 128 ? 32 : 64;
+  static constexpr bool kQInRegs = kD != 128;
+  static constexpr int kRows = 64 * kM;  // query rows per block
+  static constexpr size_t smem_bytes() {
+    return static_cast<size_t>(kRows + 4 * kBk) * (kD + 8) * sizeof(uint16_t);
+  }
+};
 
 template <bool kBf16, int kD, bool kCausal>
 __global__ void __launch_bounds__(kThreads)
     flash_fwd_kernel(AttentionArgs a, uint16_t* out, float* lse, int num_qblocks) {
-  constexpr int kP = kD + 8;
+  using Tr = FwdTraits<kD>;
+  constexpr int kM = Tr::kM, kBk = Tr::kBk, kRows = Tr::kRows, kP = kD + 8;
+  constexpr int kQf = Tr::kQInRegs ? kD / 16 : 1;  // q fragments kept per m tile
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* sq = smem;                 // kTile x kP
-  uint16_t* sk = sq + kTile * kP;      // 2 x kTile x kP
-  uint16_t* sv = sk + 2 * kTile * kP;  // 2 x kTile x kP
+  uint16_t* sq = smem;               // kRows x kP
+  uint16_t* sk = sq + kRows * kP;    // 2 x kBk x kP
+  uint16_t* sv = sk + 2 * kBk * kP;  // 2 x kBk x kP
   const int qblock = kCausal ? num_qblocks - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
   const int64_t bh = blockIdx.y, bi = bh / a.h, hi = bh % a.h;
   const uint16_t* q = static_cast<const uint16_t*>(a.q) + bi * a.q_stride[0] + hi * a.q_stride[1];
   const uint16_t* k = static_cast<const uint16_t*>(a.k) + bi * a.k_stride[0] + hi * a.k_stride[1];
   const uint16_t* v = static_cast<const uint16_t*>(a.v) + bi * a.v_stride[0] + hi * a.v_stride[1];
-  const int64_t q0 = static_cast<int64_t>(qblock) * kTile;
+  const int64_t q0 = static_cast<int64_t>(qblock) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t key_end = kCausal ? min(a.tk, q0 + kTile) : a.tk;
-  const int ntiles = static_cast<int>((key_end + kTile - 1) / kTile);
+  const int64_t key_end = kCausal ? min(a.tk, q0 + kRows) : a.tk;
+  const int ntiles = static_cast<int>((key_end + kBk - 1) / kBk);
+  const int wrow = warp * 16 * kM;  // the warp's first row within the block
 
-  load_tile<kTile, kD>(sq, q, a.q_stride[2], q0, a.tq);
+  load_tile<kRows, kD>(sq, q, a.q_stride[2], q0, a.tq);
   if (ntiles > 0) {
-    load_tile<kTile, kD>(sk, k, a.k_stride[2], 0, a.tk);
-    load_tile<kTile, kD>(sv, v, a.v_stride[2], 0, a.tk);
+    load_tile<kBk, kD>(sk, k, a.k_stride[2], 0, a.tk);
+    load_tile<kBk, kD>(sv, v, a.v_stride[2], 0, a.tk);
   }
   cp_async_commit();
 
-  float o[kD / 8][4];
+  float o[kM][kD / 8][4];
+  float m[kM][2], l[kM][2];
+  uint32_t qf[kM][kQf][4];
 #pragma unroll
-  for (int i = 0; i < kD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  uint32_t qf[kD / 16][4];
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.0f;
+    m[mi][0] = m[mi][1] = -INFINITY;
+    l[mi][0] = l[mi][1] = 0.0f;
+  }
   const float scale2 = a.scale * kLog2e;
-  const int64_t row_a = q0 + warp * 16 + g, row_b = row_a + 8;
 
   for (int n = 0; n < ntiles; ++n) {
     if (n + 1 < ntiles) {
       const int nb = (n + 1) & 1;
-      const int64_t r0 = static_cast<int64_t>(n + 1) * kTile;
-      load_tile<kTile, kD>(sk + nb * kTile * kP, k, a.k_stride[2], r0, a.tk);
-      load_tile<kTile, kD>(sv + nb * kTile * kP, v, a.v_stride[2], r0, a.tk);
+      const int64_t r0 = static_cast<int64_t>(n + 1) * kBk;
+      load_tile<kBk, kD>(sk + nb * kBk * kP, k, a.k_stride[2], r0, a.tk);
+      load_tile<kBk, kD>(sv + nb * kBk * kP, v, a.v_stride[2], r0, a.tk);
     }
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    if (n == 0) {
+    if (Tr::kQInRegs && n == 0) {
 #pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-        ldsm_x4(qf[kk], sq + (warp * 16 + lane % 16) * kP + kk * 16 + (lane / 16) * 8);
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < kQf; ++kk)
+          ldsm_x4(qf[mi][kk], sq + (wrow + mi * 16 + lane % 16) * kP + kk * 16 + (lane / 16) * 8);
     }
-    const uint16_t* ck = sk + (n & 1) * kTile * kP;
-    const uint16_t* cv = sv + (n & 1) * kTile * kP;
+    const uint16_t* ck = sk + (n & 1) * kBk * kP;
+    const uint16_t* cv = sv + (n & 1) * kBk * kP;
 
-    float s[kTile / 8][4];
+    float s[kM][kBk / 8][4];
 #pragma unroll
-    for (int i = 0; i < kTile / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int i = 0; i < kBk / 8; ++i)
+        s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t qa[kM][4];
 #pragma unroll
-      for (int np = 0; np < kTile / 16; ++np) {
+      for (int mi = 0; mi < kM; ++mi) {
+        if constexpr (Tr::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mi][e] = qf[mi][kk][e];
+        } else {
+          ldsm_x4(qa[mi], sq + (wrow + mi * 16 + lane % 16) * kP + kk * 16 + (lane / 16) * 8);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kBk / 16; ++np) {
         uint32_t r[4];
         ldsm_x4(r,
                 ck + (np * 16 + lane % 8 + (lane / 16) * 8) * kP + kk * 16 + ((lane / 8) % 2) * 8);
-        mma<kBf16>(s[2 * np], qf[kk], r[0], r[1]);
-        mma<kBf16>(s[2 * np + 1], qf[kk], r[2], r[3]);
-      }
-    }
-    const int64_t k0 = static_cast<int64_t>(n) * kTile;
-    // Only the tiles on the diagonal and the last, partial one need the mask.
-    const bool need_mask = k0 + kTile > a.tk || (kCausal && k0 + kTile - 1 > q0);
-    float mx0 = m[0], mx1 = m[1];
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] *= scale2;
-      if (need_mask) {
-        const int key0 = static_cast<int>(k0 - q0) + nt * 8 + 2 * t;  // relative to q0
-        const int tk_rel = static_cast<int>(a.tk - q0);
-        const int ra = warp * 16 + g, rb = ra + 8;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + (e & 1), row = e < 2 ? ra : rb;
-          if (key >= tk_rel || (kCausal && key > row)) s[nt][e] = -INFINITY;
+        for (int mi = 0; mi < kM; ++mi) {
+          mma<kBf16>(s[mi][2 * np], qa[mi], r[0], r[1]);
+          mma<kBf16>(s[mi][2 * np + 1], qa[mi], r[2], r[3]);
         }
       }
-      mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
     }
-    mx0 = quad_max(mx0);
-    mx1 = quad_max(mx1);
-    // A row with nothing visible yet keeps m = -inf; subtract 0 then so that exp2 gives 0, not NaN.
-    const float mu0 = mx0 == -INFINITY ? 0.0f : mx0, mu1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float c0 = exp2f(m[0] - mu0), c1 = exp2f(m[1] - mu1);
-    m[0] = mx0;
-    m[1] = mx1;
-    l[0] *= c0;
-    l[1] *= c1;
+    const int64_t k0 = static_cast<int64_t>(n) * kBk;
+    // Only the tiles on the diagonal and the last, partial one need the mask.
+    const bool need_mask = k0 + kBk > a.tk || (kCausal && k0 + kBk - 1 > q0);
+    const int key_rel0 = static_cast<int>(k0 - q0) + 2 * t;  // keys relative to q0
+    const int tk_rel = static_cast<int>(a.tk - q0);
 #pragma unroll
-    for (int i = 0; i < kD / 8; ++i) {
-      o[i][0] *= c0;
-      o[i][1] *= c0;
-      o[i][2] *= c1;
-      o[i][3] *= c1;
+    for (int mi = 0; mi < kM; ++mi) {
+      const int ra = wrow + mi * 16 + g, rb = ra + 8;  // rows relative to q0
+      float mx0 = m[mi][0], mx1 = m[mi][1];
+#pragma unroll
+      for (int nt = 0; nt < kBk / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nt][e] *= scale2;
+        if (need_mask) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key_rel0 + nt * 8 + (e & 1), row = e < 2 ? ra : rb;
+            if (key >= tk_rel || (kCausal && key > row)) s[mi][nt][e] = -INFINITY;
+          }
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[mi][nt][0], s[mi][nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[mi][nt][2], s[mi][nt][3]));
+      }
+      mx0 = quad_max(mx0);
+      mx1 = quad_max(mx1);
+      // A row with nothing visible yet keeps m = -inf; subtract 0 then so that exp2 gives 0.
+      const float mu0 = mx0 == -INFINITY ? 0.0f : mx0, mu1 = mx1 == -INFINITY ? 0.0f : mx1;
+      const float c0 = exp2f(m[mi][0] - mu0), c1 = exp2f(m[mi][1] - mu1);
+      m[mi][0] = mx0;
+      m[mi][1] = mx1;
+      l[mi][0] *= c0;
+      l[mi][1] *= c1;
+#pragma unroll
+      for (int i = 0; i < kD / 8; ++i) {
+        o[mi][i][0] *= c0;
+        o[mi][i][1] *= c0;
+        o[mi][i][2] *= c1;
+        o[mi][i][3] *= c1;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kBk / 8; ++nt) {
+        s[mi][nt][0] = exp2f(s[mi][nt][0] - mu0);
+        s[mi][nt][1] = exp2f(s[mi][nt][1] - mu0);
+        s[mi][nt][2] = exp2f(s[mi][nt][2] - mu1);
+        s[mi][nt][3] = exp2f(s[mi][nt][3] - mu1);
+        l[mi][0] += s[mi][nt][0] + s[mi][nt][1];
+        l[mi][1] += s[mi][nt][2] + s[mi][nt][3];
+      }
     }
 #pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - mu0);
-      s[nt][1] = exp2f(s[nt][1] - mu0);
-      s[nt][2] = exp2f(s[nt][2] - mu1);
-      s[nt][3] = exp2f(s[nt][3] - mu1);
-      l[0] += s[nt][0] + s[nt][1];
-      l[1] += s[nt][2] + s[nt][3];
-    }
+    for (int kk = 0; kk < kBk / 16; ++kk) {
+      uint32_t pa[kM][4];
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {
-      uint32_t pa[4];
-      c_to_a<kBf16>(pa, s[2 * kk], s[2 * kk + 1]);
+      for (int mi = 0; mi < kM; ++mi) c_to_a<kBf16>(pa[mi], s[mi][2 * kk], s[mi][2 * kk + 1]);
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         uint32_t r[4];
         ldsm_x4_t(
             r, cv + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * kP + dp * 16 + (lane / 16) * 8);
-        mma<kBf16>(o[2 * dp], pa, r[0], r[1]);
-        mma<kBf16>(o[2 * dp + 1], pa, r[2], r[3]);
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          mma<kBf16>(o[mi][2 * dp], pa[mi], r[0], r[1]);
+          mma<kBf16>(o[mi][2 * dp + 1], pa[mi], r[2], r[3]);
+        }
       }
     }
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
   }
 
-  l[0] = quad_sum(l[0]);
-  l[1] = quad_sum(l[1]);
-  const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
   uint16_t* ob = out + bh * a.tq * kD;
 #pragma unroll
-  for (int i = 0; i < kD / 8; ++i) {
-    const int col = i * 8 + 2 * t;
-    if (row_a < a.tq)
-      *reinterpret_cast<uint32_t*>(ob + row_a * kD + col) =
-          pack2<kBf16>(o[i][0] * inv0, o[i][1] * inv0);
-    if (row_b < a.tq)
-      *reinterpret_cast<uint32_t*>(ob + row_b * kD + col) =
-          pack2<kBf16>(o[i][2] * inv1, o[i][3] * inv1);
-  }
-  if (t == 0) {
-    if (row_a < a.tq)
-      lse[bh * a.tq + row_a] = l[0] > 0.0f ? (m[0] + log2f(l[0])) * kLn2 : -INFINITY;
-    if (row_b < a.tq)
-      lse[bh * a.tq + row_b] = l[1] > 0.0f ? (m[1] + log2f(l[1])) * kLn2 : -INFINITY;
+  for (int mi = 0; mi < kM; ++mi) {
+    const float l0 = quad_sum(l[mi][0]), l1 = quad_sum(l[mi][1]);
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const int64_t row_a = q0 + wrow + mi * 16 + g, row_b = row_a + 8;
+#pragma unroll
+    for (int i = 0; i < kD / 8; ++i) {
+      const int col = i * 8 + 2 * t;
+      if (row_a < a.tq)
+        *reinterpret_cast<uint32_t*>(ob + row_a * kD + col) =
+            pack2<kBf16>(o[mi][i][0] * inv0, o[mi][i][1] * inv0);
+      if (row_b < a.tq)
+        *reinterpret_cast<uint32_t*>(ob + row_b * kD + col) =
+            pack2<kBf16>(o[mi][i][2] * inv1, o[mi][i][3] * inv1);
+    }
+    if (t == 0) {
+      if (row_a < a.tq)
+        lse[bh * a.tq + row_a] = l0 > 0.0f ? (m[mi][0] + log2f(l0)) * kLn2 : -INFINITY;
+      if (row_b < a.tq)
+        lse[bh * a.tq + row_b] = l1 > 0.0f ? (m[mi][1] + log2f(l1)) * kLn2 : -INFINITY;
+    }
   }
 }
 
@@ -545,12 +590,13 @@ __global__ void __launch_bounds__(kThreads)
 
 template <bool kBf16, int kD, bool kCausal>
 cudaError_t run_fwd(const AttentionArgs& a, void* out, float* lse, cudaStream_t stream) {
-  constexpr size_t bytes = fwd_smem_bytes<kD>();
+  constexpr size_t bytes = FwdTraits<kD>::smem_bytes();
+  constexpr int kRows = FwdTraits<kD>::kRows;
   static const cudaError_t attr =
       cudaFuncSetAttribute(flash_fwd_kernel<kBf16, kD, kCausal>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (attr != cudaSuccess) return attr;
-  const int nq = static_cast<int>((a.tq + kTile - 1) / kTile);
+  const int nq = static_cast<int>((a.tq + kRows - 1) / kRows);
   flash_fwd_kernel<kBf16, kD, kCausal>
       <<<dim3(nq, static_cast<unsigned>(a.b * a.h)), kThreads, bytes, stream>>>(
           a, static_cast<uint16_t*>(out), lse, nq);

@@ -123,8 +123,36 @@ cudaError_t launch_copy_same(const IterArgs& a, cudaStream_t stream) {
   }
 }
 
+// Note [Fast float casts]
+// Autocast casts every weight to bfloat16 each step and every weight gradient back to float32, so
+// these casts run as typed loops (vector loads and stores on contiguous tensors, gpu_elementwise in
+// loops.cuh) instead of the generic cast_kernel, which switches on both dtypes per element and
+// goes through double. The results are the same bits: float -> 16-bit rounds to nearest even
+// either way, and 16-bit -> float is exact.
+struct FloatToBf16 {
+  __device__ __nv_bfloat16 operator()(float v) const { return __float2bfloat16_rn(v); }
+};
+struct Bf16ToFloat {
+  __device__ float operator()(__nv_bfloat16 v) const { return __bfloat162float(v); }
+};
+struct FloatToHalf {
+  __device__ __half operator()(float v) const { return __float2half_rn(v); }
+};
+struct HalfToFloat {
+  __device__ float operator()(__half v) const { return __half2float(v); }
+};
+
 cudaError_t launch_cast(const IterArgs& a, cudaStream_t stream) {
   if (a.numel == 0) return cudaSuccess;
+  const ScalarCode out = a.dtype[0], in = a.dtype[1];
+  if (in == ScalarCode::Float32 && out == ScalarCode::BFloat16)
+    return gpu_elementwise<__nv_bfloat16, float>(a, FloatToBf16{}, stream);
+  if (in == ScalarCode::BFloat16 && out == ScalarCode::Float32)
+    return gpu_elementwise<float, __nv_bfloat16>(a, Bf16ToFloat{}, stream);
+  if (in == ScalarCode::Float32 && out == ScalarCode::Float16)
+    return gpu_elementwise<__half, float>(a, FloatToHalf{}, stream);
+  if (in == ScalarCode::Float16 && out == ScalarCode::Float32)
+    return gpu_elementwise<float, __half>(a, HalfToFloat{}, stream);
   Operands<2> ops(a);
   const dim3 grid(static_cast<unsigned>((a.numel + kBlockWork - 1) / kBlockWork));
   if (a.can_use_32bit_indexing()) {

@@ -11,7 +11,9 @@
 //   the host between the kernels.
 #include <cmath>
 
+#include <type_traits>
 #include "ops/cuda/block_reduce.cuh"
+
 #include "ops/cuda/fused_loss_kernels.h"
 #include "ops/cuda/loops.cuh"
 
@@ -155,8 +157,10 @@ cudaError_t launch_fused_cross_entropy(ScalarCode dt, const void* logits, const 
     using T = scalar_t;
     ce_forward_rows<T><<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(
         static_cast<const T*>(logits), target, v, ignore_index, smoothing, lse, row_loss);
-    ce_forward_sum<T>
-        <<<1, kSumThreads, 0, stream>>>(row_loss, target, n, ignore_index, static_cast<T*>(loss));
+    // 16-bit logits give a float32 loss (Note [Fused cross-entropy]).
+    using L = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    ce_forward_sum<L>
+        <<<1, kSumThreads, 0, stream>>>(row_loss, target, n, ignore_index, static_cast<L*>(loss));
     return cudaGetLastError();
   });
 }
