@@ -59,6 +59,9 @@ LOOM_API CastPolicy autocast_policy(const std::string& op_name);
 LOOM_API const char* cast_policy_name(CastPolicy policy);
 // One line on what the policy does, for `loom ops --explain`.
 LOOM_API const char* cast_policy_explanation(CastPolicy policy);
+// What an operator's autocast kernel does beyond its policy ("" for most): cross_entropy runs the
+// fused kernel on 16-bit logits without the float32 cast where it applies.
+LOOM_API const char* autocast_exception(const std::string& op_name);
 
 // The number of low-precision copies of parameters (leaves that require grad) cached on this
 // thread since the outermost guard was entered (Note [Autocast cast cache]).

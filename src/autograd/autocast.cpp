@@ -329,6 +329,14 @@ DType autocast_dtype(DeviceType device) {
   return slot >= 0 ? tls_state.dtype[slot] : kBFloat16;
 }
 
+const char* autocast_exception(const std::string& op_name) {
+  if (op_name == "loom::cross_entropy" || op_name == "cross_entropy") {
+    return "(N, V) 16-bit logits with class indices, mean reduction and no class weight are not "
+           "cast: the fused kernel reads them as they are and sums in float into a float32 loss";
+  }
+  return "";
+}
+
 size_t autocast_cached_casts() {
   return cast_cache().size();
 }

@@ -16,8 +16,11 @@
 //   decoupled; another --optimizer is refused), the learning rate warmed up linearly over --warmup
 //   steps then, with --schedule cosine, down to a tenth by the end, a pure function of the step;
 //   gradients clipped to a global norm of --grad-clip (0: off). --compile runs the loss through
-//   loom::compile (a joint graph). --precision bf16|f16 runs the forward pass under autocast where
-//   the build has it.
+//   loom::compile (a joint graph). --precision bf16|f16 runs the forward pass under autocast
+//   (loom/autocast.h; float32 master weights); f16 adds dynamic loss scaling (amp::GradScaler:
+//   the loss scaled before backward, the gradients unscaled before clipping, a step with inf/NaN
+//   gradients skipped), whose state is not in checkpoints yet (f16 with --checkpoint-dir is
+//   refused).
 //   Checkpoints and resume: the general trainer's format and validation (state.cpp): parameters,
 //   AdamW's state, the loop position, the loader's state after the step's last micro-batch, and
 //   the model's and the default generator's states; the schedule needs no state. A run stopped at

@@ -64,6 +64,8 @@ int run_ops(const std::vector<std::string>& argv) {
     } else {
       std::printf("autocast: %s \u2014 %s\n", cast_policy_name(policy),
                   cast_policy_explanation(policy));
+      const std::string exception = autocast_exception(op.name());
+      if (!exception.empty()) std::printf("  except: %s\n", exception.c_str());
     }
     return 0;
   }
