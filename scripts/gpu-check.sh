@@ -4,7 +4,8 @@
 # device stage and the GPU trace — and `loom info`; then `loom bench gpu` against PyTorch on the same
 # GPU (loom-anchor-gpu, installed beside loom, runs the `python3` on PATH). Writes logs to $OUT (or
 # ./gpu-check-out) so a remote run can bring them back. Then `loom bench compile` (its GPU rows
-# run generated NVRTC kernels) and torch.compile's figures for the same chain.
+# run generated NVRTC kernels), `loom bench gpt` (GPT training steps and fused attention against
+# PyTorch) and torch.compile's figures for the same chain.
 # Usage: scripts/gpu-check.sh [--no-sanitizer] [extra ctest args]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +63,9 @@ if [ "${1:-}" = "--no-sanitizer" ]; then sanitizer=0; shift; fi
   echo "bench status ${PIPESTATUS[0]}"
   echo "== loom bench compile --rounds 3 (its GPU rows: NVRTC kernels; table: bench-compile.txt)"
   "$build/loom" bench compile --rounds 3 2>&1 | tee "$out/bench-compile.txt"
+  echo "== loom bench gpt --rounds 3 (GPT steps and attention vs torch; table: bench-gpt.txt)"
+  "$build/loom" bench gpt --rounds 3 --json "$out/bench-gpt.json" 2>&1 | tee "$out/bench-gpt.txt"
+  echo "bench status ${PIPESTATUS[0]}"
   echo "== torch.compile on the same chain (scripts/torch_compile_chain.py)"
   timeout 300 python3 scripts/torch_compile_chain.py 2>&1 | grep -vE "^\s*$" | tail -8
 } 2>&1 | tee "$out/gpu-check.log"

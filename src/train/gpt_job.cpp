@@ -419,6 +419,9 @@ TrainResult run_gpt(const TrainOptions& o, Reporter* rep) {
     const int32_t eot = *tok.token_id("<|endoftext|>");
     const Tensor prompt = full({1, 1}, eot, TensorOptions(kInt64).with_device(device));
     Generator sample_gen(o.seed + 1);
+    std::optional<AutocastGuard> autocast;  // sampling at the training precision
+    if (o.precision != "f32")
+      autocast.emplace(device.type(), o.precision == "bf16" ? kBFloat16 : kFloat16);
     const Tensor ids = model.generate(
         prompt,
         {.max_new_tokens = o.sample_tokens, .temperature = 0.8, .top_k = 40, .gen = &sample_gen});
