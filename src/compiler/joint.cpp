@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -171,7 +172,7 @@ std::string bytes_str(int64_t b) {
   return buf;
 }
 
-bool is_recomputable(const Node& n) {
+bool is_recomputable(const Graph& g, const Node& n) {
   if (!is_pure(n)) return false;
   const FunctionSchema& s = n.op.schema();
   // A view: its result aliases an argument and writes nothing.
@@ -230,9 +231,29 @@ bool is_recomputable(const Node& n) {
                                        "expand",
                                        "reshape",
                                        "view"};
-  for (const char* c : kCheap)
-    if (s.name == c) return true;
-  return false;
+  bool cheap = false;
+  for (const char* c : kCheap) cheap = cheap || s.name == c;
+  if (!cheap) return false;
+  // Note [What the min-cut recomputes]: recomputing a pointwise node pays only when fusion folds
+  // it into the backward's kernels, which it does for floating values of one dtype, float32 or
+  // float64 (Note [Pointwise fusion]). Anything else (a bfloat16 cast under autocast, a float32
+  // result read from bfloat16) would run as a kernel of its own, one more pass over memory than
+  // reading the saved value, so it is saved instead.
+  std::optional<DType> floating;
+  auto fusible = [&](ValueId v) {
+    const DType dt = g.values[static_cast<size_t>(v)].dtype;
+    if (!is_floating(dt)) return true;
+    if (dt != kFloat32 && dt != kFloat64) return false;
+    if (floating && *floating != dt) return false;
+    floating = dt;
+    return true;
+  };
+  for (ValueId u : operands(n))
+    if (!fusible(u)) return false;
+  for (const auto& r : n.returns)
+    for (ValueId w : r)
+      if (!fusible(w)) return false;
+  return true;
 }
 
 Partition min_cut_partition(const Graph& j, size_t num_primal, size_t num_results) {
@@ -265,7 +286,7 @@ Partition min_cut_partition(const Graph& j, size_t num_primal, size_t num_result
     if (td[v] || is_const(static_cast<ValueId>(v))) continue;
     net.add_edge(2 * v, 2 * v + 1, value_bytes(j.values[v]) * scale + static_cast<int64_t>(nv - v));
     const bool anchored =
-        producer[v] < 0 || !is_recomputable(j.nodes[static_cast<size_t>(producer[v])]);
+        producer[v] < 0 || !is_recomputable(j, j.nodes[static_cast<size_t>(producer[v])]);
     if (anchored) net.add_edge(source, 2 * v, kInf);
   }
   for (size_t k = 0; k < j.nodes.size(); ++k) {
@@ -325,7 +346,7 @@ Partition min_cut_partition(const Graph& j, size_t num_primal, size_t num_result
     if (in_fwd[k]) p.forward_nodes.push_back(static_cast<int32_t>(k));
     if (in_bwd[k]) p.backward_nodes.push_back(static_cast<int32_t>(k));
     if (in_bwd[k] && !bwd_node[k]) {
-      LOOM_INTERNAL_ASSERT(is_recomputable(j.nodes[k]), "[compile] joint graph: the cut left ",
+      LOOM_INTERNAL_ASSERT(is_recomputable(j, j.nodes[k]), "[compile] joint graph: the cut left ",
                            j.nodes[k].op.name(), " (node ", k, ") to the backward");
       // Run by both halves; a node only the backward needs is not a recomputation.
       if (in_fwd[k]) p.recomputed.push_back(static_cast<int32_t>(k));
@@ -373,7 +394,7 @@ bool smallest_saving(const Graph& j, size_t num_primal, size_t num_results, int 
       bool ok = x.kind == Value::Kind::Constant || td[v] || saved[v];
       if (x.kind == Value::Kind::NodeOutput && !saved[v]) {
         const Node& n = j.nodes[static_cast<size_t>(x.index)];
-        ok = bwd_node[static_cast<size_t>(x.index)] || is_recomputable(n);
+        ok = bwd_node[static_cast<size_t>(x.index)] || is_recomputable(j, n);
         for (ValueId u : operands(n)) ok = ok && memo[static_cast<size_t>(u)] == 1;
       }
       memo[v] = ok ? 1 : 2;

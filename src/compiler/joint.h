@@ -62,8 +62,10 @@ struct Partition {
   int64_t saved_bytes = 0;
 };
 
-// Cheap to run again in the backward: pointwise operators, views, and factories.
-bool is_recomputable(const Node& n);
+// Cheap to run again in the backward: views, factories, and pointwise operators over float32 or
+// float64 values of one dtype (what fusion folds into the backward's kernels: Note [What the
+// min-cut recomputes]).
+bool is_recomputable(const Graph& g, const Node& n);
 
 // Partitions a joint graph whose inputs are `num_primal` function inputs and then the tangents,
 // and whose outputs are `num_results` function results and then the gradients.

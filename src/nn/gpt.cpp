@@ -222,7 +222,9 @@ Tensor Gpt::forward(const Tensor& idx) {
   drop_->train(is_training());
   Tensor x = drop_->forward(add(wte_->forward(idx), wpe_->forward(pos)));
   x = ln_f_->forward(h_->forward(x));
-  return matmul(x, loom::t(wte_->weight()));
+  // The tied head as a linear layer (nanoGPT's lm_head): the weight is read in its own layout, so
+  // the autocast cast is a flat copy and its gradient comes out contiguous (no transposed copies).
+  return linear(x, wte_->weight());
 }
 
 std::vector<std::pair<std::string, Tensor>> Gpt::hf_state_dict() const {

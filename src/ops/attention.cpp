@@ -14,6 +14,15 @@
 // attention_backend() states the choice and its reason; whenever math runs where a user may have
 // expected flash (dropout, float32 on CUDA, an unsupported head size), a warning says why, once.
 // The causal mask is PyTorch's: query i sees keys j <= i (top-left aligned when Tq != Tk).
+//
+// Note [Attention layouts]
+// The fused operators return out, and the backward dq, dk and dv, as (batch, heads, length,
+// head_dim) views of memory laid out (batch, length, heads, head_dim), as PyTorch's flash kernels
+// do. A model transposes the heads back next to the channels (out.transpose(1, 2)) and merges
+// them: on that layout the transpose is already contiguous, so neither the output projection's
+// input nor the gradients flowing into the qkv projection need a copy. The CUDA kernels read q,
+// k, v, out and grad_out at their strides and write their outputs at theirs; the CPU kernels
+// compute contiguously and copy into the layout.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -50,6 +59,13 @@ void check_qkv(const char* op, TensorMetaRef q, TensorMetaRef k, TensorMetaRef v
              " and ", v.device);
 }
 
+// (b, h, t, d) sizes laid out (b, t, h, d): Note [Attention layouts].
+TensorMeta heads_inside(IntArrayRef sizes, DType dt) {
+  const int64_t h = sizes[1], t = sizes[2], d = sizes[3];
+  const int64_t strides[] = {t * h * d, d, h * d, 1};
+  return TensorMeta(sizes, IntArrayRef(strides, 4), dt);
+}
+
 DType lse_dtype(DType dt) {
   return dt == kFloat64 ? kFloat64 : kFloat32;
 }
@@ -61,7 +77,8 @@ std::array<TensorMeta, 2> flash_attention_shape(TensorMetaRef q, TensorMetaRef k
   check_qkv("_flash_attention", q, k, v);
   LOOM_CHECK(std::isfinite(scale), "[_flash_attention] scale must be finite but got ", scale);
   const int64_t lse_sizes[] = {q.size(0), q.size(1), q.size(2)};
-  return {TensorMeta(q.sizes, q.dtype), TensorMeta(IntArrayRef(lse_sizes, 3), lse_dtype(q.dtype))};
+  return {heads_inside(q.sizes, q.dtype),
+          TensorMeta(IntArrayRef(lse_sizes, 3), lse_dtype(q.dtype))};
 }
 
 std::array<TensorMeta, 3> flash_attention_backward_shape(TensorMetaRef grad_out, TensorMetaRef q,
@@ -81,7 +98,8 @@ std::array<TensorMeta, 3> flash_attention_backward_shape(TensorMetaRef grad_out,
              "[", op, "] expected lse of shape [", q.size(0), ", ", q.size(1), ", ", q.size(2),
              "] and dtype ", lse_dtype(q.dtype), " (from _flash_attention) but got ", lse.sizes,
              " of ", lse.dtype);
-  return {TensorMeta(q.sizes, q.dtype), TensorMeta(k.sizes, k.dtype), TensorMeta(v.sizes, v.dtype)};
+  return {heads_inside(q.sizes, q.dtype), heads_inside(k.sizes, k.dtype),
+          heads_inside(v.sizes, v.dtype)};
 }
 
 AttentionBackend attention_backend(const Tensor& q, const Tensor& k, const Tensor& v,

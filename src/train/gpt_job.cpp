@@ -19,18 +19,17 @@
 //   loom::compile (a joint graph). --precision bf16|f16 runs the forward pass under autocast
 //   (loom/autocast.h; float32 master weights); f16 adds dynamic loss scaling (amp::GradScaler:
 //   the loss scaled before backward, the gradients unscaled before clipping, a step with inf/NaN
-//   gradients skipped), whose state is not in checkpoints yet (f16 with --checkpoint-dir is
-//   refused).
+//   gradients skipped).
 //   Checkpoints and resume: the general trainer's format and validation (state.cpp): parameters,
-//   AdamW's state, the loop position, the loader's state after the step's last micro-batch, and
-//   the model's and the default generator's states; the schedule needs no state. A run stopped at
-//   step k (--max-steps, SIGINT or SIGTERM write a checkpoint) and resumed with --resume computes
-//   the same bits as an uninterrupted run on the CPU (tests/integration/train_gpt_resume.sh).
-//   Reported: the loss (read back from the device only where shown), tokens/s counting every
-//   micro-batch, and on CUDA the model FLOP utilisation (GptConfig::flops_per_token against the
-//   device's dense peak at the training precision); after each epoch the validation loss and
-//   perplexity (exp of the mean loss over every validation window); at the end, text sampled from
-//   the model. Not yet: several processes.
+//   AdamW's state, the loss scaler's scale and growth tracker (f16), the loop position, the
+//   loader's state after the step's last micro-batch, and the model's and the default generator's
+//   states; the schedule needs no state. A run stopped at step k (--max-steps, SIGINT or SIGTERM
+//   write a checkpoint) and resumed with --resume computes the same bits as an uninterrupted run on
+//   the CPU (tests/integration/train_gpt_resume.sh). Reported: the loss (read back from the device
+//   only where shown), tokens/s counting every micro-batch, and on CUDA the model FLOP utilisation
+//   (GptConfig::flops_per_token against the device's dense peak at the training precision); after
+//   each epoch the validation loss and perplexity (exp of the mean loss over every validation
+//   window); at the end, text sampled from the model. Not yet: several processes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -150,11 +149,12 @@ TrainResult run_gpt(const TrainOptions& o, Reporter* rep) {
   const int64_t accum = o.grad_accum;
   const int64_t steps_per_epoch = (batches_per_epoch + accum - 1) / accum;
   const int64_t total_steps = steps_per_epoch * o.epochs;
-  const RunState state{&model, &opt, nullptr, &gen};  // the schedule is a function of the step
+  // float16 needs loss scaling (its gradients underflow); bfloat16 has float32's range.
+  std::optional<amp::GradScaler> scaler;
+  if (o.precision == "f16") scaler.emplace();
+  // The schedule is a function of the step: it has no state.
+  const RunState state{&model, &opt, nullptr, &gen, scaler ? &*scaler : nullptr};
 
-  LOOM_CHECK_AS(NotImplementedError, o.precision != "f16" || o.checkpoint_dir.empty(), "[train] ",
-                "--precision f16 with --checkpoint-dir: the loss scaler's state is not in ",
-                "checkpoints yet; use --precision bf16 (no loss scaling) to checkpoint");
   if (!o.checkpoint_dir.empty()) {
     const io::OrphanSweep swept = io::remove_orphan_temp_files(o.checkpoint_dir);
     if (!swept.files.empty())
@@ -214,9 +214,6 @@ TrainResult run_gpt(const TrainOptions& o, Reporter* rep) {
         },
         {.name = "loom train: gpt loss"});
   }
-  // float16 needs loss scaling (its gradients underflow); bfloat16 has float32's range.
-  std::optional<amp::GradScaler> scaler;
-  if (o.precision == "f16") scaler.emplace();
   auto loss_of = [&](const Tensor& x, const Tensor& y) {
     std::optional<AutocastGuard> autocast;
     if (o.precision != "f32")

@@ -133,6 +133,13 @@ std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loo
     scheduler = Json::object();
     for (auto& [name, v] : s.scheduler->state_dict()) scheduler.set(name, v);
   }
+  // The loss scaler (--precision f16): its scale and growth tracker, so that a resumed run skips
+  // and scales exactly as the uninterrupted one would; null without loss scaling.
+  Json scaler;
+  if (s.scaler) {
+    scaler = Json::object();
+    for (auto& [name, v] : s.scaler->state_dict()) scaler.set(name, v);
+  }
   Json side = Json::object({{"config", o.to_json()},
                             {"loop", Json::object({{"epoch", loop.epoch},
                                                    {"batch_in_epoch", loop.batch_in_epoch},
@@ -140,6 +147,7 @@ std::string save_state(const TrainOptions& o, const RunState& s, const Loop& loo
                             {"data", loop.data ? loop.data->to_json() : Json()},
                             {"optimizer", optimizer},
                             {"scheduler", scheduler},
+                            {"grad_scaler", scaler},
                             {"rng", Json::object({{"model", rng_json(*s.generator)},
                                                   {"default", rng_json(default_generator())}})}});
   return io::save_checkpoint(o.checkpoint_dir, loop.global_step, tensors, side, o.keep_checkpoints);
@@ -269,6 +277,19 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   } else if (!sj.is_null()) {
     f.fail("scheduler", "is " + sj.dump(), "expected null: this run has --schedule none");
   }
+  // Checkpoints from before loss scaling was saved have no "grad_scaler": null, as without one.
+  amp::GradScalerState scaler_state;
+  const Json* gj = f.find("grad_scaler");
+  if (s.scaler) {
+    if (gj == nullptr || !gj->is_object())
+      f.fail("grad_scaler", gj == nullptr ? "is missing" : "is " + gj->dump(),
+             "expected the loss scaler's state: this run has --precision f16");
+    for (const auto& [name, v] : gj->as_object())
+      scaler_state.emplace_back(name, f.number(v, "grad_scaler." + name));
+  } else if (gj != nullptr && !gj->is_null()) {
+    f.fail("grad_scaler", "is " + gj->dump(),
+           "expected null: this run has no loss scaling (--precision " + o.precision + ")");
+  }
   const GeneratorState model_rng = rng_read(f, "rng.model");
   const GeneratorState default_rng = rng_read(f, "rng.default");
 
@@ -301,9 +322,10 @@ Restored restore_state(const TrainOptions& o, const RunShape& shape, const RunSt
   try {
     s.optimizer->load_state_dict(os);
     if (s.scheduler) s.scheduler->load_state_dict(ss);
+    if (s.scaler) s.scaler->load_state_dict(scaler_state);
   } catch (const Error& e) {
     LOOM_THROW(DataError, "[train] ", f.file(),
-               ": the optimizer or scheduler state is invalid: ", e.what());
+               ": the optimizer, scheduler or loss scaler state is invalid: ", e.what());
   }
   s.generator->set_state(model_rng);
   default_generator().set_state(default_rng);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/amp.h"
 #include "loom/data/loader.h"
 #include "loom/data/transforms.h"
 #include "loom/generator.h"
@@ -92,6 +93,7 @@ struct RunState {
   optim::Optimizer* optimizer = nullptr;
   optim::LRScheduler* scheduler = nullptr;  // may be null
   const Generator* generator = nullptr;
+  amp::GradScaler* scaler = nullptr;  // --precision f16's loss scaler; may be null
 };
 
 // The facts of this run that a checkpoint is validated against.

@@ -95,6 +95,44 @@ TEST(CudaAttention, FusedKernelsMatchTheComposedPath) {
   check_case({2, 4, 200, 200, 64, true}, kBFloat16, true);
 }
 
+// Note [Attention layouts]: GPT's packed projection (B, T, 3C) split into q, k, v; the output and
+// the gradients come back with the heads inside the rows, so out.transpose(1, 2) and the
+// gradients' way back into the projection need no copy; grad_out arrives strided. All of it
+// against the float32 composition.
+TEST(CudaAttention, PackedProjectionLayoutsAndStridedGradOut) {
+  REQUIRE_GPU();
+  const int64_t b = 2, t = 200, h = 4, d = 64, c = h * d;
+  for (DType dt : {kBFloat16, kFloat16}) {
+    const Tensor qkv0 = rnd({b, t, 3 * c}, dt, 7);
+    const Tensor go_rows = rnd({b, t, c}, dt, 8);  // the projection's gradient, (B, T, C)
+    auto attend = [&](const Tensor& qkv, bool fused) {
+      const std::vector<Tensor> parts = split(qkv, c, 2);
+      auto heads = [&](const Tensor& x) { return transpose(x.view({b, t, h, d}), 1, 2); };
+      const Tensor y = fused ? scaled_dot_product_attention(heads(parts[0]), heads(parts[1]),
+                                                            heads(parts[2]), 0.0, true)
+                             : attention_math(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                              0.0, true, 1.0 / std::sqrt(double(d)));
+      return transpose(y, 1, 2);
+    };
+    const Tensor qkv = qkv0.detach().requires_grad_();
+    const Tensor y = attend(qkv, true);
+    EXPECT_TRUE(y.is_contiguous()) << "the fused output is laid out (B, T, H, D)";
+    const Tensor g = autograd::grad({y.reshape({b, t, c})}, {qkv}, {go_rows})[0];
+    const Tensor q32 = qkv0.to(kFloat32).requires_grad_();
+    const Tensor want = attend(q32, false);
+    const Tensor gwant =
+        autograd::grad({want.reshape({b, t, c})}, {q32}, {go_rows.to(kFloat32)})[0];
+    EXPECT_LT(rel_err(y, want.detach()), 2e-2) << dtype_name(dt);
+    EXPECT_LT(rel_err(g, gwant), 3e-2) << dtype_name(dt);
+    // The backward's outputs are laid out like the forward's.
+    auto [out, lse] =
+        _flash_attention(transpose(qkv0.narrow(2, 0, c).view({b, t, h, d}), 1, 2),
+                         transpose(qkv0.narrow(2, c, c).view({b, t, h, d}), 1, 2),
+                         transpose(qkv0.narrow(2, 2 * c, c).view({b, t, h, d}), 1, 2), true, 0.125);
+    EXPECT_EQ(out.strides().vec(), (std::vector<int64_t>{t * c, d, c, 1}));
+  }
+}
+
 TEST(CudaAttention, LargeCausalProblem) {
   REQUIRE_GPU();
   check_case({2, 4, 1024, 1024, 64, true}, kBFloat16, true);

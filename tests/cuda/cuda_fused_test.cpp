@@ -107,6 +107,45 @@ TEST(CudaFusedCrossEntropy, BFloat16MatchesCpu) {
   expect_close(g_gpu, g_ref.to(kBFloat16), 1e-2, 1e-8, "bf16 grad vs float64 composition");
 }
 
+// Note [Vectorised cross-entropy rows]: rows of an odd width start at every alignment (scalar
+// heads and tails of every length); -inf logits add nothing and a NaN makes its row's loss NaN.
+TEST(CudaFusedCrossEntropy, OddWidthsInfinitiesAndNaN) {
+  REQUIRE_GPU();
+  for (DType dt : {kBFloat16, kFloat32}) {
+    for (int64_t v : {1, 7, 9, 50257}) {
+      const std::string what = std::string(dtype_name(dt)) + " V " + std::to_string(v);
+      const int64_t n = 12;
+      Tensor x = mul(randn({n, v}, kFloat32, Generator(11 + v)), 3.0);
+      if (v > 5) {
+        x.select(0, 1).narrow(0, 0, v / 2).fill_(-INFINITY);  // half a row masked out
+        x.select(0, 2).narrow(0, 1, v - 1).fill_(-INFINITY);  // all but the first logit
+      }
+      x = x.to(dt);
+      Tensor t = randint(0, v, {n}, kInt64, Generator(12));
+      if (v > 5) {
+        t.select(0, 1).fill_(v - 1);
+        t.select(0, 2).fill_(0);
+      }
+      auto [l_cpu, g_cpu] = loss_and_grad(x, [&](const Tensor& z) { return cross_entropy(z, t); });
+      auto [l_gpu, g_gpu] =
+          loss_and_grad(dev(x), [&](const Tensor& z) { return cross_entropy(z, dev(t)); });
+      const double tol = dt == kBFloat16 ? 1e-2 : 1e-5;
+      expect_close(l_gpu, l_cpu, tol, tol, "loss, " + what);
+      expect_close(g_gpu, g_cpu, tol, 1e-7, "grad, " + what);
+      auto [loss, lse] = _fused_cross_entropy(dev(x), dev(t));
+      expect_close(lse, logsumexp(x.to(kFloat32), IntArrayRef{1}), 1e-5, 1e-4, "lse, " + what);
+      if (v > 5) {
+        Tensor y = x.clone();
+        y.select(0, 4).select(0, v - 2).fill_(NAN);
+        auto [ly, lsey] = _fused_cross_entropy(dev(y), dev(t));
+        const Tensor l = lsey.to(kCPU);
+        EXPECT_TRUE(std::isnan(l.select(0, 4).item<float>())) << what;
+        EXPECT_FALSE(std::isnan(l.select(0, 5).item<float>())) << what;
+      }
+    }
+  }
+}
+
 TEST(CudaFusedCrossEntropy, AllIgnoredAndBadTargets) {
   REQUIRE_GPU();
   const Tensor x = dev(randn({4, 7}, kFloat32, Generator(5)));

@@ -156,6 +156,38 @@ TEST(CudaReduce, VectorLoadsWithUnalignedHeadsAndRaggedTails) {
   expect_equal(argmax(tail_d), argmax(tail), "argmax long unaligned row");
 }
 
+// Note [Vector loads in column reductions]: a column sum takes 16-byte vectors when the matrix is
+// aligned and the scalar kernel otherwise, with the same bits either way (the bias gradient of a
+// linear layer must not depend on where the allocator put its input).
+TEST(CudaReduce, ColumnSumsAlignedAndUnalignedGiveTheSameBits) {
+  REQUIRE_GPU();
+  for (DType dt : {kBFloat16, kFloat16, kFloat32, kFloat64}) {
+    for (int64_t rows : {1, 5, 64, 8192}) {
+      for (int64_t cols : {8, 24, 768, 3072}) {
+        const std::string what =
+            std::string(dtype_name(dt)) + " " + std::to_string(rows) + "x" + std::to_string(cols);
+        const Tensor x = randn({rows, cols}).to(dt);
+        const Tensor flat = dev(x).reshape({-1});
+        // The same values aligned (a fresh allocation) and one element off the 16-byte boundary.
+        const Tensor buf = empty({rows * cols + 1}, TensorOptions(dt).with_device(kCuda));
+        buf.narrow(0, 1, rows * cols).copy_(flat);
+        const Tensor aligned = flat.view({rows, cols});
+        const Tensor shifted = as_strided(buf, {rows, cols}, {cols, 1}, 1);
+        const Tensor a = host(sum(aligned, IntArrayRef{0}, false, kFloat32));
+        const Tensor b = host(sum(shifted, IntArrayRef{0}, false, kFloat32));
+        EXPECT_TRUE(same_bits(a, b)) << what;
+        const Tensor want = sum(x.to(kFloat64), IntArrayRef{0});
+        EXPECT_TRUE(allclose(a.to(kFloat64), want, 1e-4, 1e-3)) << what;
+        // The dtype's own sum (a 16-bit result) and the mean take the same path.
+        expect_close(sum(aligned, IntArrayRef{0}), sum(x.to(kFloat32), IntArrayRef{0}).to(dt),
+                     dt == kBFloat16 ? 2e-2 : 2e-3, 2e-2, "sum " + what);
+        expect_close(mean(aligned, IntArrayRef{0}).to(kFloat64),
+                     mean(x.to(kFloat64), IntArrayRef{0}), 1e-2, 1e-3, "mean " + what);
+      }
+    }
+  }
+}
+
 TEST(CudaReduce, TiesIntegersAndFlags) {
   REQUIRE_GPU();
   // Integer values with many ties: argmax/argmin and max.dim pick the first, as the CPU.

@@ -6,7 +6,9 @@
 # 2. the same after a SIGKILL, resumed from the last periodic checkpoint;
 # 3. --grad-accum 2 with --batch 8 has the steps and the losses of --batch 16 (to float rounding);
 # 4. --activation-checkpointing trains to bit-identical parameters;
-# 5. a checkpoint refuses a resume with another --grad-accum.
+# 5. a checkpoint refuses a resume with another --grad-accum;
+# 6. --precision f16 checkpoints its loss scaler (scale, growth tracker): stopped at 7 and resumed,
+#    bit-identical to the uninterrupted run; a bf16 run refuses the f16 checkpoint.
 # usage: train_gpt_resume.sh LOOM_BINARY
 set -euo pipefail
 loom=$1
@@ -73,4 +75,15 @@ echo "--activation-checkpointing: bit-identical parameters"
 # 5. Another --grad-accum does not fit the checkpoint.
 rc=0; out=$("$loom" "${common[@]}" --batch 8 --checkpoint-dir "$tmp/ckb" --resume 2>&1) || rc=$?
 [[ $rc -eq 1 ]] && grep -qF "config.grad_accum" <<< "$out" || { echo "FAIL: resumed with another --grad-accum"; echo "$out"; exit 1; }
+# 6. float16 with dynamic loss scaling: the scaler's state travels in the checkpoint.
+f16=(--batch 8 --precision f16)
+run 3 "$tmp/f.log" "${f16[@]}" --max-steps 20 --save-final "$tmp/f"
+run 3 "$tmp/g1.log" "${f16[@]}" --max-steps 7 --checkpoint-dir "$tmp/ckg"
+grep -q '"_growth_tracker": 7' "$tmp/ckg/step-000000007.json" || {
+  echo "FAIL: no loss scaler state in the checkpoint"; cat "$tmp/ckg/step-000000007.json"; exit 1; }
+run 3 "$tmp/g2.log" "${f16[@]}" --max-steps 13 --checkpoint-dir "$tmp/ckg" --resume --save-final "$tmp/g"
+cmp "$tmp/f/model.safetensors" "$tmp/g/model.safetensors" || { echo "FAIL: f16 parameters differ after resume"; exit 1; }
+rc=0; out=$("$loom" "${common[@]}" --batch 8 --precision bf16 --checkpoint-dir "$tmp/ckg" --resume 2>&1) || rc=$?
+[[ $rc -eq 1 ]] && grep -qF "config.precision" <<< "$out" || { echo "FAIL: bf16 resumed an f16 checkpoint"; echo "$out"; exit 1; }
+echo "--precision f16: the loss scaler resumes bit-identically"
 echo "train gpt resume OK"

@@ -120,6 +120,13 @@ TEST(Attention, StridedAndThreeDimensionalInputs) {
   ASSERT_FALSE(q.is_contiguous());
   expect_close(scaled_dot_product_attention(q, k, v, 0.0, true),
                attention_math(q, k, v, 0.0, true, 1.0 / std::sqrt(8.0)), 2e-5, "strided");
+  // Note [Attention layouts]: the output and the gradients come back with the heads inside the
+  // rows, as PyTorch's flash kernels return them.
+  auto [out, lse] = _flash_attention(q, k, v, true, 0.25);
+  EXPECT_EQ(out.strides().vec(), (std::vector<int64_t>{37 * 24, 8, 24, 1}));
+  EXPECT_TRUE(transpose(out, 1, 2).is_contiguous());
+  auto [dq, dk, dv] = _flash_attention_backward(out, q, k, v, out, lse, true, 0.25);
+  for (const Tensor& g : {dq, dk, dv}) EXPECT_TRUE(transpose(g, 1, 2).is_contiguous());
   const Tensor q3 = rnd({3, 9, 4}, kFloat32, 23), k3 = rnd({3, 11, 4}, kFloat32, 24),
                v3 = rnd({3, 11, 4}, kFloat32, 25);
   const Tensor y3 = scaled_dot_product_attention(q3, k3, v3);

@@ -66,6 +66,15 @@ Geometry geometry_of(const Tensor& q, const Tensor& k, const Tensor& v) {
   return g;
 }
 
+// A contiguous tensor to compute an output in: the output itself when contiguous, else a buffer
+// copied into it afterwards (Note [Attention layouts] in attention.cpp).
+Tensor contiguous_target(const Tensor& out) {
+  return out.is_contiguous() ? out : empty_tensor(out.sizes(), out.dtype(), out.device());
+}
+void copy_back(const Tensor& out, const Tensor& computed) {
+  if (!computed.is_same(out)) out.copy_(computed);
+}
+
 // q, k, v with a contiguous last dim (else a contiguous copy).
 Tensor last_dim_contiguous(const Tensor& t) {
   return t.stride(3) == 1 || t.size(3) == 1 ? t : t.contiguous();
@@ -134,12 +143,13 @@ void flash_attention_loop(const std::array<Tensor, 2>& outs, const Tensor& query
                v = last_dim_contiguous(value);
   const Geometry g = geometry_of(q, k, v);
   if (g.b * g.h * g.tq == 0) return;
+  const Tensor out = contiguous_target(outs[0]);
   LOOM_DISPATCH_FLOAT_TYPES(q.dtype(), "_flash_attention", [&] {
     using A = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = k.data_ptr<scalar_t>();
     const scalar_t* vp = v.data_ptr<scalar_t>();
-    scalar_t* op = outs[0].data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
     A* lp = outs[1].data_ptr<A>();
     parallel_for(0, g.b * g.h, 1, [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
@@ -151,6 +161,7 @@ void flash_attention_loop(const std::array<Tensor, 2>& outs, const Tensor& query
       }
     });
   });
+  copy_back(outs[0], out);
 }
 
 template <class T, class A>
@@ -238,6 +249,8 @@ void flash_attention_backward_loop(const std::array<Tensor, 3>& grads, const Ten
   const Tensor go = grad_out.contiguous(), o = out.contiguous(), ls = lse.contiguous();
   const Geometry g = geometry_of(q, k, v);
   if (g.b * g.h == 0 || (g.tq == 0 && g.tk == 0)) return;
+  const Tensor gq = contiguous_target(grads[0]), gk = contiguous_target(grads[1]),
+               gv = contiguous_target(grads[2]);
   LOOM_DISPATCH_FLOAT_TYPES(q.dtype(), "_flash_attention_backward", [&] {
     using A = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
     const scalar_t* qp = q.data_ptr<scalar_t>();
@@ -246,9 +259,9 @@ void flash_attention_backward_loop(const std::array<Tensor, 3>& grads, const Ten
     const scalar_t* gp = go.data_ptr<scalar_t>();
     const scalar_t* opp = o.data_ptr<scalar_t>();
     const A* lp = ls.data_ptr<A>();
-    scalar_t* dq = grads[0].data_ptr<scalar_t>();
-    scalar_t* dk = grads[1].data_ptr<scalar_t>();
-    scalar_t* dv = grads[2].data_ptr<scalar_t>();
+    scalar_t* dq = gq.data_ptr<scalar_t>();
+    scalar_t* dk = gk.data_ptr<scalar_t>();
+    scalar_t* dv = gv.data_ptr<scalar_t>();
     parallel_for(0, g.b * g.h, 1, [&](int64_t begin, int64_t end) {
       for (int64_t bh = begin; bh < end; ++bh) {
         const int64_t bi = bh / g.h, hi = bh % g.h;
@@ -260,6 +273,9 @@ void flash_attention_backward_loop(const std::array<Tensor, 3>& grads, const Ten
       }
     });
   });
+  copy_back(grads[0], gq);
+  copy_back(grads[1], gk);
+  copy_back(grads[2], gv);
 }
 
 }  // namespace

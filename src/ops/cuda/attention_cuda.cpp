@@ -61,15 +61,34 @@ cuda_ops::AttentionArgs prepare(const char* op, Tensor& q, Tensor& k, Tensor& v,
   return a;
 }
 
+void set_strides(int64_t (&dst)[3], const Tensor& t) {
+  for (int i = 0; i < 3; ++i) dst[i] = t.stride(i);
+}
+
+// Whether the kernels can read or write t in place: a dense last dim, 16-byte aligned, strides
+// multiples of 8 elements (else the caller copies it to contiguous memory).
+bool kernel_layout(const Tensor& t) {
+  if (!last_dim_dense(t) || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  for (int i = 0; i < 3; ++i)
+    if (t.stride(i) % 8 != 0) return false;
+  return true;
+}
+
 void flash_attention_loop(const std::array<Tensor, 2>& outs, const Tensor& query, const Tensor& key,
                           const Tensor& value, bool is_causal, double scale) {
   constexpr const char* name = "loom::_flash_attention";
   Tensor q = query, k = key, v = value;
-  const cuda_ops::AttentionArgs a = prepare(name, q, k, v, is_causal, scale);
+  cuda_ops::AttentionArgs a = prepare(name, q, k, v, is_causal, scale);
+  // The output's layout (Note [Attention layouts] in attention.cpp): written in place when the
+  // kernel can, else through a contiguous buffer.
+  const bool direct = kernel_layout(outs[0]);
+  const Tensor o = direct ? outs[0] : empty_tensor(outs[0].sizes(), outs[0].dtype(), q.device());
+  set_strides(a.o_stride, o);
   cuda_ops::check_launch(
-      cuda_ops::launch_flash_attention(cuda_ops::code_of(q.dtype()), a, outs[0].data_ptr(),
+      cuda_ops::launch_flash_attention(cuda_ops::code_of(q.dtype()), a, o.data_ptr(),
                                        outs[1].data_ptr<float>(), cuda_ops::stream_of(q)),
       name);
+  if (!direct) outs[0].copy_(o);
 }
 
 void flash_attention_backward_loop(const std::array<Tensor, 3>& grads, const Tensor& grad_out,
@@ -78,16 +97,31 @@ void flash_attention_backward_loop(const std::array<Tensor, 3>& grads, const Ten
                                    double scale) {
   constexpr const char* name = "loom::_flash_attention_backward";
   Tensor q = query, k = key, v = value;
-  const cuda_ops::AttentionArgs a = prepare(name, q, k, v, is_causal, scale);
-  const Tensor go = grad_out.contiguous(), o = out.contiguous(), ls = lse.contiguous();
+  cuda_ops::AttentionArgs a = prepare(name, q, k, v, is_causal, scale);
+  // grad_out and out are read at their strides, the gradients written at theirs (Note [Attention
+  // layouts]); what the kernels cannot take in place goes through contiguous memory.
+  const Tensor go = kernel_layout(grad_out) ? grad_out : grad_out.contiguous();
+  const Tensor o = kernel_layout(out) ? out : out.contiguous();
+  const Tensor ls = lse.contiguous();
+  std::array<Tensor, 3> g;
+  for (size_t i = 0; i < 3; ++i)
+    g[i] = kernel_layout(grads[i]) ? grads[i]
+                                   : empty_tensor(grads[i].sizes(), grads[i].dtype(), q.device());
+  set_strides(a.o_stride, o);
+  set_strides(a.go_stride, go);
+  set_strides(a.dq_stride, g[0]);
+  set_strides(a.dk_stride, g[1]);
+  set_strides(a.dv_stride, g[2]);
   const size_t bytes = cuda_ops::flash_attention_backward_workspace_bytes(a);
   const Tensor workspace =
       empty_tensor({static_cast<int64_t>(bytes / sizeof(float))}, kFloat32, q.device());
   cuda_ops::check_launch(cuda_ops::launch_flash_attention_backward(
                              cuda_ops::code_of(q.dtype()), a, go.data_ptr(), o.data_ptr(),
-                             ls.data_ptr<float>(), grads[0].data_ptr(), grads[1].data_ptr(),
-                             grads[2].data_ptr(), workspace.data_ptr(), cuda_ops::stream_of(q)),
+                             ls.data_ptr<float>(), g[0].data_ptr(), g[1].data_ptr(),
+                             g[2].data_ptr(), workspace.data_ptr(), cuda_ops::stream_of(q)),
                          name);
+  for (size_t i = 0; i < 3; ++i)
+    if (!g[i].is_same(grads[i])) grads[i].copy_(g[i]);
 }
 
 }  // namespace

@@ -323,7 +323,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the next iteration's prefetch overwrites this buffer
   }
 
-  uint16_t* ob = out + bh * a.tq * kD;
+  uint16_t* ob = out + bi * a.o_stride[0] + hi * a.o_stride[1];
+  const int64_t os = a.o_stride[2];
 #pragma unroll
   for (int mi = 0; mi < kM; ++mi) {
     const float l0 = quad_sum(l[mi][0]), l1 = quad_sum(l[mi][1]);
@@ -333,10 +334,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < kD / 8; ++i) {
       const int col = i * 8 + 2 * t;
       if (row_a < a.tq)
-        *reinterpret_cast<uint32_t*>(ob + row_a * kD + col) =
+        *reinterpret_cast<uint32_t*>(ob + row_a * os + col) =
             pack2<kBf16>(o[mi][i][0] * inv0, o[mi][i][1] * inv0);
       if (row_b < a.tq)
-        *reinterpret_cast<uint32_t*>(ob + row_b * kD + col) =
+        *reinterpret_cast<uint32_t*>(ob + row_b * os + col) =
             pack2<kBf16>(o[mi][i][2] * inv1, o[mi][i][3] * inv1);
     }
     if (t == 0) {
@@ -363,27 +364,50 @@ constexpr size_t bwd_smem_bytes() {
          static_cast<size_t>(kTile) * (kBq + 8) * sizeof(uint16_t) + 2 * kBq * sizeof(float);
 }
 
+// The element offset of row `row` (a flat index over (batch, head, row)) at strides s.
+__device__ __forceinline__ int64_t row_offset(const AttentionArgs& a, const int64_t* s, int64_t row,
+                                              int64_t len) {
+  const int64_t bh = row / len, i = row - bh * len, bi = bh / a.h, hi = bh - bi * a.h;
+  return bi * s[0] + hi * s[1] + i * s[2];
+}
+
 // delta_i = sum_d dO_id O_id per row, and dq_acc zeroed; one warp per row.
 template <bool kBf16>
-__global__ void flash_bwd_prologue(const uint16_t* go, const uint16_t* o, float* delta,
-                                   float* dq_acc, int64_t rows, int d) {
+__global__ void flash_bwd_prologue(AttentionArgs a, const uint16_t* go, const uint16_t* o,
+                                   float* delta, float* dq_acc, int64_t rows, int d) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
+  const uint16_t* gr = go + row_offset(a, a.go_stride, row, a.tq);
+  const uint16_t* orow = o + row_offset(a, a.o_stride, row, a.tq);
   float s = 0.0f;
   for (int c = lane; c < d; c += 32) {
-    s += to_float<kBf16>(go[row * d + c]) * to_float<kBf16>(o[row * d + c]);
+    s += to_float<kBf16>(gr[c]) * to_float<kBf16>(orow[c]);
     dq_acc[row * d + c] = 0.0f;
   }
   for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (lane == 0) delta[row] = s;
 }
 
-template <bool kBf16>
-__global__ void flash_bwd_epilogue(const float* dq_acc, uint16_t* dq, int64_t n) {
+// dq from its float accumulator (rows x kD, contiguous) at dq's strides, eight columns a thread.
+template <bool kBf16, int kD>
+__global__ void flash_bwd_epilogue(AttentionArgs a, const float* dq_acc, uint16_t* dq,
+                                   int64_t rows) {
+  constexpr int kPer = kD / 8;
+  const int64_t n = rows * kPer;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dq[i] = from_float<kBf16>(dq_acc[i]);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / kPer;
+    const int c = static_cast<int>(i - row * kPer) * 8;
+    const float4 x0 = *reinterpret_cast<const float4*>(dq_acc + row * kD + c);
+    const float4 x1 = *reinterpret_cast<const float4*>(dq_acc + row * kD + c + 4);
+    uint4 o;
+    o.x = pack2<kBf16>(x0.x, x0.y);
+    o.y = pack2<kBf16>(x0.z, x0.w);
+    o.z = pack2<kBf16>(x1.x, x1.y);
+    o.w = pack2<kBf16>(x1.z, x1.w);
+    *reinterpret_cast<uint4*>(dq + row_offset(a, a.dq_stride, row, a.tq) + c) = o;
+  }
 }
 
 template <bool kBf16, int kD, bool kCausal>
@@ -409,7 +433,7 @@ __global__ void __launch_bounds__(kThreads)
   const uint16_t* q = static_cast<const uint16_t*>(a.q) + bi * a.q_stride[0] + hi * a.q_stride[1];
   const uint16_t* k = static_cast<const uint16_t*>(a.k) + bi * a.k_stride[0] + hi * a.k_stride[1];
   const uint16_t* v = static_cast<const uint16_t*>(a.v) + bi * a.v_stride[0] + hi * a.v_stride[1];
-  const uint16_t* go = grad_out + bh * a.tq * kD;
+  const uint16_t* go = grad_out + bi * a.go_stride[0] + hi * a.go_stride[1];
   const float* lse_b = lse + bh * a.tq;
   const float* delta_b = delta + bh * a.tq;
   float* dqa_b = dq_acc + bh * a.tq * kD;
@@ -430,7 +454,7 @@ __global__ void __launch_bounds__(kThreads)
   const int rg = warp % kRowGroups, dpart = warp / kRowGroups;
   for (int64_t i0 = kCausal ? (k0 / kBq) * kBq : 0; i0 < a.tq; i0 += kBq) {
     load_tile<kBq, kD>(sq, q, a.q_stride[2], i0, a.tq);
-    load_tile<kBq, kD>(sdo, go, kD, i0, a.tq);
+    load_tile<kBq, kD>(sdo, go, a.go_stride[2], i0, a.tq);
     cp_async_commit();
     for (int r = threadIdx.x; r < kBq; r += kThreads) {
       const int64_t i = i0 + r;
@@ -568,20 +592,21 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // the next tile overwrites sq, sdo and sds
   }
-  uint16_t* dkb = dk_out + bh * a.tk * kD;
-  uint16_t* dvb = dv_out + bh * a.tk * kD;
+  uint16_t* dkb = dk_out + bi * a.dk_stride[0] + hi * a.dk_stride[1];
+  uint16_t* dvb = dv_out + bi * a.dv_stride[0] + hi * a.dv_stride[1];
+  const int64_t dks = a.dk_stride[2], dvs = a.dv_stride[2];
 #pragma unroll
   for (int i = 0; i < kD / 8; ++i) {
     const int col = i * 8 + 2 * t;
     if (key_a < a.tk) {
-      *reinterpret_cast<uint32_t*>(dkb + key_a * kD + col) =
+      *reinterpret_cast<uint32_t*>(dkb + key_a * dks + col) =
           pack2<kBf16>(dk[i][0] * a.scale, dk[i][1] * a.scale);
-      *reinterpret_cast<uint32_t*>(dvb + key_a * kD + col) = pack2<kBf16>(dv[i][0], dv[i][1]);
+      *reinterpret_cast<uint32_t*>(dvb + key_a * dvs + col) = pack2<kBf16>(dv[i][0], dv[i][1]);
     }
     if (key_b < a.tk) {
-      *reinterpret_cast<uint32_t*>(dkb + key_b * kD + col) =
+      *reinterpret_cast<uint32_t*>(dkb + key_b * dks + col) =
           pack2<kBf16>(dk[i][2] * a.scale, dk[i][3] * a.scale);
-      *reinterpret_cast<uint32_t*>(dvb + key_b * kD + col) = pack2<kBf16>(dv[i][2], dv[i][3]);
+      *reinterpret_cast<uint32_t*>(dvb + key_b * dvs + col) = pack2<kBf16>(dv[i][2], dv[i][3]);
     }
   }
 }
@@ -611,7 +636,7 @@ cudaError_t run_bwd(const AttentionArgs& a, const void* grad_out, const void* ou
   float* delta = dq_acc + rows * kD;
   if (rows > 0) {
     flash_bwd_prologue<kBf16><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
-        static_cast<const uint16_t*>(grad_out), static_cast<const uint16_t*>(out), delta, dq_acc,
+        a, static_cast<const uint16_t*>(grad_out), static_cast<const uint16_t*>(out), delta, dq_acc,
         rows, kD);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
@@ -629,9 +654,10 @@ cudaError_t run_bwd(const AttentionArgs& a, const void* grad_out, const void* ou
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (rows > 0) {
-    const int64_t n = rows * kD;
+    const int64_t n = rows * (kD / 8);
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4096));
-    flash_bwd_epilogue<kBf16><<<blocks, 256, 0, stream>>>(dq_acc, static_cast<uint16_t*>(dq), n);
+    flash_bwd_epilogue<kBf16, kD>
+        <<<blocks, 256, 0, stream>>>(a, dq_acc, static_cast<uint16_t*>(dq), rows);
     return cudaGetLastError();
   }
   return cudaSuccess;
@@ -675,7 +701,9 @@ bool flash_attention_supported(ScalarCode dt, const AttentionArgs& a) {
   for (const void* p : {a.q, a.k, a.v})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   for (int i = 0; i < 3; ++i)
-    if (a.q_stride[i] % 8 != 0 || a.k_stride[i] % 8 != 0 || a.v_stride[i] % 8 != 0) return false;
+    for (const int64_t* st : {a.q_stride, a.k_stride, a.v_stride, a.o_stride, a.go_stride,
+                              a.dq_stride, a.dk_stride, a.dv_stride})
+      if (st[i] % 8 != 0) return false;
   return a.b * a.h <= 65535;
 }
 

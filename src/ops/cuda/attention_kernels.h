@@ -12,19 +12,23 @@
 namespace loom::cuda_ops {
 
 // One attention problem: q (b, h, tq, d), k and v (b, h, tk, d) with element strides (batch, head,
-// row) and a contiguous last dim; out (b, h, tq, d) and lse (b, h, tq) contiguous.
+// row) and a contiguous last dim; out (b, h, tq, d) likewise with its own strides (the forward's
+// output, the backward's saved input), grad_out like out, dq, dk and dv like q, k and v; lse
+// (b, h, tq) contiguous.
 struct AttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t q_stride[3] = {}, k_stride[3] = {}, v_stride[3] = {};
+  int64_t o_stride[3] = {}, go_stride[3] = {};                      // out, grad_out
+  int64_t dq_stride[3] = {}, dk_stride[3] = {}, dv_stride[3] = {};  // the backward's outputs
   int64_t b = 0, h = 0, tq = 0, tk = 0, d = 0;
   bool causal = false;
   float scale = 1.0f;
 };
 
-// Whether the kernels take this problem: bfloat16 / float16, d in {32, 64, 128}, pointers 16-byte
-// aligned and strides multiples of 8 elements.
+// Whether the kernels take this problem: bfloat16 / float16, d in {32, 64, 128}, q, k, v 16-byte
+// aligned and every stride (out's and the backward's too) a multiple of 8 elements.
 bool flash_attention_supported(ScalarCode dt, const AttentionArgs& a);
 
 // Forward: out (dt) and lse (float32).
@@ -33,7 +37,7 @@ cudaError_t launch_flash_attention(ScalarCode dt, const AttentionArgs& a, void* 
 
 // Bytes of float workspace the backward needs (the dq accumulator and the row deltas).
 size_t flash_attention_backward_workspace_bytes(const AttentionArgs& a);
-// Backward: grad_out and out contiguous (b, h, tq, d); writes dq, dk, dv contiguous in dt.
+// Backward: writes dq, dk, dv (16-byte aligned) in dt, each at its strides.
 cudaError_t launch_flash_attention_backward(ScalarCode dt, const AttentionArgs& a,
                                             const void* grad_out, const void* out, const float* lse,
                                             void* dq, void* dk, void* dv, void* workspace,

@@ -49,6 +49,59 @@ __device__ __forceinline__ RowStats<A> combine_stats(const RowStats<A>& a, const
   return RowStats<A>{mm, rescaled(a, mm) + rescaled(b, mm), a.sx + b.sx};
 }
 
+// Note [Vectorised cross-entropy rows]
+//   A row of logits is read as 16-byte vectors (8 bfloat16): a scalar head up to the first 16-byte
+//   boundary, the vectors, a scalar tail. Each vector is folded at once: its maximum rescales the
+//   running sum at most once, then its exponentials are added. Element loads of 2 bytes kept the
+//   forward and backward at a quarter of the memory's bandwidth on GPT-2's 50304-wide rows.
+template <class T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+struct RowSpan {
+  int64_t head;     // elements before the first 16-byte boundary
+  int64_t vectors;  // whole vectors after them
+  int64_t tail;     // the first element after the vectors
+};
+
+template <class T>
+__device__ __forceinline__ RowSpan row_span(const T* row, int64_t v) {
+  const int64_t mis = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row) % 16);
+  int64_t head = mis == 0 ? 0 : (16 - mis) / static_cast<int64_t>(sizeof(T));
+  if (mis % static_cast<int64_t>(sizeof(T)) != 0 || head > v) head = v;  // never aligned: scalar
+  const int64_t vectors = (v - head) / kVec<T>;
+  return RowSpan{head, vectors, head + vectors * kVec<T>};
+}
+
+// Folds n logits into the running (max, sum of exp, sum): the sum is rescaled at most once, to the
+// largest of them; -inf adds nothing and a NaN makes the sum NaN.
+template <class A, class T>
+__device__ __forceinline__ void absorb(RowStats<A>& st, const T* x, int n) {
+  A xs[kVec<T>];
+  A mx = -INFINITY;
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e) {
+    if (e < n) {
+      xs[e] = convert<A>(x[e]);
+      st.sx += xs[e];
+      mx = xs[e] > mx ? xs[e] : mx;
+    }
+  }
+  if (mx > st.m) {
+    st.s = rescaled(st, mx);
+    st.m = mx;
+  }
+  if (st.m == A(-INFINITY)) {
+    // Nothing finite yet: only a NaN can still count.
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e)
+      if (e < n && xs[e] != xs[e]) st.s += xs[e];
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e)
+    if (e < n) st.s += exp_of(xs[e] - st.m);
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRowThreads)
     ce_forward_rows(const T* x, const int64_t* target, int64_t v, int64_t ignore, double smoothing,
@@ -58,16 +111,19 @@ __global__ void __launch_bounds__(kRowThreads)
   const T* row = x + i * v;
   const A neg_inf = -INFINITY;
   RowStats<A> st{neg_inf, A(0), A(0)};
-  for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
-    const A xc = convert<A>(row[c]);
-    st.sx += xc;
-    if (xc > st.m) {
-      st.s = rescaled(st, xc) + A(1);
-      st.m = xc;
-    } else if (xc != neg_inf) {
-      st.s += exp_of(xc - st.m);
-    }
+  const RowSpan span = row_span(row, v);
+  for (int64_t c = threadIdx.x; c < span.head; c += blockDim.x) absorb<A>(st, &row[c], 1);
+  // Note [Vectorised cross-entropy rows]: the body as 16-byte vectors, two in flight a thread.
+  using Vec = AlignedVector<T, kVec<T>>;
+  const Vec* body = reinterpret_cast<const Vec*>(row + span.head);
+  int64_t j = threadIdx.x;
+  for (; j + blockDim.x < span.vectors; j += 2 * blockDim.x) {
+    const Vec a = body[j], b = body[j + blockDim.x];
+    absorb<A>(st, a.val, kVec<T>);
+    absorb<A>(st, b.val, kVec<T>);
   }
+  for (; j < span.vectors; j += blockDim.x) absorb<A>(st, body[j].val, kVec<T>);
+  for (int64_t c = span.tail + threadIdx.x; c < v; c += blockDim.x) absorb<A>(st, &row[c], 1);
   LOOM_SHARED_ARRAY(RowStats<A>, smem, kRowThreads / 32);
   st = block_reduce_x(
       st, [](const RowStats<A>& a, const RowStats<A>& b) { return combine_stats(a, b); },
@@ -140,11 +196,29 @@ __global__ void __launch_bounds__(kRowThreads)
   const A on_target = static_cast<A>(1.0 - smoothing);
   const A uniform = static_cast<A>(smoothing / static_cast<double>(v));
   const A li = static_cast<A>(lse[i]);
-  for (int64_t c = threadIdx.x; c < v; c += blockDim.x) {
-    const A p = exp_of(convert<A>(row[c]) - li);
+  const auto grad_at = [&](T xc, int64_t c) {
+    const A p = exp_of(convert<A>(xc) - li);
     const A mass = c == t ? on_target + uniform : uniform;
-    out[c] = convert<T>((p - mass) * scale);
+    return convert<T>((p - mass) * scale);
+  };
+  const RowSpan span = row_span(row, v);
+  // Vectors only where the gradient row has the logits row's alignment (else element by element).
+  const bool vec = reinterpret_cast<uintptr_t>(out) % 16 == reinterpret_cast<uintptr_t>(row) % 16;
+  const int64_t head = vec ? span.head : v;
+  for (int64_t c = threadIdx.x; c < head; c += blockDim.x) out[c] = grad_at(row[c], c);
+  if (!vec) return;
+  using Vec = AlignedVector<T, kVec<T>>;
+  const Vec* body = reinterpret_cast<const Vec*>(row + span.head);
+  Vec* gbody = reinterpret_cast<Vec*>(out + span.head);
+  for (int64_t j = threadIdx.x; j < span.vectors; j += blockDim.x) {
+    const Vec a = body[j];
+    Vec g;
+    const int64_t c0 = span.head + j * kVec<T>;
+#pragma unroll
+    for (int e = 0; e < kVec<T>; ++e) g.val[e] = grad_at(a.val[e], c0 + e);
+    gbody[j] = g;
   }
+  for (int64_t c = span.tail + threadIdx.x; c < v; c += blockDim.x) out[c] = grad_at(row[c], c);
 }
 
 }  // namespace

@@ -17,8 +17,10 @@ Tensor checked_indices(const char* name, const Tensor& index, int64_t limit,
   Tensor first = empty_tensor({1}, kInt64, idx.device());
   const auto* p = static_cast<const int64_t*>(idx.data_ptr());
   auto* fp = static_cast<unsigned long long*>(first.data_ptr());
+  // "No bad position yet": all ones (a memset, not a copy from pageable host memory, which would
+  // hold the host until the stream reached it).
   const unsigned long long none = static_cast<unsigned long long>(n);
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(fp, &none, sizeof(none), cudaMemcpyHostToDevice, stream), name);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(fp, 0xFF, sizeof(unsigned long long), stream), name);
   check_launch(
       launch_find_bad_index(p, n, limit, ignore.has_value(), ignore.value_or(0), fp, stream), name);
   unsigned long long pos = 0;
