@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "autograd/autograd_meta.h"
+#include "loom/autocast.h"
 #include "loom/autograd.h"
 #include "loom/error.h"
 #include "loom/generator.h"
@@ -496,6 +497,9 @@ bool capture_joint(const Graph& g, const std::vector<Tensor>& inputs,
   Graph joint;
   const GeneratorState rng = default_generator().state();
   try {
+    // Note [Joint graph]: autocast off, as an eager backward runs.
+    AutocastGuard no_cpu_autocast(DeviceType::CPU, autocast_dtype(DeviceType::CPU), false);
+    AutocastGuard no_cuda_autocast(DeviceType::CUDA, autocast_dtype(DeviceType::CUDA), false);
     Capture cap(capture_in, passes.decompose);
     autograd::AutoGradMode grad_on(true);
     std::vector<Tensor> results;

@@ -9,7 +9,11 @@
 //   capture, where the tangents (one per result that requires grad) are inputs of the capture.
 //   The backward formulas call operators through the dispatcher, so the capture records them too:
 //   one graph whose inputs are the function's inputs and the tangents, and whose results are the
-//   function's results and the gradients.
+//   function's results and the gradients. The capture runs with autocast off: the captured graph
+//   already holds autocast's casts, and the backward formulas run as an eager backward does after
+//   the user's autocast region has closed (torch.autocast's advice), so the joint graph has the
+//   eager step's casts and no more (with autocast on, a bias gradient's sum took autocast's
+//   float32 policy and came back to bfloat16 through two extra casts).
 //
 //   The partition splits it in two. The forward graph computes the results and the tensors the
 //   backward needs (the saved tensors); the backward graph takes those and the tangents and

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/autocast.h"
 #include "loom/autograd.h"
 #include "loom/compile.h"
 #include "loom/config.h"
@@ -84,6 +85,46 @@ TEST(Joint, MatrixProductsAreSavedAndParametersAccumulate) {
   EXPECT_NE(line.find("saves 2 tensor(s) (384 B: loom::relu, loom::transpose)"), std::string::npos)
       << line;
   EXPECT_NE(line.find("recomputes 0 node(s)"), std::string::npos) << line;
+}
+
+// Under autocast the joint graph's backward runs as an eager backward after the autocast region
+// (Note [Joint graph]): the gradients are eager's bit for bit, and the backward casts are eager's
+// four (the float32 loss's gradient to bfloat16, then x's, w's and b's gradients to float32).
+// With autocast on during the capture, the bias gradient's sum took the float32 policy and came
+// back through two more casts.
+TEST(Joint, UnderAutocastTheBackwardHasTheEagerCasts) {
+  const Tensor w = randn({8, 16}).requires_grad_(true), b = randn({8}).requires_grad_(true);
+  const Tensor w2 = w.detach().clone().requires_grad_(true),
+               b2 = b.detach().clone().requires_grad_(true);
+  auto body = [](const Tensor& x, const Tensor& w_, const Tensor& b_) {
+    return sum(linear(x, w_, b_));  // _linear in bfloat16, sum in float32
+  };
+  CompiledFunction f = compile([&](const Tensors& in) -> Tensors { return {body(in[0], w, b)}; },
+                               {.backend = CompileBackend::Aot, .name = "autocast linear"});
+  for (int call = 0; call < 3; ++call) {
+    const Tensor x = randn({4, 16}).requires_grad_(true);
+    const Tensor x2 = x.detach().clone().requires_grad_(true);
+    Tensor got, want;
+    {
+      AutocastGuard autocast(DeviceType::CPU, kBFloat16);
+      got = f({x})[0];
+      want = body(x2, w2, b2);
+    }
+    got.backward();
+    want.backward();
+    const std::string when = " after call " + std::to_string(call);
+    expect_equal(got, want, "value" + when);
+    expect_equal(x.grad(), x2.grad(), "x.grad" + when);
+    expect_equal(w.grad(), w2.grad(), "w.grad" + when);
+    expect_equal(b.grad(), b2.grad(), "b.grad" + when);
+    EXPECT_EQ(x.grad().dtype(), kFloat32);
+  }
+  const CompileReport r = f.report();
+  const GraphInfo& g = r.graphs.at(0);
+  EXPECT_EQ(g.op_counts.at("loom::_to_copy (backward)"), 4) << g.code;
+  EXPECT_EQ(g.code.find("float32)  # float32 [1, 8]"), std::string::npos)
+      << "the bias gradient was summed in float32:\n"
+      << g.code;
 }
 
 TEST(Joint, SavedTensorsWrittenInPlaceAndSecondBackwardsAreErrors) {

@@ -91,7 +91,8 @@ TEST_F(ResumeValidation, OptimizerHyperparametersOutOfRange) {
   train_until_step_11();
   tamper([](Json& s) { s.at("optimizer").set("param_groups.0.beta1", 2.0); });
   const std::string m = resume_error();
-  EXPECT_CONTAINS(m, "step-000000011.json: the optimizer or scheduler state is invalid");
+  EXPECT_CONTAINS(m,
+                  "step-000000011.json: the optimizer, scheduler or loss scaler state is invalid");
   EXPECT_CONTAINS(
       m, "param_groups.0: invalid beta parameter at index 0: beta1 = 2 (expected in [0, 1))");
   tamper([](Json& s) { s.at("optimizer").set("param_groups.0.eps", -1.0); });
