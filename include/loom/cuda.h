@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,15 @@ LOOM_API bool graph_set_copy(const RecordedGraph& g, void* node, const void* src
 
 // What `loom info` prints: one line per device, then driver, runtime and libraries found.
 LOOM_API std::vector<std::string> describe();
+
+// The device checks of index values (Note [Device index checks] in src/ops/cuda/index_check.h):
+// how many ran on the device (one host round trip each) and how many passed from the record of an
+// earlier check of the same unchanged indices (Note [Remembered index checks]); zeros without CUDA.
+struct IndexCheckCounts {
+  int64_t device_checks = 0;
+  int64_t remembered = 0;
+};
+LOOM_API IndexCheckCounts index_check_counts();
 
 namespace detail {
 // The CUDA runtime's DeviceInterface (loom/device_interface.h) when this build has the CUDA backend

@@ -218,9 +218,12 @@ Tensor Gpt::forward(const Tensor& idx) {
   const int64_t t = idx.size(1);
   LOOM_CHECK(t <= config_.block_size, "[GPT] a sequence of ", t,
              " tokens is longer than the model's block_size ", config_.block_size);
-  const Tensor pos = arange(t, TensorOptions(kInt64).with_device(idx.device()));
   drop_->train(is_training());
-  Tensor x = drop_->forward(add(wte_->forward(idx), wpe_->forward(pos)));
+  // Positions 0..t-1 are the first t rows of wpe: a view of the weight rather than an embedding of
+  // arange(t) (the same values and gradient, without a fresh index tensor to check on the device
+  // each step: Note [Device index checks]).
+  const Tensor pos_emb = narrow(wpe_->weight(), 0, 0, t);
+  Tensor x = drop_->forward(add(wte_->forward(idx), pos_emb));
   x = ln_f_->forward(h_->forward(x));
   // The tied head as a linear layer (nanoGPT's lm_head): the weight is read in its own layout, so
   // the autocast cast is a flat copy and its gradient comes out contiguous (no transposed copies).

@@ -511,5 +511,45 @@ TEST(CudaIndex, BadIndicesAreTypedErrorsAndWriteNothing) {
   EXPECT_TRUE(equal(host(self), zeros({3, 3})));
 }
 
+// Note [Remembered index checks]: a check that passed is not run again for the same unchanged
+// indices (the embedding's backward after its forward, a batch used twice), but a write to them, a
+// larger bound's check or other indices at the same address are checked on the device again.
+TEST(CudaIndex, PassedChecksAreRememberedUntilTheIndicesChange) {
+  REQUIRE_GPU();
+  const Tensor w = dev(randn({6, 4}));
+  Tensor idx = dev(longs_of({0, 5, 2, 5}));
+  auto counts = [] { return cuda::index_check_counts(); };
+  const cuda::IndexCheckCounts c0 = counts();
+  const Tensor e = embedding(w, idx);
+  const cuda::IndexCheckCounts c1 = counts();
+  EXPECT_EQ(c1.device_checks, c0.device_checks + 1);
+  // The backward of the same indices against the same bound, and the forward again.
+  const Tensor g = embedding_dense_backward(dev(ones({4, 4})), idx, 6, -1);
+  EXPECT_TRUE(equal(host(embedding(w, idx)), host(e)));
+  const cuda::IndexCheckCounts c2 = counts();
+  EXPECT_EQ(c2.device_checks, c1.device_checks);
+  EXPECT_EQ(c2.remembered, c1.remembered + 2);
+  EXPECT_TRUE(equal(host(g).select(0, 5), full({4}, 2.0)));
+  // A smaller bound is a new check, and fails.
+  EXPECT_NE(error_of<IndexError>([&] {
+              index_select(dev(randn({5, 4})), 0, idx);
+            }).find("index 5 is out of range for dimension 0 with size 5"),
+            std::string::npos);
+  // A write bumps the version: the bad value is found.
+  idx.fill_(Scalar(int64_t{6}));
+  EXPECT_NE(error_of<IndexError>([&] { embedding(w, idx); }).find("[embedding] index 6"),
+            std::string::npos);
+  // A view of other elements of the checked storage is checked itself.
+  const Tensor all = dev(longs_of({1, 2, 9}));
+  const Tensor head = all.narrow(0, 0, 2);
+  embedding(w, head);
+  EXPECT_THROW(embedding(w, all), IndexError);
+  // Fresh indices after the checked ones were freed (the allocator may hand out the same memory).
+  for (int i = 0; i < 3; ++i) {
+    embedding(w, dev(longs_of({1, 2, 3})));
+    EXPECT_THROW(embedding(w, dev(longs_of({1, 2, 7}))), IndexError) << "round " << i;
+  }
+}
+
 }  // namespace
 }  // namespace loom

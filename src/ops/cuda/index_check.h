@@ -10,6 +10,19 @@
 //   embedding, embedding_dense_backward, gather, scatter*, nll_loss*). A failed check leaves the
 //   outputs and, for in-place scatters, self untouched. The price is one host round trip per call;
 //   device-side asserts would avoid it but end the process instead of throwing.
+//
+// Note [Remembered index checks]
+//   The same indices are often checked more than once: a GPT step checks its token ids in the
+//   embedding and again in the embedding's backward, its targets in the loss and its backward, and
+//   a benchmark or an evaluation loop reuses one batch. A check that passed is remembered (the last
+//   kRememberedChecks of them, for index tensors of at most kRememberedMaxNumel elements) by the
+//   tensor's storage, which the record holds so that its address cannot be reused, the storage's
+//   version counter, the data pointer, offset, sizes, strides and dtype, and the bound it was
+//   checked against; a later check of the same view at the same version against the same or a
+//   larger bound (and the same ignore value, or none) passes without the device pass or the round
+//   trip. Every write through an operator bumps the version (as autograd's saved tensors rely on),
+//   so a write forgets the record. A record whose storage nobody else holds is dropped at the next
+//   check, so the memory it would keep alive is at most the few small index tensors still in use.
 #pragma once
 
 #include <functional>
