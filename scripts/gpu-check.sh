@@ -30,6 +30,8 @@ if [ "${1:-}" = "--no-sanitizer" ]; then sanitizer=0; shift; fi
   echo "build status $status in $(( $(date +%s) - start )) s"
   if [ $status -ne 0 ]; then grep -E -A25 'FAILED|error' "$out/build.log" | head -80; fi
   echo "== loom info"; "$build/loom" info 2>&1 | head -20
+  echo "== loom topo (GPUs and NVLinks through NVML)"; "$build/loom" topo 2>&1 | tee "$out/topo.txt" | tail -25
+  "$build/loom" topo --xml --out "$out/topo.xml"
   echo "== loom info --cuda-check"; "$build/loom" info --cuda-check; echo "status $?"
   echo "== loom ops --missing cuda"; "$build/loom" ops --missing cuda | tail -5
   if [ "$tests" = ON ]; then
