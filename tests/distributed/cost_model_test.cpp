@@ -1,0 +1,157 @@
+// The collective cost model (Note [Collective cost model] in loom/distributed/cost_model.h):
+// predictions against the formulas computed by hand for chosen constants, the link classes a
+// cluster of two hosts gives each algorithm, defaults, and the calibration file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "loom/config.h"
+#include "loom/distributed/cost_model.h"
+#include "temp_dir.h"
+
+namespace loom::dist {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+HostTopology one_host() {
+  HostTopology h;
+  h.hostname = "h";
+  h.host_id = "h:boot";
+  return h;
+}
+
+// alpha 1 us, beta 1 ns/B, gamma 0.5 ns/B on shared memory; the network 10 us, 4 ns/B a stream,
+// 1 ns/B in all.
+CostModel hand_model() {
+  CostModel m = CostModel::defaults(one_host());
+  m.link(LinkClass::SharedNuma) = {1e-6, 1e-9, 0, "test"};
+  m.link(LinkClass::NetworkTcp) = {10e-6, 4e-9, 1e-9, "test"};
+  m.gamma = 0.5e-9;
+  return m;
+}
+
+const Prediction& find(const std::vector<Prediction>& all, const std::string& algo,
+                       int channels = 1) {
+  for (const Prediction& p : all)
+    if (p.algo == algo && p.channels == channels) return p;
+  throw std::runtime_error("no prediction for " + algo);
+}
+
+PredictOptions one_chunk() {
+  PredictOptions o;
+  o.chunks = {512 << 10};
+  o.channels = {1, 2};
+  return o;
+}
+
+// By hand, for 4 MiB on 4 ranks with 512 KiB pieces: a 1 MiB block is 2 pieces, so
+//   x_r(1 MiB) = 2a + 1 MiB x max(b, g) + 512 KiB x min(b, g) = 2e-6 + 1.048576e-3 + 2.62144e-4
+//   x(1 MiB)   = 2a + 1 MiB x b                               = 2e-6 + 1.048576e-3
+//   ring = 3 x (x_r + x) = 7.089888e-3 s
+//   rhd  = x_r(2 MiB) + x(2 MiB) + x_r(1 MiB) + x(1 MiB)
+//        = (4e-6 + 2.097152e-3 + 2.62144e-4) + (4e-6 + 2.097152e-3) + 2.363296e-3 = 6.827744e-3 s
+TEST(CostModel, AllreduceFormulasOnOneHost) {
+  const CostModel m = hand_model();
+  const ClusterTopology c = synthetic_cluster(one_host(), 4, 1);
+  const std::vector<Prediction> all = predict(m, c, Collective::Allreduce, 4 * kMiB, one_chunk());
+  EXPECT_NEAR(find(all, "ring").seconds, 7.089888e-3, 1e-12);
+  EXPECT_NEAR(find(all, "rhd").seconds, 6.827744e-3, 1e-12);
+  EXPECT_EQ(find(all, "ring").link, "shm, same NUMA node");
+  // One shot: 3 x (a + 4 MiB x b) + 3 x 4 MiB x g.
+  EXPECT_NEAR(find(all, "oneshot").seconds, 3 * (1e-6 + 4194304e-9) + 3 * 4194304 * 0.5e-9, 1e-12);
+  // Tree of depth 2 (4 ranks): 8 pieces of 512 KiB: (2 x 2 + 8 - 1) x (a + 512 KiB x (2b + g)).
+  EXPECT_NEAR(find(all, "tree").seconds, 11 * (1e-6 + 524288 * 2.5e-9), 1e-12);
+  // Fastest first; on shared memory nothing offers channels.
+  EXPECT_EQ(all.front().algo, "rhd");
+  for (size_t k = 1; k < all.size(); ++k) EXPECT_LE(all[k - 1].seconds, all[k].seconds);
+  for (const Prediction& p : all) EXPECT_EQ(p.channels, 1);
+}
+
+// Five ranks fold one pair: rhd adds x_r(4 MiB) + x(4 MiB) = (8e-6 + 4.194304e-3 + 2.62144e-4) +
+// (8e-6 + 4.194304e-3); the binomial broadcast takes ceil(log2 5) = 3 rounds of x(4 MiB).
+TEST(CostModel, FoldsAndBinomialRounds) {
+  const CostModel m = hand_model();
+  const ClusterTopology c = synthetic_cluster(one_host(), 5, 1);
+  const auto all = predict(m, c, Collective::Allreduce, 4 * kMiB, one_chunk());
+  EXPECT_NEAR(find(all, "rhd").seconds, 6.827744e-3 + 8.666752e-3, 1e-12);
+  const auto bcast = predict(m, c, Collective::Broadcast, 4 * kMiB, one_chunk());
+  ASSERT_EQ(bcast.size(), 1u);
+  EXPECT_NEAR(bcast[0].seconds, 3 * (8e-6 + 4194304e-9), 1e-12);
+  EXPECT_EQ(bcast[0].formula, "3 x x(4 MiB)");
+  // Allgather and reduce-scatter of 5 MiB: 4 steps of a 1 MiB block.
+  const auto ag = predict(m, c, Collective::Allgather, 5 * kMiB, one_chunk());
+  EXPECT_NEAR(ag[0].seconds, 4 * (2e-6 + 1048576e-9), 1e-12);
+  const auto rs = predict(m, c, Collective::ReduceScatter, 5 * kMiB, one_chunk());
+  EXPECT_NEAR(rs[0].seconds, 4 * (2e-6 + 1048576e-9 + 524288 * 0.5e-9), 1e-12);
+}
+
+// Two hosts of two ranks: the ring has neighbours on the other host, so every step runs at the
+// network's pace; rhd crosses hosts only at distance 2 (ranks 0-2, 1-3) and stays on shared memory
+// at distance 1. Two channels make a network byte max(4/2, 1) = 2 ns.
+TEST(CostModel, LinksAcrossHostsDecideTheChoice) {
+  const CostModel m = hand_model();
+  const ClusterTopology c = synthetic_cluster(one_host(), 4, 2);
+  EXPECT_EQ(c.ranks[1].host, 0);
+  EXPECT_EQ(c.ranks[2].host, 1);
+  const auto all = predict(m, c, Collective::Allreduce, 4 * kMiB, one_chunk());
+  const Prediction& ring = find(all, "ring", 2);
+  EXPECT_EQ(ring.link, "tcp, between hosts");
+  // x_r(1 MiB) over the network with 2 channels: 2 x 10e-6 + 1 MiB x 2e-9 + 512 KiB x 0.5e-9.
+  const double xr = 20e-6 + 1048576 * 2e-9 + 524288 * 0.5e-9, x = 20e-6 + 1048576 * 2e-9;
+  EXPECT_NEAR(ring.seconds, 3 * (xr + x), 1e-12);
+  // rhd: the network level exchanges 2 MiB (4 pieces), the shared-memory level 1 MiB.
+  const double net = (40e-6 + 2097152 * 2e-9 + 524288 * 0.5e-9) + (40e-6 + 2097152 * 2e-9);
+  EXPECT_NEAR(find(all, "rhd", 2).seconds, net + 2.363296e-3, 1e-12);
+  EXPECT_GT(find(all, "rhd", 1).seconds, find(all, "rhd", 2).seconds);
+  EXPECT_EQ(all.front().algo, "rhd");
+}
+
+TEST(CostModel, OneRankMovesNothing) {
+  const auto all =
+      predict(hand_model(), synthetic_cluster(one_host(), 1, 1), Collective::Allreduce, kMiB);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].seconds, 0);
+  EXPECT_THROW(synthetic_cluster(one_host(), 2, 3), ValueError);
+}
+
+TEST(CostModel, DefaultsFollowTheHardware) {
+  HostTopology h = one_host();
+  const CostModel plain = CostModel::defaults(h);
+  EXPECT_NEAR(plain.link(LinkClass::SharedNuma).beta, 1 / 10e9, 1e-20);
+  EXPECT_NEAR(plain.link(LinkClass::NetworkTcp).beta_aggregate, 8 / 10e9, 1e-20);
+  h.memory_bandwidth_one_core = 40e9;  // read + write: 20 GB/s of copies
+  NetInterface nic;
+  nic.name = "eth0";
+  nic.kind = "ethernet";
+  nic.up = true;
+  nic.speed_mbps = 100000;
+  h.nics.push_back(nic);
+  const CostModel m = CostModel::defaults(h);
+  EXPECT_NEAR(m.link(LinkClass::SharedNuma).beta, 1 / 20e9, 1e-20);
+  EXPECT_NEAR(m.link(LinkClass::NetworkTcp).beta_aggregate, 8 / 100e9, 1e-20);
+  EXPECT_NE(m.link(LinkClass::NetworkTcp).source.find("fastest interface"), std::string::npos);
+}
+
+TEST(CostModel, CalibrationFileRoundTripsAndBadFilesAreDataErrors) {
+  testing::TempDir dir("loom-cost");
+  config::set("LOOM_CACHE_DIR", dir.path());
+  CostModel m = hand_model();
+  m.source = "calibrated";
+  EXPECT_EQ(CostModel::load_or_defaults(one_host()).source.rfind("defaults", 0), 0u);
+  m.save();
+  const CostModel back = CostModel::load_or_defaults(one_host());
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_EQ(CostModel::path_for("h:boot"), dir.path() + "/tune/h_boot.json");
+  Json bad = m.to_json();
+  bad.set("gamma", -1.0);
+  EXPECT_THROW(CostModel::from_json(bad), DataError);
+  bad = m.to_json();
+  bad.at("links").at("tcp_network").set("alpha", "slow");
+  EXPECT_THROW(CostModel::from_json(bad), DataError);
+  config::set("LOOM_CACHE_DIR", "");
+}
+
+}  // namespace
+}  // namespace loom::dist
