@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/export.h"
@@ -70,6 +71,11 @@ LOOM_API void set(const std::string& name, const std::string& value);
 LOOM_API uint64_t generation();
 // Every declared setting (and any name set() without a declaration), by name.
 LOOM_API std::vector<Entry> list();
+
+// LOOM_LOGS: the logs printed to stderr as things happen, a comma list of: recompiles, guards,
+// graph_breaks, output_code (the compiler), algo (the collectives' algorithm choices). Whether
+// `name` (one of those) is on; an unknown name in the setting is a ValueError listing the known.
+LOOM_API bool log_enabled(std::string_view name);
 
 // Where loom keeps what it derives and may rebuild (packed datasets, compiled kernels):
 // $LOOM_CACHE_DIR, else $XDG_CACHE_HOME/loom, else ~/.cache/loom, else /tmp/loom-cache-<uid>.

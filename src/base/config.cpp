@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string_view>
 
 #include "loom/error.h"
 
@@ -379,6 +381,45 @@ const PathSetting kCacheDir(
     "where derived data goes: Fashion-MNIST packed into shards, compiled kernels "
     "(default: $XDG_CACHE_HOME/loom, else ~/.cache/loom)");
 }  // namespace
+
+namespace {
+
+const StringSetting kLogs("LOOM_LOGS", "",
+                          "comma list of logs to print to stderr as things happen: recompiles, "
+                          "guards, graph_breaks, output_code (the compiler), algo (collectives' "
+                          "algorithm choices)");
+constexpr std::string_view kLogNames[] = {"recompiles", "guards", "graph_breaks", "output_code",
+                                          "algo"};
+constexpr size_t kNumLogs = sizeof(kLogNames) / sizeof(kLogNames[0]);
+
+}  // namespace
+
+bool log_enabled(std::string_view name) {
+  // Parsed again when a setting changes (generation()); a hot path pays an atomic load.
+  static std::atomic<uint64_t> seen{~uint64_t{0}};
+  static std::atomic<uint32_t> bits{0};
+  static std::mutex mu;
+  const uint64_t g = generation();
+  if (seen.load(std::memory_order_acquire) != g) {
+    std::lock_guard<std::mutex> lock(mu);
+    uint32_t b = 0;
+    std::stringstream ss(kLogs.get());
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item.empty()) continue;
+      size_t k = 0;
+      while (k < kNumLogs && kLogNames[k] != item) ++k;
+      LOOM_CHECK(k < kNumLogs, "[config] LOOM_LOGS: unknown log '", item,
+                 "' (recompiles, guards, graph_breaks, output_code, algo)");
+      b |= 1u << k;
+    }
+    bits.store(b, std::memory_order_relaxed);
+    seen.store(g, std::memory_order_release);
+  }
+  for (size_t k = 0; k < kNumLogs; ++k)
+    if (kLogNames[k] == name) return (bits.load(std::memory_order_relaxed) >> k) & 1u;
+  return false;
+}
 
 std::string cache_dir() {
   if (std::string d = kCacheDir.get(); !d.empty()) return d;

@@ -31,43 +31,18 @@ using compiler::Graph;
 using compiler::storage_of;
 using compiler::TensorGuard;
 
-const config::StringSetting kLogs(
-    "LOOM_LOGS", "",
-    "comma list of compiler logs to print to stderr: recompiles, guards, graph_breaks, "
-    "output_code");
-
 struct LogFlags {
   bool recompiles = false, guards = false, graph_breaks = false, output_code = false;
 };
 
-// Parsed again when the setting changes (config::generation).
+// LOOM_LOGS (config::log_enabled).
 LogFlags log_flags() {
-  static std::atomic<uint64_t> seen{~uint64_t{0}};
-  static std::mutex mu;
-  static LogFlags flags;
-  const uint64_t g = config::generation();
-  if (seen.load(std::memory_order_acquire) == g) return flags;
-  std::lock_guard<std::mutex> lock(mu);
   LogFlags f;
-  std::stringstream ss(kLogs.get());
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item == "recompiles") {
-      f.recompiles = true;
-    } else if (item == "guards") {
-      f.guards = true;
-    } else if (item == "graph_breaks") {
-      f.graph_breaks = true;
-    } else if (item == "output_code") {
-      f.output_code = true;
-    } else if (!item.empty()) {
-      LOOM_THROW(ValueError, "[compile] LOOM_LOGS: unknown log '", item,
-                 "' (recompiles, guards, graph_breaks, output_code)");
-    }
-  }
-  flags = f;
-  seen.store(g, std::memory_order_release);
-  return flags;
+  f.recompiles = config::log_enabled("recompiles");
+  f.guards = config::log_enabled("guards");
+  f.graph_breaks = config::log_enabled("graph_breaks");
+  f.output_code = config::log_enabled("output_code");
+  return f;
 }
 
 std::atomic<int> g_unnamed{0};

@@ -11,9 +11,10 @@ const config::RealSetting kTimeout(
     "seconds (fractions allowed) that store operations, connects and "
     "collectives may take");
 const config::ChoiceSetting kAlgo("LOOM_ALGO", "auto",
-                                  {"auto", "ring", "tree", "dbt", "rhd", "oneshot"},
+                                  {"auto", "ring", "tree", "dbt", "rhd", "oneshot", "model"},
                                   "allreduce algorithm; auto chooses by size and rank count (Note "
-                                  "[Allreduce thresholds])");
+                                  "[Allreduce thresholds]), model by the cost model over the "
+                                  "group's topology (Note [Collective cost model])");
 const config::IntSetting kChunkBytes("LOOM_DIST_CHUNK_BYTES", 512 << 10, 1, 1 << 30,
                                      "bytes per pipelined piece of ring, tree and halving-doubling "
                                      "collectives (the same on every rank; at least 64 are used)");

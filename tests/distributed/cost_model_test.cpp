@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "distributed/multiprocess.h"
 #include "loom/config.h"
 #include "loom/distributed/cost_model.h"
+#include "loom/distributed/process_group.h"
+#include "loom/ops.h"
 #include "temp_dir.h"
 
 namespace loom::dist {
@@ -151,6 +154,55 @@ TEST(CostModel, CalibrationFileRoundTripsAndBadFilesAreDataErrors) {
   bad.at("links").at("tcp_network").set("alpha", "slow");
   EXPECT_THROW(CostModel::from_json(bad), DataError);
   config::set("LOOM_CACHE_DIR", "");
+}
+
+// LOOM_ALGO=model in a real group of 3 processes (Note [Choosing by the cost model]): each
+// allreduce runs the algorithm the model predicts fastest for its size over the group's
+// topology, its result is the sum, the flight recorder names the algorithm, and LOOM_LOGS=algo
+// prints the candidates on rank 0.
+TEST(CostModel, AGroupChoosesByTheModel) {
+  testing::TempDir cache("loom-cost-cache");
+  const int size = 3;
+  const std::vector<size_t> sizes = {256, 64 << 10, 4 << 20};
+  auto res = testing::run_processes(size, [&](int rank, const std::string& path) {
+    config::set("LOOM_CACHE_DIR", cache.path());  // no calibration: every rank's defaults
+    config::set("LOOM_LOGS", "algo");
+    ProcessGroupOptions o;
+    o.algo = "model";
+    auto pg = testing::make_group(rank, size, path, o);
+    // The same prediction by hand, from this host's defaults over three ranks of one host.
+    TopologyOptions to;
+    to.gpus = false;
+    const HostTopology host = detect_topology(to);
+    const ClusterTopology cluster = synthetic_cluster(host, size, 1);
+    PredictOptions po;
+    po.chunks = {512 << 10};
+    po.channels = {2};
+    for (size_t bytes : sizes) {
+      const int64_t n = static_cast<int64_t>(bytes / 4);
+      Tensor t = full({n}, Scalar(static_cast<double>(rank + 1)));
+      pg->allreduce(t, ReduceOp::Sum);
+      CHILD_CHECK(equal(t, full({n}, 6.0)), "allreduce of " << bytes << " bytes");
+      const std::string want =
+          predict(CostModel::defaults(host), cluster, Collective::Allreduce, bytes, po)[0].algo;
+      const std::string flight = pg->flight_record_json();
+      const size_t last = flight.rfind("\"algo\"");
+      const std::string entry = "\"algo\":\"" + want + "\"";
+      CHILD_CHECK(last != std::string::npos && flight.compare(last, entry.size(), entry) == 0,
+                  bytes << " bytes: expected " << want << " in " << flight.substr(last, 40));
+      CHILD_CHECK(pg->describe().find("cost model over 1 host(s)") != std::string::npos,
+                  pg->describe());
+    }
+  });
+  for (size_t r = 0; r < res.size(); ++r) {
+    EXPECT_EQ(res[r].exit_code, 0) << "rank " << r << ": " << res[r].output;
+  }
+  EXPECT_NE(res[0].output.find("[dist] allreduce of 65536 bytes on 3 ranks (1 host(s)): "),
+            std::string::npos)
+      << res[0].output;
+  EXPECT_NE(res[0].output.find("by the cost model (defaults from the detected hardware"),
+            std::string::npos)
+      << res[0].output;
 }
 
 }  // namespace

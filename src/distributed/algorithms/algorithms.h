@@ -25,12 +25,23 @@ namespace loom::dist {
 // src/distributed/algorithms/reduce_kernels.cpp; vectorised for the float types).
 LOOM_API void reduce_into(void* dst, const void* src, size_t n, DType dt, ReduceOp op);
 
-enum class Algo : int8_t { Auto = 0, Ring, Tree, DoubleBinaryTree, HalvingDoubling, OneShot };
+// Model: chosen per call by the cost model (the process group's backend decides; Note
+// [Collective cost model]); the algorithms themselves never see it.
+enum class Algo : int8_t {
+  Auto = 0,
+  Ring,
+  Tree,
+  DoubleBinaryTree,
+  HalvingDoubling,
+  OneShot,
+  Model
+};
 LOOM_API const char* algo_name(Algo a);
-// "ring" | "tree" | "dbt" | "rhd" | "auto"; ValueError otherwise.
+// "ring" | "tree" | "dbt" | "rhd" | "oneshot" | "auto" | "model"; ValueError otherwise.
 LOOM_API Algo parse_algo(const std::string& name);
 // The allreduce algorithm for `bytes` on `size` ranks: `forced` (from LOOM_ALGO or the caller) when
-// not Auto, else simple size thresholds. `why` (optional) receives the reason in words.
+// it names an algorithm, else (Auto, Model) simple size thresholds. `why` (optional) receives the
+// reason in words.
 LOOM_API Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why = nullptr);
 
 // Pieces of at most this many bytes are pipelined through ring/tree steps (LOOM_DIST_CHUNK_BYTES or

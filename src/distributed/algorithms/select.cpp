@@ -51,31 +51,34 @@ const char* algo_name(Algo a) {
       return "rhd";
     case Algo::OneShot:
       return "oneshot";
+    case Algo::Model:
+      return "model";
   }
   return "unknown";
 }
 
 Algo parse_algo(const std::string& name) {
   for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling,
-                 Algo::OneShot}) {
+                 Algo::OneShot, Algo::Model}) {
     if (name == algo_name(a)) return a;
   }
   LOOM_THROW(ValueError, "[dist] unknown allreduce algorithm '", name,
-             "' (expected ring, tree, dbt, rhd, oneshot or auto)");
+             "' (expected ring, tree, dbt, rhd, oneshot, auto or model)");
 }
 
 Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why) {
   // Decide first; words only when asked (this runs on every allreduce).
   const size_t block = bytes / static_cast<size_t>(std::max(size, 1));
   const bool pow2 = size > 0 && (size & (size - 1)) == 0;
+  const bool named = forced != Algo::Auto && forced != Algo::Model;
   const Algo a =
-      forced != Algo::Auto                                                  ? forced
+      named                                                                 ? forced
       : bytes * static_cast<size_t>(std::max(size - 1, 0)) <= kOneShotBytes ? Algo::OneShot
       : size <= 2                                                           ? Algo::Ring
       : block < kSmallBlockBytes || (pow2 && bytes <= kPow2RhdBytes)        ? Algo::HalvingDoubling
                                                                             : Algo::Ring;
   if (!why) return a;
-  if (forced != Algo::Auto) {
+  if (named) {
     *why = detail::str_cat(algo_name(forced), ": forced");
   } else if (a == Algo::OneShot) {
     *why = detail::str_cat(
@@ -117,7 +120,7 @@ size_t pipeline_chunk_bytes() {
 }
 
 void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp op) {
-  if (algo == Algo::Auto) {
+  if (algo == Algo::Auto || algo == Algo::Model) {
     algo = choose_allreduce(count * element_size(dt), c.size(), parse_algo(settings::kAlgo.get()));
   }
   switch (algo) {
@@ -132,6 +135,7 @@ void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp 
     case Algo::OneShot:
       return allreduce_one_shot(c, data, count, dt, op);
     case Algo::Auto:
+    case Algo::Model:
       break;
   }
   LOOM_INTERNAL_ASSERT(false, "[dist] no allreduce algorithm chosen");

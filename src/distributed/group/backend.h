@@ -52,6 +52,9 @@ class LOOM_API Backend {
   virtual bool supports(DeviceType type) const = 0;
   // What the group's description says about it ("shm x1; last allreduce: ring for ... (why)").
   virtual std::string describe() const = 0;
+  // The algorithm of the call that just ran ("ring", "rhd", "binomial"; a literal), for the flight
+  // recorder; "" when the backend does not say.
+  virtual const char* algorithm_used() const { return ""; }
 
   // Around every call the façade runs on this backend. `what(arg)` names the running call for
   // error messages (only evaluated on failure); the call must end by `deadline`. end_call() returns

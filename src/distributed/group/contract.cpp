@@ -293,6 +293,11 @@ void FlightRecorder::started(uint64_t ticket, int64_t t_us, const char* algo, co
   });
 }
 
+void FlightRecorder::set_algo(uint64_t ticket, const char* algo) {
+  write_slot(ticket, false,
+             [&](Slot& s) { s.algo.store(algo ? algo : "", std::memory_order_relaxed); });
+}
+
 void FlightRecorder::completed(uint64_t ticket, int64_t t_us) {
   write_slot(ticket, false, [&](Slot& s) {
     s.state.store(Completed, std::memory_order_relaxed);

@@ -106,6 +106,8 @@ class LOOM_API FlightRecorder {
   uint64_t scheduled(const Fingerprint& fp, int64_t t_us);
   void started(uint64_t ticket, const char* algo = "") { started(ticket, now_us(), algo); }
   void started(uint64_t ticket, int64_t t_us, const char* algo = "", const char* backend = "");
+  // The algorithm the backend ran (a literal), once it has chosen.
+  void set_algo(uint64_t ticket, const char* algo);
   void completed(uint64_t ticket) { completed(ticket, now_us()); }
   void completed(uint64_t ticket, int64_t t_us);
   void failed(uint64_t ticket, const std::string& error);

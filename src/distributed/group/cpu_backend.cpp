@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 
 #include "distributed/algorithms/algorithms.h"
 #include "distributed/group/backend.h"
@@ -14,7 +15,10 @@
 #include "distributed/transport/communicator.h"
 #include "distributed/transport/transport.h"
 #include "loom/autograd.h"
+#include "loom/config.h"
 #include "loom/detail/small_vector.h"
+#include "loom/distributed/cost_model.h"
+#include "loom/distributed/topology.h"
 #include "loom/error.h"
 #include "loom/ops.h"
 
@@ -153,6 +157,65 @@ bool output_direct(const Tensor& output, DType wdt, ArrayRef<const void*> in_blo
   return true;
 }
 
+// Note [Choosing by the cost model]
+// With LOOM_ALGO=model (ProcessGroupOptions::algo "model") the group learns its topology when it
+// is made: every rank publishes its host's topology through the store (exchange_topology) and
+// rank 0 publishes its cost model (its host's calibration from `loom tune`, or defaults from its
+// hardware); every rank then predicts with the same constants over the same cluster, so all ranks
+// choose the same algorithm for the same call without talking. An allreduce takes the fastest
+// prediction at the transport's channel count and the pipeline's chunk size; the choice is cached
+// per size. LOOM_LOGS=algo prints, for each new size, the candidates with their predicted times
+// and the winner; the flight recorder keeps the algorithm of every call.
+class ModelChooser {
+ public:
+  ModelChooser(Store& store, int rank, int size, bool shared_memory, int channels) {
+    TopologyOptions to;
+    to.gpus = false;
+    const HostTopology host = detect_topology(to);
+    cluster_ = exchange_topology(store, rank, size, host, "topo/");
+    if (rank == 0) store.set("topo/model", CostModel::load_or_defaults(host).to_json().dump());
+    store.wait({"topo/model"});
+    model_ = CostModel::from_json(Json::parse(store.get("topo/model"), "topo/model"));
+    options_.shared_memory = shared_memory;
+    options_.channels = {std::max(channels, 1)};
+  }
+
+  Algo allreduce(size_t bytes, int rank) {
+    auto it = cache_.find(bytes);
+    if (it != cache_.end()) return it->second;
+    options_.chunks = {pipeline_chunk_bytes()};
+    const std::vector<Prediction> all =
+        predict(model_, cluster_, Collective::Allreduce, bytes, options_);
+    const Algo a = all.front().algo == "none" ? Algo::Ring : parse_algo(all.front().algo);
+    if (cache_.size() >= 4096) cache_.clear();
+    cache_.emplace(bytes, a);
+    if (rank == 0 && config::log_enabled("algo")) {
+      std::string line =
+          detail::str_cat("[dist] allreduce of ", bytes, " bytes on ", cluster_.ranks.size(),
+                          " ranks (", cluster_.hosts.size(), " host(s)): ", algo_name(a),
+                          " by the cost model (", model_.source, "); predicted:");
+      for (const Prediction& p : all) {
+        char item[96];
+        std::snprintf(item, sizeof(item), " %s %.1f us (%s);", p.algo.c_str(), p.seconds * 1e6,
+                      p.link.c_str());
+        line += item;
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    return a;
+  }
+
+  std::string describe() const {
+    return detail::str_cat("cost model over ", cluster_.hosts.size(), " host(s): ", model_.source);
+  }
+
+ private:
+  CostModel model_;
+  ClusterTopology cluster_;
+  PredictOptions options_;
+  std::map<size_t, Algo> cache_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendContext& ctx)
@@ -174,6 +237,10 @@ class CpuBackend final : public Backend {
                          " cores: waits yield)";
     }
     if (ctx.failure_probe) comm_->set_failure_probe(ctx.failure_probe, ctx.failure_probe_arg);
+    if (algo_ == Algo::Model) {
+      model_ = std::make_unique<ModelChooser>(*ctx.store, ctx.rank, ctx.size, to.transport != "tcp",
+                                              to.tcp_channels);
+    }
   }
   ~CpuBackend() override { comm_->close_all(); }
 
@@ -190,9 +257,10 @@ class CpuBackend final : public Backend {
       s += detail::str_cat("; copied ", c.bytes_helped(),
                            " bytes into peers' receives while waiting");
     }
+    if (model_) s += "; " + model_->describe();
     if (last_algo_ != Algo::Auto) {
-      std::string why;
-      choose_allreduce(last_algo_bytes_, c.size(), algo_, &why);
+      std::string why = "chosen by the cost model";
+      if (!model_) choose_allreduce(last_algo_bytes_, c.size(), algo_, &why);
       s += "; last allreduce: " + std::string(algo_name(last_algo_)) + " for " +
            std::to_string(last_algo_bytes_) + " bytes (" + why + ")";
     }
@@ -217,6 +285,8 @@ class CpuBackend final : public Backend {
   bool closed() const override { return comm_->closed(); }
   std::string abort_reason() const override { return comm_->abort_reason(); }
 
+  const char* algorithm_used() const override { return used_; }
+
   void broadcast(const Tensor& t, int root) override;
   void allreduce(const Tensor& t, ReduceOp op) override;
   void allreduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op) override;
@@ -240,9 +310,29 @@ class CpuBackend final : public Backend {
   // The last allreduce's algorithm and size; described in words only by describe().
   Algo last_algo_ = Algo::Auto;
   size_t last_algo_bytes_ = 0;
+  const char* used_ = "";                // the last call's algorithm (a literal)
+  std::unique_ptr<ModelChooser> model_;  // LOOM_ALGO=model only
+
+  // The allreduce algorithm for `bytes` (Note [Allreduce thresholds], Note [Choosing by the cost
+  // model]); remembered for describe() and the flight recorder.
+  Algo choose(size_t bytes) {
+    const Algo a = model_ ? model_->allreduce(bytes, comm_->rank())
+                          : choose_allreduce(bytes, comm_->size(), algo_);
+    if (!model_ && comm_->rank() == 0 && config::log_enabled("algo") && bytes != last_algo_bytes_) {
+      std::string why;
+      choose_allreduce(bytes, comm_->size(), algo_, &why);
+      std::fprintf(stderr, "[dist] allreduce of %zu bytes on %d ranks: %s\n", bytes, comm_->size(),
+                   why.c_str());
+    }
+    last_algo_ = a;
+    last_algo_bytes_ = bytes;
+    used_ = algo_name(a);
+    return a;
+  }
 };
 
 void CpuBackend::broadcast(const Tensor& t, int root) {
+  used_ = "binomial";
   Comm& c = *comm_;
   Buffer b(t, t.dtype());
   broadcast_binomial(c, b.data(), b.bytes(), root);
@@ -253,9 +343,7 @@ void CpuBackend::broadcast(const Tensor& t, int root) {
 void CpuBackend::allreduce(const Tensor& t, ReduceOp op) {
   Comm& c = *comm_;
   Buffer b(t, work_dtype(t.dtype(), op));
-  Algo a = choose_allreduce(b.bytes(), c.size(), algo_);
-  last_algo_ = a;
-  last_algo_bytes_ = b.bytes();
+  const Algo a = choose(b.bytes());
   dist::allreduce(c, a, b.data(), b.count(), b.dt, algo_op(op));
   c.wait_all();
   if (op == ReduceOp::Avg) divide(b.data(), b.count(), b.dt, c.size());
@@ -275,9 +363,7 @@ void CpuBackend::allreduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op)
     read_into(t, buf + off, wdt);
     off += static_cast<size_t>(t.numel()) * es;
   }
-  Algo a = choose_allreduce(total * es, c.size(), algo_);
-  last_algo_ = a;
-  last_algo_bytes_ = total * es;
+  const Algo a = choose(total * es);
   dist::allreduce(c, a, buf, total, wdt, algo_op(op));
   c.wait_all();
   if (op == ReduceOp::Avg) divide(buf, total, wdt, c.size());
@@ -289,6 +375,7 @@ void CpuBackend::allreduce_coalesced(const std::vector<Tensor>& ts, ReduceOp op)
 }
 
 void CpuBackend::reduce(const Tensor& t, int root, ReduceOp op) {
+  used_ = "binomial";
   Comm& c = *comm_;
   Buffer b(t, work_dtype(t.dtype(), op));
   reduce_binomial(c, b.data(), b.count(), b.dt, algo_op(op), root);
@@ -300,6 +387,7 @@ void CpuBackend::reduce(const Tensor& t, int root, ReduceOp op) {
 }
 
 void CpuBackend::allgather(const std::vector<Tensor>& outs, const Tensor& in) {
+  used_ = "ring";
   Comm& c = *comm_;
   std::vector<size_t> bytes;
   bytes.reserve(outs.size());
@@ -314,6 +402,7 @@ void CpuBackend::allgather(const std::vector<Tensor>& outs, const Tensor& in) {
 }
 
 void CpuBackend::allgather_into_tensor(const Tensor& out, const Tensor& in) {
+  used_ = "ring";
   Comm& c = *comm_;
   // This rank's block is sent from the input and copied into the output by the algorithm, unless
   // the input overlaps the output other than exactly at this rank's place: then it is copied first.
@@ -336,6 +425,7 @@ void CpuBackend::allgather_into_tensor(const Tensor& out, const Tensor& in) {
 }
 
 void CpuBackend::reduce_scatter(const Tensor& out, const std::vector<Tensor>& ins, ReduceOp op) {
+  used_ = "ring";
   Comm& c = *comm_;
   std::vector<size_t> counts;
   counts.reserve(ins.size());
@@ -366,6 +456,7 @@ void CpuBackend::reduce_scatter(const Tensor& out, const std::vector<Tensor>& in
 }
 
 void CpuBackend::reduce_scatter_tensor(const Tensor& out, const Tensor& in, ReduceOp op) {
+  used_ = "ring";
   Comm& c = *comm_;
   // The input is read in place when contiguous and of the working dtype, else converted into
   // scratch slot 1 (followed by room for a staged output).
@@ -394,6 +485,7 @@ void CpuBackend::reduce_scatter_tensor(const Tensor& out, const Tensor& in, Redu
 void CpuBackend::alltoallv(const Tensor& out, const Tensor& in,
                            const std::vector<int64_t>& output_splits,
                            const std::vector<int64_t>& input_splits) {
+  used_ = "pairwise";
   Comm& c = *comm_;
   size_t es = in.element_size();
   std::vector<size_t> sb, rb;
@@ -410,6 +502,7 @@ void CpuBackend::alltoallv(const Tensor& out, const Tensor& in,
 }
 
 void CpuBackend::gather(const std::vector<Tensor>& outs, const Tensor& in, int root) {
+  used_ = "linear";
   Comm& c = *comm_;
   std::vector<size_t> bytes(static_cast<size_t>(c.size()),
                             static_cast<size_t>(in.numel()) * in.element_size());
@@ -425,6 +518,7 @@ void CpuBackend::gather(const std::vector<Tensor>& outs, const Tensor& in, int r
 }
 
 void CpuBackend::scatter(const Tensor& out, const std::vector<Tensor>& ins, int root) {
+  used_ = "linear";
   Comm& c = *comm_;
   std::vector<size_t> bytes(static_cast<size_t>(c.size()),
                             static_cast<size_t>(out.numel()) * out.element_size());
@@ -441,17 +535,20 @@ void CpuBackend::scatter(const Tensor& out, const std::vector<Tensor>& ins, int 
 }
 
 void CpuBackend::barrier() {
+  used_ = "dissemination";
   barrier_dissemination(*comm_);
   comm_->wait_all();
 }
 
 void CpuBackend::send(const Tensor& t, int dst) {
+  used_ = "p2p";
   Tensor tmp;
   const Tensor& mine = contiguous_in(t, tmp);
   comm_->send(dst, mine.data_ptr(), static_cast<size_t>(mine.numel()) * mine.element_size());
 }
 
 void CpuBackend::recv(const Tensor& t, int src) {
+  used_ = "p2p";
   Buffer b(t, t.dtype());
   comm_->recv(src, b.data(), b.bytes());
   b.finish();
