@@ -1,10 +1,17 @@
 // `loom topo`: the machine's topology (Note [Topology] in loom/distributed/topology.h) as a tree,
 // JSON or NCCL-shaped XML.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <string>
 
 #include "cli.h"
+#include "collectives.h"
+#include "job.h"
 #include "loom/distributed/cost_model.h"
 #include "loom/distributed/topology.h"
 #include "loom/error.h"
@@ -96,9 +103,151 @@ int print_predictions(const dist::HostTopology& host, const Args& args) {
   return 0;
 }
 
+// Note [Predicted and measured]: `loom topo --table` runs the allreduce sweep of `loom bench
+// collectives` (collective_sweep.h: the slowest rank's time, the median over blocks) once per
+// algorithm with every algorithm forced, plus the size thresholds (auto) and the model, on N
+// ranks of this host; then prints, per size, every algorithm's measured and predicted time, the
+// fastest measured, each policy's choice and its regret (its measured time over the fastest, - 1),
+// and at the end each algorithm's median prediction error, the policies' median and worst regret,
+// and the sizes where the fastest algorithm changes (measured) and where the model's choice does.
+int print_table(const dist::HostTopology& host, const Args& args) {
+  const int np = static_cast<int>(args.get_int("np", 2, 2, 64));
+  LOOM_CHECK(args.get_int("hosts", 1, 1, 1) == 1,
+             "[loom topo] --table measures on this host only (emulated hosts are not built yet)");
+  bench::coll::SweepOptions o;
+  o.op = bench::coll::Op::kAllreduce;
+  o.np = np;
+  o.min_bytes = 64 << 10;
+  o.max_bytes = 64 << 20;
+  if (auto b = args.get("sizes")) {
+    const std::string err = bench::coll::parse_sizes(*b, &o);
+    LOOM_CHECK(err.empty(), "[loom topo] ", err);
+  }
+  o.repeats = static_cast<int>(args.get_int("repeats", 5, 1, 100));
+  const std::vector<std::string> algos = {"ring", "rhd", "tree", "dbt", "oneshot"};
+  const std::vector<std::string> policies = {"auto", "model"};
+  std::string tmp = (std::filesystem::temp_directory_path() / "loom-topo-XXXXXX").string();
+  LOOM_CHECK(::mkdtemp(tmp.data()) != nullptr, "[loom topo] mkdtemp failed");
+  // measured[config][bytes] = microseconds
+  std::map<std::string, std::map<int64_t, double>> measured;
+  int round = 0;
+  std::vector<std::string> configs = algos;
+  configs.insert(configs.end(), policies.begin(), policies.end());
+  for (const std::string& config : configs) {
+    bench::LoomRankOptions lo;
+    lo.store_path = tmp + "/store-" + std::to_string(round++);
+    lo.algo = config;
+    std::vector<bench::JobProcess> ranks;
+    for (int r = 0; r < np; ++r) {
+      ranks.push_back(
+          {"rank " + std::to_string(r), [o, lo, r] { return bench::run_loom_rank(o, r, lo); }});
+    }
+    bench::JobOptions jo;
+    jo.deadline_s = 300;
+    const bench::JobResult res = bench::run_job(
+        ranks, jo,
+        [&](size_t, const std::string& line) {
+          char cfg[64], algo[64];
+          long long bytes = 0, count = 0;
+          double us = 0;
+          if (std::sscanf(line.c_str(), "result %63s %63s %lld %lld %lf", cfg, algo, &bytes, &count,
+                          &us) == 5)
+            measured[config][bytes] = us;
+        },
+        [](size_t, const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    LOOM_CHECK_AS(DistError, res.ok(), "[loom topo] the ", config, " sweep failed: ", res.reason());
+    std::fprintf(stderr, "loom topo: %s measured\n", config.c_str());
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+
+  const dist::CostModel model = dist::CostModel::load_or_defaults(host);
+  const dist::ClusterTopology cluster = dist::synthetic_cluster(host, np, 1);
+  dist::PredictOptions po;
+  po.chunks = {512 << 10};
+  po.channels = {2};
+  std::printf(
+      "allreduce on %d ranks of %s, measured (the sweep of loom bench collectives) and "
+      "predicted (%s), microseconds\n",
+      np, host.hostname.c_str(), model.source.c_str());
+  std::printf("%10s", "size");
+  for (const std::string& a : algos) std::printf(" %19s", (a + " meas/pred").c_str());
+  std::printf("  %-8s %-16s %-16s\n", "fastest", "auto (regret)", "model (regret)");
+  std::map<std::string, std::vector<double>> errors;
+  std::vector<double> regret_auto, regret_model;
+  std::string last_best, last_choice;
+  std::vector<std::string> crossings, model_crossings;
+  for (const auto& [bytes, unused] : measured["ring"]) {
+    (void)unused;
+    std::map<std::string, double> pred;
+    for (const dist::Prediction& p :
+         dist::predict(model, cluster, dist::Collective::Allreduce, static_cast<size_t>(bytes), po))
+      if (!pred.count(p.algo)) pred[p.algo] = p.seconds * 1e6;
+    std::string best;
+    std::printf("%10s", size_str(static_cast<size_t>(bytes)).c_str());
+    for (const std::string& a : algos) {
+      const double m = measured[a][bytes], p = pred[a];
+      if (m > 0 && (best.empty() || m < measured[best][bytes])) best = a;
+      if (m > 0 && p > 0) errors[a].push_back(std::abs(p - m) / m);
+      char cell[40];
+      std::snprintf(cell, sizeof(cell), "%.0f/%.0f", m, p);
+      std::printf(" %19s", cell);
+    }
+    const double fastest = measured[best][bytes];
+    const double ra = measured["auto"][bytes] / fastest - 1;
+    const double rm = measured["model"][bytes] / fastest - 1;
+    regret_auto.push_back(ra);
+    regret_model.push_back(rm);
+    std::string choice;
+    double choice_us = 1e300;
+    for (const auto& [a, us] : pred)
+      if (us < choice_us && std::find(algos.begin(), algos.end(), a) != algos.end()) {
+        choice = a;
+        choice_us = us;
+      }
+    char ca[32], cm[40];
+    std::snprintf(ca, sizeof(ca), "%+.0f %%", 100 * ra);
+    std::snprintf(cm, sizeof(cm), "%s %+.0f %%", choice.c_str(), 100 * rm);
+    std::printf("  %-8s %-16s %-16s\n", best.c_str(), ca, cm);
+    if (!last_best.empty() && best != last_best)
+      crossings.push_back(last_best + " -> " + best + " by " +
+                          size_str(static_cast<size_t>(bytes)));
+    if (!last_choice.empty() && choice != last_choice)
+      model_crossings.push_back(last_choice + " -> " + choice + " by " +
+                                size_str(static_cast<size_t>(bytes)));
+    last_best = best;
+    last_choice = choice;
+  }
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  auto worst = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+  };
+  std::printf("median prediction error:");
+  for (const std::string& a : algos) std::printf(" %s %.0f %%;", a.c_str(), 100 * med(errors[a]));
+  std::printf(
+      "\nregret against the fastest measured: size thresholds (auto) median %.0f %%, "
+      "worst %.0f %%; the model median %.0f %%, worst %.0f %%\n",
+      100 * med(regret_auto), 100 * worst(regret_auto), 100 * med(regret_model),
+      100 * worst(regret_model));
+  std::printf("fastest measured changes: %s\n",
+              crossings.empty() ? "never" : [&] {
+                std::string s;
+                for (const std::string& c : crossings) s += (s.empty() ? "" : "; ") + c;
+                return s;
+              }().c_str());
+  std::string mc;
+  for (const std::string& c : model_crossings) mc += (mc.empty() ? "" : "; ") + c;
+  std::printf("the model's choice changes: %s\n", mc.empty() ? "never" : mc.c_str());
+  return 0;
+}
+
 int run_topo(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "json", "xml", "measure", "no-gpus"},
-            {"sys-root", "proc-root", "out", "predict", "np", "hosts", "bytes"});
+  Args args(
+      argv, {"help", "json", "xml", "measure", "no-gpus", "table"},
+      {"sys-root", "proc-root", "out", "predict", "np", "hosts", "bytes", "sizes", "repeats"});
   if (args.flag("help")) {
     std::printf(
         "usage: loom topo [--json | --xml] [--measure] [--no-gpus] [--out FILE]\n"
@@ -116,7 +265,12 @@ int run_topo(const std::vector<std::string>& argv) {
         "               the cost model's constants (this host's calibration or defaults from its\n"
         "               hardware) and, per size, every algorithm's predicted time for OP\n"
         "               (allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall) on N\n"
-        "               ranks spread over H hosts like this one, and the choice\n");
+        "               ranks spread over H hosts like this one, and the choice\n"
+        "  --table [--np N] [--sizes 64K:64M] [--repeats R]\n"
+        "               measures the allreduce with every algorithm forced, with the size\n"
+        "               thresholds and with the model on N ranks of this host, and prints each\n"
+        "               size's measured and predicted times, the fastest, each policy's regret,\n"
+        "               the median prediction errors and where the choices change\n");
     return 0;
   }
   dist::TopologyOptions o;
@@ -127,6 +281,7 @@ int run_topo(const std::vector<std::string>& argv) {
   o.network_addresses = !args.get("sys-root").has_value();
   const dist::HostTopology t = dist::detect_topology(o);
   if (args.get("predict")) return print_predictions(t, args);
+  if (args.flag("table")) return print_table(t, args);
   const std::string text = args.flag("json")  ? t.to_json().dump(2) + "\n"
                            : args.flag("xml") ? dist::topology_xml(t)
                                               : dist::topology_tree(t);
