@@ -49,36 +49,42 @@ PredictOptions one_chunk() {
   return o;
 }
 
-// By hand, for 4 MiB on 4 ranks with 512 KiB pieces: a 1 MiB block is 2 pieces, so
-//   x_r(1 MiB) = 2a + 1 MiB x max(b, g) + 512 KiB x min(b, g) = 2e-6 + 1.048576e-3 + 2.62144e-4
-//   x(1 MiB)   = 2a + 1 MiB x b                               = 2e-6 + 1.048576e-3
-//   ring = 3 x (x_r + x) = 7.089888e-3 s
+// By hand, for 4 MiB on 4 ranks with 512 KiB pieces, over shared memory (the receiver copies and
+// adds: no overlap): a 1 MiB block is 2 pieces, so
+//   x_r(1 MiB) = 2a + 1 MiB x (b + g) = 2e-6 + 1.572864e-3 = 1.574864e-3
+//   x(1 MiB)   = 2a + 1 MiB x b       = 2e-6 + 1.048576e-3 = 1.050576e-3
+//   ring = 3 x (x_r + x) = 7.87632e-3 s
 //   rhd  = x_r(2 MiB) + x(2 MiB) + x_r(1 MiB) + x(1 MiB)
-//        = (4e-6 + 2.097152e-3 + 2.62144e-4) + (4e-6 + 2.097152e-3) + 2.363296e-3 = 6.827744e-3 s
+//        = (4e-6 + 3.145728e-3) + (4e-6 + 2.097152e-3) + 2.62544e-3 = 7.87632e-3 s: the same bytes
+//   and, with two pieces a block against four and two, the same 12 messages.
 TEST(CostModel, AllreduceFormulasOnOneHost) {
   const CostModel m = hand_model();
   const ClusterTopology c = synthetic_cluster(one_host(), 4, 1);
   const std::vector<Prediction> all = predict(m, c, Collective::Allreduce, 4 * kMiB, one_chunk());
-  EXPECT_NEAR(find(all, "ring").seconds, 7.089888e-3, 1e-12);
-  EXPECT_NEAR(find(all, "rhd").seconds, 6.827744e-3, 1e-12);
+  EXPECT_NEAR(find(all, "ring").seconds, 7.87632e-3, 1e-12);
+  EXPECT_NEAR(find(all, "rhd").seconds, 7.87632e-3, 1e-12);
   EXPECT_EQ(find(all, "ring").link, "shm, same NUMA node");
   // One shot: 3 x (a + 4 MiB x b) + 3 x 4 MiB x g.
   EXPECT_NEAR(find(all, "oneshot").seconds, 3 * (1e-6 + 4194304e-9) + 3 * 4194304 * 0.5e-9, 1e-12);
-  // Tree of depth 2 (4 ranks): 8 pieces of 512 KiB: (2 x 2 + 8 - 1) x (a + 512 KiB x (2b + g)).
-  EXPECT_NEAR(find(all, "tree").seconds, 11 * (1e-6 + 524288 * 2.5e-9), 1e-12);
-  // Fastest first; on shared memory nothing offers channels.
-  EXPECT_EQ(all.front().algo, "rhd");
+  // Tree of depth 2 (4 ranks): 8 pieces of 512 KiB: (2 x 2 + 8 - 1) x (a + 512 KiB x (3b + 2g)).
+  EXPECT_NEAR(find(all, "tree").seconds, 11 * (1e-6 + 524288 * 4e-9), 1e-12);
+  EXPECT_EQ(find(all, "tree").formula, "(2 x depth 2 + pieces - 1) x (a + piece x (3b + 2g))");
+  // Double binary tree: 4 pieces of 512 KiB a half: (2 x 2 + 4 - 1) x (2a + 512 KiB x (4b + 2g)).
+  EXPECT_NEAR(find(all, "dbt").seconds, 7 * (2e-6 + 524288 * 5e-9), 1e-12);
+  // Fastest first (ties in the order the algorithms are listed); on shared memory nothing offers
+  // channels.
+  EXPECT_EQ(all.front().algo, "ring");
   for (size_t k = 1; k < all.size(); ++k) EXPECT_LE(all[k - 1].seconds, all[k].seconds);
   for (const Prediction& p : all) EXPECT_EQ(p.channels, 1);
 }
 
-// Five ranks fold one pair: rhd adds x_r(4 MiB) + x(4 MiB) = (8e-6 + 4.194304e-3 + 2.62144e-4) +
+// Five ranks fold one pair: rhd adds x_r(4 MiB) + x(4 MiB) = (8e-6 + 6.291456e-3) +
 // (8e-6 + 4.194304e-3); the binomial broadcast takes ceil(log2 5) = 3 rounds of x(4 MiB).
 TEST(CostModel, FoldsAndBinomialRounds) {
   const CostModel m = hand_model();
   const ClusterTopology c = synthetic_cluster(one_host(), 5, 1);
   const auto all = predict(m, c, Collective::Allreduce, 4 * kMiB, one_chunk());
-  EXPECT_NEAR(find(all, "rhd").seconds, 6.827744e-3 + 8.666752e-3, 1e-12);
+  EXPECT_NEAR(find(all, "rhd").seconds, 7.87632e-3 + 1.050176e-2, 1e-12);
   const auto bcast = predict(m, c, Collective::Broadcast, 4 * kMiB, one_chunk());
   ASSERT_EQ(bcast.size(), 1u);
   EXPECT_NEAR(bcast[0].seconds, 3 * (8e-6 + 4194304e-9), 1e-12);
@@ -87,12 +93,13 @@ TEST(CostModel, FoldsAndBinomialRounds) {
   const auto ag = predict(m, c, Collective::Allgather, 5 * kMiB, one_chunk());
   EXPECT_NEAR(ag[0].seconds, 4 * (2e-6 + 1048576e-9), 1e-12);
   const auto rs = predict(m, c, Collective::ReduceScatter, 5 * kMiB, one_chunk());
-  EXPECT_NEAR(rs[0].seconds, 4 * (2e-6 + 1048576e-9 + 524288 * 0.5e-9), 1e-12);
+  EXPECT_NEAR(rs[0].seconds, 4 * (2e-6 + 1048576 * 1.5e-9), 1e-12);
 }
 
 // Two hosts of two ranks: the ring has neighbours on the other host, so every step runs at the
 // network's pace; rhd crosses hosts only at distance 2 (ranks 0-2, 1-3) and stays on shared memory
-// at distance 1. Two channels make a network byte max(4/2, 1) = 2 ns.
+// at distance 1. Two channels make a network byte max(4/2, 1) = 2 ns; over TCP a piece's addition
+// overlaps the next piece's transfer.
 TEST(CostModel, LinksAcrossHostsDecideTheChoice) {
   const CostModel m = hand_model();
   const ClusterTopology c = synthetic_cluster(one_host(), 4, 2);
@@ -106,9 +113,22 @@ TEST(CostModel, LinksAcrossHostsDecideTheChoice) {
   EXPECT_NEAR(ring.seconds, 3 * (xr + x), 1e-12);
   // rhd: the network level exchanges 2 MiB (4 pieces), the shared-memory level 1 MiB.
   const double net = (40e-6 + 2097152 * 2e-9 + 524288 * 0.5e-9) + (40e-6 + 2097152 * 2e-9);
-  EXPECT_NEAR(find(all, "rhd", 2).seconds, net + 2.363296e-3, 1e-12);
+  EXPECT_NEAR(find(all, "rhd", 2).seconds, net + 2.62544e-3, 1e-12);
   EXPECT_GT(find(all, "rhd", 1).seconds, find(all, "rhd", 2).seconds);
   EXPECT_EQ(all.front().algo, "rhd");
+}
+
+// Four ranks on a host of two logical CPUs time-share the cores: every term doubles.
+TEST(CostModel, RanksBeyondTheCoresTimeShare) {
+  HostTopology h = one_host();
+  h.logical_cpus = 2;
+  const auto shared = predict(hand_model(), synthetic_cluster(h, 4, 1), Collective::Allreduce,
+                              4 * kMiB, one_chunk());
+  EXPECT_NEAR(find(shared, "ring").seconds, 2 * 7.87632e-3, 1e-12);
+  h.logical_cpus = 8;
+  const auto own = predict(hand_model(), synthetic_cluster(h, 4, 1), Collective::Allreduce,
+                           4 * kMiB, one_chunk());
+  EXPECT_NEAR(find(own, "ring").seconds, 7.87632e-3, 1e-12);
 }
 
 TEST(CostModel, OneRankMovesNothing) {

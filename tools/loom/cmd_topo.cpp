@@ -128,35 +128,45 @@ int print_table(const dist::HostTopology& host, const Args& args) {
   const std::vector<std::string> policies = {"auto", "model"};
   std::string tmp = (std::filesystem::temp_directory_path() / "loom-topo-XXXXXX").string();
   LOOM_CHECK(::mkdtemp(tmp.data()) != nullptr, "[loom topo] mkdtemp failed");
-  // measured[config][bytes] = microseconds
+  // samples[config][bytes]: microseconds, one a round; measured: their medians
+  std::map<std::string, std::map<int64_t, std::vector<double>>> samples;
   std::map<std::string, std::map<int64_t, double>> measured;
   int round = 0;
   std::vector<std::string> configs = algos;
   configs.insert(configs.end(), policies.begin(), policies.end());
-  for (const std::string& config : configs) {
-    bench::LoomRankOptions lo;
-    lo.store_path = tmp + "/store-" + std::to_string(round++);
-    lo.algo = config;
-    std::vector<bench::JobProcess> ranks;
-    for (int r = 0; r < np; ++r) {
-      ranks.push_back(
-          {"rank " + std::to_string(r), [o, lo, r] { return bench::run_loom_rank(o, r, lo); }});
+  const int rounds = static_cast<int>(args.get_int("rounds", 3, 1, 100));
+  for (int pass = 0; pass < rounds; ++pass)
+    for (const std::string& config : configs) {
+      bench::LoomRankOptions lo;
+      lo.store_path = tmp + "/store-" + std::to_string(round++);
+      lo.algo = config;
+      std::vector<bench::JobProcess> ranks;
+      for (int r = 0; r < np; ++r) {
+        ranks.push_back(
+            {"rank " + std::to_string(r), [o, lo, r] { return bench::run_loom_rank(o, r, lo); }});
+      }
+      bench::JobOptions jo;
+      jo.deadline_s = 300;
+      const bench::JobResult res = bench::run_job(
+          ranks, jo,
+          [&](size_t, const std::string& line) {
+            char cfg[64], algo[64];
+            long long bytes = 0, count = 0;
+            double us = 0;
+            if (std::sscanf(line.c_str(), "result %63s %63s %lld %lld %lf", cfg, algo, &bytes,
+                            &count, &us) == 5)
+              samples[config][bytes].push_back(us);
+          },
+          [](size_t, const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+      LOOM_CHECK_AS(DistError, res.ok(), "[loom topo] the ", config,
+                    " sweep failed: ", res.reason());
+      std::fprintf(stderr, "loom topo: round %d, %s measured\n", pass + 1, config.c_str());
     }
-    bench::JobOptions jo;
-    jo.deadline_s = 300;
-    const bench::JobResult res = bench::run_job(
-        ranks, jo,
-        [&](size_t, const std::string& line) {
-          char cfg[64], algo[64];
-          long long bytes = 0, count = 0;
-          double us = 0;
-          if (std::sscanf(line.c_str(), "result %63s %63s %lld %lld %lf", cfg, algo, &bytes, &count,
-                          &us) == 5)
-            measured[config][bytes] = us;
-        },
-        [](size_t, const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-    LOOM_CHECK_AS(DistError, res.ok(), "[loom topo] the ", config, " sweep failed: ", res.reason());
-    std::fprintf(stderr, "loom topo: %s measured\n", config.c_str());
+  for (auto& [config, by_size] : samples) {
+    for (auto& [bytes, v] : by_size) {
+      std::sort(v.begin(), v.end());
+      measured[config][bytes] = v[v.size() / 2];
+    }
   }
   std::error_code ec;
   std::filesystem::remove_all(tmp, ec);
@@ -245,9 +255,9 @@ int print_table(const dist::HostTopology& host, const Args& args) {
 }
 
 int run_topo(const std::vector<std::string>& argv) {
-  Args args(
-      argv, {"help", "json", "xml", "measure", "no-gpus", "table"},
-      {"sys-root", "proc-root", "out", "predict", "np", "hosts", "bytes", "sizes", "repeats"});
+  Args args(argv, {"help", "json", "xml", "measure", "no-gpus", "table"},
+            {"sys-root", "proc-root", "out", "predict", "np", "hosts", "bytes", "sizes", "repeats",
+             "rounds"});
   if (args.flag("help")) {
     std::printf(
         "usage: loom topo [--json | --xml] [--measure] [--no-gpus] [--out FILE]\n"
@@ -266,10 +276,11 @@ int run_topo(const std::vector<std::string>& argv) {
         "               hardware) and, per size, every algorithm's predicted time for OP\n"
         "               (allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall) on N\n"
         "               ranks spread over H hosts like this one, and the choice\n"
-        "  --table [--np N] [--sizes 64K:64M] [--repeats R]\n"
+        "  --table [--np N] [--sizes 64K:64M] [--repeats R] [--rounds K]\n"
         "               measures the allreduce with every algorithm forced, with the size\n"
         "               thresholds and with the model on N ranks of this host, and prints each\n"
-        "               size's measured and predicted times, the fastest, each policy's regret,\n"
+        "               size's measured (median of K rounds, 3) and predicted times, the fastest,\n"
+        "               each policy's regret,\n"
         "               the median prediction errors and where the choices change\n");
     return 0;
   }

@@ -5,15 +5,19 @@
 // Note [Calibrating the cost model]
 //   gamma: the reduction kernel the collectives use (float32 sum into a buffer) over 16 MiB, the
 //   median of several runs, per byte of one operand. alpha and beta, per link class this host has:
-//   two ranks (processes forked here, a process group over a file store) ping-pong tensors of 8 B
-//   to 16 MiB through the process group's send and recv; the one-way time is half a round trip
-//   (median of the repetitions). alpha and beta are the weighted least-squares fit of
-//   t(b) = alpha + b * beta that minimises the relative error over the sizes (a small message's
-//   microseconds count as much as a large one's milliseconds). Shared memory within a NUMA node:
-//   both ranks pinned to node 0's CPUs; across NUMA nodes or sockets: the second rank pinned to
-//   another node, when the machine has one. TCP on this host: the transport forced to TCP, one
-//   socket per peer for beta and four for the aggregate. TCP between hosts cannot be measured from
-//   one host: it keeps the default from the interfaces' speeds, and the table says so.
+//   two ranks (processes forked here, a process group over a file store) exchange tensors of 8 B
+//   to 16 MiB through the process group's send and recv, both sending at once; the time of one
+//   exchange (median of the repetitions) is one step's. alpha and beta are the weighted
+//   least-squares fit of t(b) = alpha + b * beta that minimises the relative error over the sizes
+//   (a small message's microseconds count as much as a large one's milliseconds). The ranks
+//   exchange rather than take turns: each step of a ring or of halving-doubling has every rank send
+//   and receive at once, so the copies compete for the memory and the cores as they do in a
+//   collective (on the 2-core VM a one-way 16 MiB transfer reached 26 GB/s, helped by the idle
+//   peer, and an exchange about half). Shared memory within a NUMA node: both ranks pinned to node
+//   0's CPUs; across NUMA nodes or sockets: the second rank pinned to another node, when the
+//   machine has one. TCP on this host: the transport forced to TCP, one socket per peer for beta
+//   and four for the aggregate. TCP between hosts cannot be measured from one host: it keeps the
+//   default from the interfaces' speeds, and the table says so.
 #include <sched.h>
 #include <unistd.h>
 
@@ -87,6 +91,7 @@ struct Setup {
   std::string transport;  // "shm" or "tcp"
   int channels = 1;
   std::vector<int> cpus0, cpus1;  // affinity of rank 0 and rank 1 (empty: any)
+  bool exchange = true;           // both send at once (else a ping-pong)
 };
 
 void pin(const std::vector<int>& cpus) {
@@ -97,8 +102,8 @@ void pin(const std::vector<int>& cpus) {
   sched_setaffinity(0, sizeof(set), &set);
 }
 
-// One rank of a ping-pong: rank 0 prints "pp BYTES SECONDS" per size.
-int pingpong_rank(const Setup& s, int rank, const std::string& store_path,
+// One rank of the exchanges (Note [Calibrating the cost model]): rank 0 prints "pp BYTES SECONDS".
+int exchange_rank(const Setup& s, int rank, const std::string& store_path,
                   const std::vector<size_t>& sizes, bool quick) {
   pin(rank == 0 ? s.cpus0 : s.cpus1);
   auto store = std::make_shared<dist::FileStore>(store_path);
@@ -113,17 +118,23 @@ int pingpong_rank(const Setup& s, int rank, const std::string& store_path,
     Tensor t = zeros({static_cast<int64_t>(std::max<size_t>(bytes, 1))}, TensorOptions(kUInt8));
     const int reps = bytes >= (size_t{4} << 20) ? (quick ? 3 : 7) : (quick ? 20 : 100);
     std::vector<double> one_way;
+    Tensor in = zeros({t.numel()}, TensorOptions(kUInt8));
     for (int i = -2; i < reps; ++i) {  // two warm-up round trips
       const auto t0 = Clock::now();
-      if (rank == 0) {
+      if (s.exchange) {
+        // Both ranks send and receive at once, as every step of a ring or halving-doubling does.
+        auto w = pg->send(t, 1 - rank, {.async_op = true});
+        pg->recv(in, 1 - rank)->wait();
+        w->wait();
+      } else if (rank == 0) {
         pg->send(t, 1)->wait();
         pg->recv(t, 1)->wait();
       } else {
         pg->recv(t, 0)->wait();
         pg->send(t, 0)->wait();
       }
-      const double s2 = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (i >= 0) one_way.push_back(s2 / 2);
+      const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (i >= 0) one_way.push_back(s.exchange ? sec : sec / 2);
     }
     if (rank == 0) {
       char line[96];
@@ -135,14 +146,14 @@ int pingpong_rank(const Setup& s, int rank, const std::string& store_path,
   return 0;
 }
 
-// Runs a ping-pong of `s` in two forked ranks; the one-way time per size.
-std::vector<Sample> run_pingpong(const Setup& s, const std::vector<size_t>& sizes, bool quick,
+// Runs the exchanges of `s` in two forked ranks; one step's time per size.
+std::vector<Sample> run_exchange(const Setup& s, const std::vector<size_t>& sizes, bool quick,
                                  const std::string& tmp, int round) {
   const std::string store = tmp + "/store-" + std::to_string(round);
   std::vector<bench::JobProcess> ranks;
   for (int r = 0; r < 2; ++r) {
     ranks.push_back({"rank " + std::to_string(r), [s, r, store, sizes, quick] {
-                       return pingpong_rank(s, r, store, sizes, quick);
+                       return exchange_rank(s, r, store, sizes, quick);
                      }});
   }
   std::vector<Sample> out;
@@ -157,7 +168,7 @@ std::vector<Sample> run_pingpong(const Setup& s, const std::vector<size_t>& size
           out.push_back({static_cast<double>(bytes), sec});
       },
       [](size_t, const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
-  LOOM_CHECK_AS(DistError, res.ok(), "[loom tune] the ping-pong over ", s.name,
+  LOOM_CHECK_AS(DistError, res.ok(), "[loom tune] the exchanges over ", s.name,
                 " failed: ", res.reason());
   return out;
 }
@@ -182,7 +193,7 @@ int run_tune(const std::vector<std::string>& argv) {
         "  Measures the collective cost model's constants on this host and stores them in the\n"
         "  cache directory (LOOM_CACHE_DIR/tune/HOST.json), where process groups and\n"
         "  `loom topo --predict` read them: gamma (the reduction kernel's seconds per byte) and,\n"
-        "  per link class this host has, alpha and beta fitted to a ping-pong between two\n"
+        "  per link class this host has, alpha and beta fitted to exchanges between two\n"
         "  processes over 8 B to 16 MiB (shared memory on one NUMA node and across nodes, TCP on\n"
         "  this host with one and four sockets). Prints each size's measured and fitted time.\n"
         "  --quick    fewer repetitions and sizes (about 10 s)\n"
@@ -226,28 +237,41 @@ int run_tune(const std::vector<std::string>& argv) {
   std::string tmp = (std::filesystem::temp_directory_path() / "loom-tune-XXXXXX").string();
   LOOM_CHECK(::mkdtemp(tmp.data()) != nullptr, "[loom tune] mkdtemp failed");
   int round = 0;
-  for (const Setup& s : setups) {
-    const std::vector<Sample> samples = run_pingpong(s, sizes, quick, tmp, round++);
-    LOOM_CHECK_AS(DistError, samples.size() == sizes.size(), "[loom tune] ", s.name, ": ",
-                  samples.size(), " of ", sizes.size(), " sizes measured");
-    double alpha = 0, beta = 0;
-    fit(samples, &alpha, &beta);
-    std::printf("%s: alpha %.2f us, beta %.3g ns/B (%.2f GB/s)\n", s.name.c_str(), alpha * 1e6,
-                beta * 1e9, beta > 0 ? 1e-9 / beta : 0.0);
+  // Prints a fit against its samples; returns the median relative error.
+  auto show = [](const char* what, const std::vector<Sample>& samples, double alpha, double beta) {
+    std::printf("  %s: alpha %.2f us, beta %.3g ns/B (%.2f GB/s)\n", what, alpha * 1e6, beta * 1e9,
+                beta > 0 ? 1e-9 / beta : 0.0);
     std::vector<double> errors;
     for (const Sample& x : samples) {
       const double model = alpha + x.bytes * beta;
       errors.push_back(std::abs(model - x.seconds) / x.seconds);
-      std::printf("  %9s  measured %10.2f us  fitted %10.2f us  (%+.0f %%)\n",
+      std::printf("    %9s  measured %10.2f us  fitted %10.2f us  (%+.0f %%)\n",
                   size_str(x.bytes).c_str(), x.seconds * 1e6, model * 1e6,
                   100 * (model - x.seconds) / x.seconds);
     }
-    std::printf("  median fit error %.0f %%\n", 100 * median(errors));
+    std::printf("    median fit error %.0f %%\n", 100 * median(errors));
+  };
+  for (Setup s : setups) {
+    // alpha from turns (a message's fixed cost, without the async send's thread hand-off), beta
+    // from exchanges (both ranks copying at once, as in a collective's step).
+    std::printf("%s\n", s.name.c_str());
+    s.exchange = false;
+    const std::vector<Sample> turns = run_exchange(s, sizes, quick, tmp, round++);
+    s.exchange = true;
+    const std::vector<Sample> both = run_exchange(s, sizes, quick, tmp, round++);
+    LOOM_CHECK_AS(DistError, turns.size() == sizes.size() && both.size() == sizes.size(),
+                  "[loom tune] ", s.name, ": not every size was measured");
+    double alpha = 0, beta = 0, alpha_x = 0, beta_x = 0;
+    fit(turns, &alpha, &beta);
+    show("one way (ping-pong)", turns, alpha, beta);
+    fit(both, &alpha_x, &beta_x);
+    show("both ways at once (exchange)", both, alpha_x, beta_x);
     dist::LinkCost& l = m.link(s.link);
     if (s.channels == 1) {
-      l = {alpha, beta, 0, "measured by loom tune (" + s.name + ")"};
-    } else if (beta > 0) {
-      l.beta_aggregate = std::min(l.beta, beta);
+      l = {alpha, beta_x, 0,
+           "measured by loom tune (" + s.name + "): alpha one way, beta of exchanges"};
+    } else if (beta_x > 0) {
+      l.beta_aggregate = std::min(l.beta, beta_x);
       l.source += "; aggregate with " + std::to_string(s.channels) + " sockets";
     }
   }

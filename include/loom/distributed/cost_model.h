@@ -5,10 +5,13 @@
 // Note [Collective cost model]
 //   A message of b bytes over a link costs α + b·β (α: the fixed cost of one message, β: seconds
 //   per byte of one stream). Reducing b bytes into a buffer costs b·γ. An algorithm cuts each
-//   transfer into pieces of at most `chunk` bytes, k = ceil(b / chunk) of them: each piece pays α,
-//   and a reduction overlaps the transfer of the next piece, so a transfer that is reduced costs
+//   transfer into pieces of at most `chunk` bytes, k = ceil(b / chunk) of them: each piece pays α.
+//   A transfer costs x(b) = k·α + b·β. One whose pieces are reduced as they arrive costs, over TCP
+//   (the kernel moves the next piece while the thread adds this one),
 //       x_r(b) = k·α + b·max(β, γ) + (b / k)·min(β, γ)
-//   and one that is not x(b) = k·α + b·β. With c channels (TCP: c sockets per peer) a byte costs
+//   and over shared memory, where the receiving thread both copies and adds, x_r(b) = k·α +
+//   b·(β + γ). β is calibrated with both ranks sending at once (Note [Calibrating the cost
+//   model]), as in every step of a ring. With c channels (TCP: c sockets per peer) a byte costs
 //   max(β / c, β_aggregate): streams add up until the link's aggregate limit.
 //
 //   Per rank, with n the collective's bytes (the buffer of an allreduce, the whole output of an
@@ -17,12 +20,13 @@
 //     allreduce ring        (p-1)·[x_r(n/p) + x(n/p)]                 reduce-scatter, allgather
 //     allreduce rhd         Σ_{j=1..log2 q} [x_r(n/2^j) + x(n/2^j)] + fold,  q = 2^floor(log2 p);
 //                           fold = x_r(n) + x(n) when q < p (the folded ranks' data in and out)
-//     allreduce tree        (2·D + k - 1)·(α + s·(2β + γ)),  D the binary tree's depth, k pieces of
-//     s
-//                           bytes: reduce up and broadcast down at once, an inner node takes two
-//                           children's pieces
-//     allreduce dbt         (2·D + k' - 1)·(2α + s'·(3β + γ)),  each tree half the data (k' pieces
-//                           of s'); every rank is inner in one tree and a leaf in the other
+//     allreduce tree        (2·D + k - 1)·(α + s·(3β + 2γ)),  D the binary tree's depth, k pieces
+//                           of s bytes: reduce up and broadcast down at once; the busiest inner
+//                           node copies and adds two children's pieces and copies its parent's
+//                           (on 2 ranks: β + γ, one child and no parent)
+//     allreduce dbt         (2·D + k' - 1)·(2α + s'·(4β + 2γ)),  each tree half the data (k'
+//                           pieces of s'); every rank is inner in one tree and a leaf (one copy
+//                           down) in the other (on 2 ranks: 2β + γ)
 //     allreduce oneshot     (p-1)·(α + n·β) + (p-1)·n·γ               everyone to everyone
 //     allgather ring        (p-1)·x(n/p)
 //     reduce_scatter ring   (p-1)·x_r(n/p)
@@ -31,9 +35,11 @@
 //     alltoall pairwise     (p-1)·x(n/p)
 //   A step's α and β are those of the slowest link any rank uses in it (the ring's neighbours,
 //   rhd's partners at distance 2^j, a tree's parent-child edges, every pair for oneshot and
-//   alltoall), so a ring that crosses hosts runs at the network's pace. The predictions ignore
-//   contention between ranks that share a link class's bandwidth; `loom topo --predict` prints them
-//   next to the formula, and calibration (measured α, β, γ per link class) is what makes them fit.
+//   alltoall), so a ring that crosses hosts runs at the network's pace. When a host runs more
+//   ranks than it has logical CPUs, they time-share the cores and every term is multiplied by
+//   ranks / CPUs (the most of any host). The predictions ignore contention between ranks that share
+//   a link class's bandwidth; `loom topo --predict` prints them next to the formula, and
+//   calibration (measured α, β, γ per link class) is what makes them fit.
 //
 // Thread-safety: plain values and pure functions.
 #pragma once

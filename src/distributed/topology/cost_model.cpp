@@ -53,6 +53,7 @@ std::string bytes_str(double b) {
 struct Terms {
   double alpha, beta, gamma;
   double chunk;
+  bool overlap;  // reductions overlap transfers (TCP: the kernel moves the bytes)
   // Pieces of a transfer of b bytes.
   double pieces(double b) const { return std::max(1.0, std::ceil(b / chunk)); }
   // x(b): a transfer.
@@ -61,14 +62,29 @@ struct Terms {
   double xr(double b) const {
     if (b <= 0) return 0;
     const double k = pieces(b);
+    if (!overlap) return k * alpha + b * (beta + gamma);
     return k * alpha + b * std::max(beta, gamma) + (b / k) * std::min(beta, gamma);
   }
 };
 
-Terms terms(const CostModel& m, LinkClass c, int channels, size_t chunk) {
+// `share`: how many ranks time-share a core (1 when each has its own).
+Terms terms(const CostModel& m, LinkClass c, int channels, size_t chunk, double share) {
   const LinkCost& l = m.link(c);
   const double agg = l.beta_aggregate > 0 ? l.beta_aggregate : l.beta;
-  return {l.alpha, std::max(l.beta / channels, agg), m.gamma, static_cast<double>(chunk)};
+  const bool tcp = c == LinkClass::LocalTcp || c == LinkClass::NetworkTcp;
+  return {share * l.alpha, share * std::max(l.beta / channels, agg), share * m.gamma,
+          static_cast<double>(chunk), tcp};
+}
+
+// Note [Collective cost model], time-sharing: the most ranks per logical CPU on any host.
+double core_share(const ClusterTopology& t) {
+  double share = 1;
+  for (size_t h = 0; h < t.hosts.size(); ++h) {
+    const int cpus = t.hosts[h].logical_cpus;
+    if (cpus > 0)
+      share = std::max(share, static_cast<double>(t.ranks_on_host(static_cast<int>(h))) / cpus);
+  }
+  return share;
 }
 
 // The slowest of the link classes of these rank pairs.
@@ -216,9 +232,11 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
   LOOM_CHECK(p >= 1, "[cost model] a cluster without ranks");
   const double n = static_cast<double>(bytes);
   const bool shm = o.shared_memory;
+  const double share = core_share(t);
   std::vector<Prediction> out;
   // Adds one algorithm's predictions over its links' channel counts and the chunk sizes;
   // `time(terms_of)` computes the prediction given a function from a link class to its terms.
+  double algo_share = share;  // the tree sets its own (only inner nodes are busy)
   auto add = [&](const std::string& algo, LinkClass slowest,
                  const std::function<double(const std::function<Terms(LinkClass)>&)>& time,
                  const std::function<std::string()>& formula) {
@@ -231,7 +249,7 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
         r.channels = ch;
         r.chunk_bytes = chunk;
         r.link = link_class_name(slowest);
-        r.seconds = time([&](LinkClass c) { return terms(m, c, ch, chunk); });
+        r.seconds = time([&](LinkClass c) { return terms(m, c, ch, chunk, algo_share); });
         r.formula = formula();
         out.push_back(r);
       }
@@ -309,27 +327,52 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
       const LinkClass tree_link = worst(t, edges, shm);
       const LinkClass dbt_link = std::max(tree_link, worst(t, edges2, shm));
       const int depth = btree_depth(p);
+      // The busiest inner node, per piece: it copies and adds its children's pieces (c of them)
+      // on the way up and copies its parent's on the way down (the root has none).
+      const double c = p > 2 ? 2 : 1, copies = c + (p > 2 ? 1 : 0);
+      const std::string per = std::to_string(static_cast<int>(copies)) + "b + " +
+                              std::to_string(static_cast<int>(c)) + "g";
+      // Only the tree's inner nodes work in every piece-step: they are the ranks that share cores.
+      {
+        std::vector<int> inner(t.hosts.size(), 0);
+        for (int r = 0; r < p; ++r) {
+          if (btree_node(p, r).num_children > 0)
+            ++inner[static_cast<size_t>(t.ranks[static_cast<size_t>(r)].host)];
+        }
+        algo_share = 1;
+        for (size_t h = 0; h < t.hosts.size(); ++h) {
+          if (t.hosts[h].logical_cpus > 0)
+            algo_share =
+                std::max(algo_share, static_cast<double>(inner[h]) / t.hosts[h].logical_cpus);
+        }
+      }
       add(
           "tree", tree_link,
           [&](const auto& tm) {
             const Terms k = tm(tree_link);
             const double pieces = k.pieces(n), s = n / pieces;
-            return (2 * depth + pieces - 1) * (k.alpha + s * (2 * k.beta + k.gamma));
+            return (2 * depth + pieces - 1) * (k.alpha + s * (copies * k.beta + c * k.gamma));
           },
           [&] {
-            return "(2 x depth " + std::to_string(depth) +
-                   " + pieces - 1) x (a + piece x (2b + g))";
+            return "(2 x depth " + std::to_string(depth) + " + pieces - 1) x (a + piece x (" + per +
+                   "))";
           });
+      // Each tree carries half; a rank is inner in one (as above) and a leaf in the other (one
+      // copy down).
+      algo_share = share;
       add(
           "dbt", dbt_link,
           [&](const auto& tm) {
             const Terms k = tm(dbt_link);
             const double pieces = k.pieces(n / 2), s = n / 2 / pieces;
-            return (2 * depth + pieces - 1) * (2 * k.alpha + s * (3 * k.beta + k.gamma));
+            return (2 * depth + pieces - 1) *
+                   (2 * k.alpha + s * ((copies + 1) * k.beta + c * k.gamma));
           },
           [&] {
             return "(2 x depth " + std::to_string(depth) +
-                   " + pieces of n/2 - 1) x (2a + piece x (3b + g))";
+                   " + pieces of n/2 - 1) x (2a + piece x (" +
+                   std::to_string(static_cast<int>(copies) + 1) + "b + " +
+                   std::to_string(static_cast<int>(c)) + "g))";
           });
       add(
           "oneshot", all_link,

@@ -148,7 +148,16 @@ class ShmLink final : public Link {
   // done (acks). The peer may sleep waiting for any of them, so each progress() that moved rings
   // it.
   Doorbell* doorbell() const override { return &inbox_->header()->bell; }
-  void check_alive() override { check_peer(); }
+  // A peer that wrote its last messages and then exited (its part of a final barrier done) has
+  // closed the link, but what it left in the ring is still ours: take it before calling the peer
+  // lost, so that a waiter that slept through the last doorbell does not fail a call that can end.
+  void check_alive() override {
+    if (!closed_) {
+      progress_recvs();
+      progress_sends();
+    }
+    if (has_pending()) check_peer();
+  }
   uint64_t bytes_helped() const override { return helped_; }
 
   // Copies pieces of the oldest send the peer is reading by address (Note [Cooperative copies]).
