@@ -186,7 +186,7 @@ std::string size_str(double b) {
 }
 
 int run_tune(const std::vector<std::string>& argv) {
-  Args args(argv, {"help", "quick", "dry-run"}, {});
+  Args args(argv, {"help", "quick", "dry-run"}, {"repeats"});
   if (args.flag("help")) {
     std::printf(
         "usage: loom tune [--quick] [--dry-run]\n"
@@ -197,10 +197,12 @@ int run_tune(const std::vector<std::string>& argv) {
         "  processes over 8 B to 16 MiB (shared memory on one NUMA node and across nodes, TCP on\n"
         "  this host with one and four sockets). Prints each size's measured and fitted time.\n"
         "  --quick    fewer repetitions and sizes (about 10 s)\n"
+        "  --repeats N  measure each link N times (3; 1 with --quick) and keep the medians\n"
         "  --dry-run  measure and print, store nothing\n");
     return 0;
   }
   const bool quick = args.flag("quick");
+  const int repeats = static_cast<int>(args.get_int("repeats", quick ? 1 : 3, 1, 100));
   dist::TopologyOptions to;
   to.measure_bandwidth = true;
   to.gpus = false;
@@ -255,17 +257,38 @@ int run_tune(const std::vector<std::string>& argv) {
     // alpha from turns (a message's fixed cost, without the async send's thread hand-off), beta
     // from exchanges (both ranks copying at once, as in a collective's step).
     std::printf("%s\n", s.name.c_str());
-    s.exchange = false;
-    const std::vector<Sample> turns = run_exchange(s, sizes, quick, tmp, round++);
-    s.exchange = true;
-    const std::vector<Sample> both = run_exchange(s, sizes, quick, tmp, round++);
-    LOOM_CHECK_AS(DistError, turns.size() == sizes.size() && both.size() == sizes.size(),
-                  "[loom tune] ", s.name, ": not every size was measured");
-    double alpha = 0, beta = 0, alpha_x = 0, beta_x = 0;
-    fit(turns, &alpha, &beta);
-    show("one way (ping-pong)", turns, alpha, beta);
-    fit(both, &alpha_x, &beta_x);
-    show("both ways at once (exchange)", both, alpha_x, beta_x);
+    // Each measurement `repeats` times (fresh ranks each time); the constants are the medians of
+    // the fits, so that one disturbed run does not set them.
+    std::vector<double> alphas, betas, alphas_x, betas_x;
+    for (int rep = 0; rep < repeats; ++rep) {
+      s.exchange = false;
+      const std::vector<Sample> turns = run_exchange(s, sizes, quick, tmp, round++);
+      s.exchange = true;
+      const std::vector<Sample> both = run_exchange(s, sizes, quick, tmp, round++);
+      LOOM_CHECK_AS(DistError, turns.size() == sizes.size() && both.size() == sizes.size(),
+                    "[loom tune] ", s.name, ": not every size was measured");
+      double a = 0, b = 0, ax = 0, bx = 0;
+      fit(turns, &a, &b);
+      fit(both, &ax, &bx);
+      if (rep == 0) {
+        show("one way (ping-pong)", turns, a, b);
+        show("both ways at once (exchange)", both, ax, bx);
+      }
+      alphas.push_back(a);
+      betas.push_back(b);
+      alphas_x.push_back(ax);
+      betas_x.push_back(bx);
+    }
+    const double alpha = median(alphas), beta_x = median(betas_x);
+    if (repeats > 1) {
+      std::printf(
+          "  over %d runs: alpha %.2f us (from %.2f to %.2f), exchange beta %.3g ns/B (from "
+          "%.3g to %.3g): the medians are kept\n",
+          repeats, alpha * 1e6, *std::min_element(alphas.begin(), alphas.end()) * 1e6,
+          *std::max_element(alphas.begin(), alphas.end()) * 1e6, beta_x * 1e9,
+          *std::min_element(betas_x.begin(), betas_x.end()) * 1e9,
+          *std::max_element(betas_x.begin(), betas_x.end()) * 1e9);
+    }
     dist::LinkCost& l = m.link(s.link);
     if (s.channels == 1) {
       l = {alpha, beta_x, 0,
