@@ -1,7 +1,7 @@
 // The math of generated kernels (compiler layer; internal): each target's lm_* prelude, host
 // constants as exact literals, and per operator its pointwise expression and its derivative's
 // statements (Note [Kernel math], Note [Fused backward] in compiler/kernel_math.cpp). Used by the
-// fusion pass (compiler/fusion.cpp).
+// fusion pass (compiler/fusion.cpp) and its source generators (compiler/fusion_codegen.cpp).
 #pragma once
 
 #include <string>

@@ -1,4 +1,5 @@
-// Byte-level BPE (see loom/data/bpe.h): pre-tokens, training, encoding and GPT-2's two files.
+// Byte-level BPE (see loom/data/bpe.h): pre-tokens, encoding and GPT-2's two files (training is in
+// data/bpe_train.cpp).
 #include "loom/data/bpe.h"
 
 #include <algorithm>
@@ -9,20 +10,26 @@
 #include <queue>
 #include <shared_mutex>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "base/json_parse.h"
+#include "data/bpe_internal.h"
 #include "loom/error.h"
 #include "loom/file.h"
 #include "loom/json.h"
 
 namespace loom::data {
+
+using bpe_detail::for_each_pre_token;
+using bpe_detail::json_quoted;
+using bpe_detail::kNumBytes;
+using bpe_detail::pair_key;
+using bpe_detail::split_specials;
+
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kNumBytes = 256;
 // Pre-tokens up to this long are cached (longer ones are rare and would bloat the cache), and the
 // cache stops growing at kMaxCacheEntries, as Hugging Face's does.
 constexpr size_t kMaxCachedPieceBytes = 64;
@@ -65,65 +72,6 @@ size_t contraction_at(std::string_view t, size_t i) {
   return (c == 'r' && d == 'e') || (c == 'v' && d == 'e') || (c == 'l' && d == 'l') ? 3 : 0;
 }
 
-// End of the pre-token starting at t[i] (i < t.size()): the regex's alternatives in their order.
-size_t pre_token_end(std::string_view t, size_t i) {
-  const size_t n = t.size();
-  if (const size_t c = contraction_at(t, i)) return i + c;
-  // " ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+": an optional space, then a run of one class.
-  size_t j = i;
-  if (t[j] == ' ' && j + 1 < n && byte_class(t[j + 1]) != ByteClass::Space) ++j;
-  const ByteClass k = byte_class(t[j]);
-  if (k != ByteClass::Space) {
-    size_t e = j + 1;
-    while (e < n && byte_class(t[e]) == k) ++e;
-    return e;
-  }
-  // "\s+(?!\S)" takes the run but its last character when a non-space follows (that one joins the
-  // next word as its optional space, or stands alone); "\s+" takes a run of one.
-  size_t e = i + 1;
-  while (e < n && byte_class(t[e]) == ByteClass::Space) ++e;
-  return e == n || e - i == 1 ? e : e - 1;
-}
-
-template <class F>
-void for_each_pre_token(std::string_view text, F&& f) {
-  for (size_t i = 0; i < text.size();) {
-    const size_t end = pre_token_end(text, i);
-    f(text.substr(i, end - i));
-    i = end;
-  }
-}
-
-// Cuts special tokens out of text: on_text(segment) for the text between them (never empty),
-// on_special(k) for special k. At one position the longest special wins.
-template <class OnText, class OnSpecial>
-void split_specials(std::string_view text, const std::vector<std::string>& specials,
-                    OnText&& on_text, OnSpecial&& on_special) {
-  // next[k]: where special k next occurs at or after pos (npos: nowhere).
-  std::vector<size_t> next(specials.size());
-  for (size_t k = 0; k < specials.size(); ++k) next[k] = text.find(specials[k]);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t at = std::string_view::npos;
-    size_t which = 0;
-    for (size_t k = 0; k < specials.size(); ++k) {
-      if (next[k] != std::string_view::npos && next[k] < pos) next[k] = text.find(specials[k], pos);
-      if (next[k] < at || (next[k] == at && at != std::string_view::npos &&
-                           specials[k].size() > specials[which].size())) {
-        at = next[k];
-        which = k;
-      }
-    }
-    if (at == std::string_view::npos) {
-      on_text(text.substr(pos));
-      return;
-    }
-    if (at > pos) on_text(text.substr(pos, at - pos));
-    on_special(which);
-    pos = at + specials[which].size();
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves; the others, in byte
 // order, take the code points 256, 257, ...
@@ -144,205 +92,6 @@ struct ByteTable {
   }
 };
 constexpr ByteTable kByteTable;
-
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80                 ? 1
-                     : c >= 0xC2 && c <= 0xDF ? 2
-                     : c >= 0xE0 && c <= 0xEF ? 3
-                     : c >= 0xF0 && c <= 0xF4 ? 4
-                                              : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    const uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
-    if ((n > 1 && cp < min) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n;
-  }
-  return true;
-}
-
-std::string json_quoted(std::string_view s) {
-  return Json(s).dump();
-}
-
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
-}
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
-// ---------------------------------------------------------------------------------------------
-// Training (Note [BPE training])
-
-struct Word {
-  std::vector<int32_t> symbols;
-  int64_t count = 0;
-};
-
-struct PairStats {
-  int64_t count = 0;
-  // Words that held the pair when they were added; some may have lost it since (checked on use).
-  std::vector<int32_t> words;
-};
-
-struct Candidate {
-  int64_t count = 0;
-  int32_t left = 0;
-  int32_t right = 0;
-};
-
-// Note [BPE training: incremental counts]
-//   Pair counts are kept for the whole corpus, with the words each pair occurs in. A merge
-//   visits only the words holding its pair, subtracts their old pairs and adds their new ones.
-//   Only pairs that contain the merge's result can gain count, and they are pushed on the heap;
-//   every other pair only loses count, so its heap entry may be stale but never too low: a popped
-//   entry whose count differs from the current one is pushed again with the current count
-//   (lazy invalidation), and the top entry that matches is the true maximum.
-class Trainer {
- public:
-  Trainer(std::vector<std::string>* tokens, const BpeTrainOptions& options)
-      : tokens_(*tokens), options_(options) {
-    for (const std::string& s : options.special_tokens) reserved_.insert(s);
-    for (int32_t id = 0; id < static_cast<int32_t>(tokens_.size()); ++id) ids_[tokens_[id]] = id;
-  }
-
-  void add_word(std::string_view bytes, int64_t count) {
-    Word w;
-    w.count = count;
-    w.symbols.reserve(bytes.size());
-    for (const char c : bytes) w.symbols.push_back(static_cast<unsigned char>(c));
-    words_.push_back(std::move(w));
-  }
-
-  std::vector<BpeMerge> run() {
-    count_all_pairs();
-    std::vector<BpeMerge> merges;
-    std::vector<int64_t> visited(words_.size(), -1);
-    const auto specials = static_cast<int64_t>(options_.special_tokens.size());
-    while (static_cast<int64_t>(tokens_.size()) + specials < options_.vocab_size &&
-           !heap_.empty()) {
-      const Candidate top = heap_.top();
-      heap_.pop();
-      const uint64_t key = pair_key(top.left, top.right);
-      if (!forbidden_.empty() && forbidden_.count(key)) continue;
-      auto it = pairs_.find(key);
-      const int64_t current = it == pairs_.end() ? 0 : it->second.count;
-      if (current != top.count) {
-        if (current > 0) heap_.push({current, top.left, top.right});
-        continue;
-      }
-      if (current < options_.min_frequency) break;
-      std::string merged = tokens_[top.left] + tokens_[top.right];
-      if (!reserved_.empty() && reserved_.count(bpe_bytes_to_unicode(merged))) {
-        forbidden_.insert(key);
-        continue;
-      }
-      auto [found, added] = ids_.try_emplace(merged, static_cast<int32_t>(tokens_.size()));
-      if (added) tokens_.push_back(std::move(merged));
-      const BpeMerge merge{top.left, top.right, found->second};
-      merges.push_back(merge);
-
-      const std::vector<int32_t> holders = std::move(it->second.words);
-      touched_.clear();
-      for (const int32_t w : holders) {
-        if (visited[w] == static_cast<int64_t>(merges.size())) continue;
-        visited[w] = static_cast<int64_t>(merges.size());
-        merge_in_word(w, merge);
-      }
-      it = pairs_.find(key);
-      LOOM_INTERNAL_ASSERT(it != pairs_.end(), "[bpe] a merged pair left the pair table");
-      LOOM_INTERNAL_ASSERT(it->second.count == 0, "[bpe] merged pair (", top.left, ", ", top.right,
-                           ") is left with count ", it->second.count);
-      pairs_.erase(it);
-      std::sort(touched_.begin(), touched_.end());
-      touched_.erase(std::unique(touched_.begin(), touched_.end()), touched_.end());
-      for (const uint64_t p : touched_) {
-        const int64_t count = pairs_[p].count;
-        if (count > 0) {
-          heap_.push({count, static_cast<int32_t>(p >> 32), static_cast<int32_t>(p & 0xFFFFFFFF)});
-        }
-      }
-    }
-    return merges;
-  }
-
- private:
-  void count_all_pairs() {
-    for (int32_t w = 0; w < static_cast<int32_t>(words_.size()); ++w) {
-      const Word& word = words_[w];
-      for (size_t i = 0; i + 1 < word.symbols.size(); ++i) {
-        PairStats& s = pairs_[pair_key(word.symbols[i], word.symbols[i + 1])];
-        s.count += word.count;
-        if (s.words.empty() || s.words.back() != w) s.words.push_back(w);
-      }
-    }
-    for (const auto& [key, stats] : pairs_) {
-      heap_.push(
-          {stats.count, static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xFFFFFFFF)});
-    }
-  }
-
-  void merge_in_word(int32_t w, const BpeMerge& m) {
-    Word& word = words_[w];
-    std::vector<int32_t>& s = word.symbols;
-    bool holds = false;
-    for (size_t i = 0; i + 1 < s.size() && !holds; ++i)
-      holds = s[i] == m.left && s[i + 1] == m.right;
-    if (!holds) return;
-    for (size_t i = 0; i + 1 < s.size(); ++i) {
-      pairs_.find(pair_key(s[i], s[i + 1]))->second.count -= word.count;
-    }
-    size_t out = 0;
-    for (size_t i = 0; i < s.size(); ++out) {
-      if (i + 1 < s.size() && s[i] == m.left && s[i + 1] == m.right) {
-        s[out] = m.result;
-        i += 2;
-      } else {
-        s[out] = s[i++];
-      }
-    }
-    s.resize(out);
-    for (size_t i = 0; i + 1 < s.size(); ++i) {
-      const uint64_t key = pair_key(s[i], s[i + 1]);
-      PairStats& p = pairs_[key];
-      p.count += word.count;
-      if (s[i] == m.result || s[i + 1] == m.result) {
-        if (p.words.empty() || p.words.back() != w) p.words.push_back(w);
-        touched_.push_back(key);
-      }
-    }
-  }
-
-  // Higher count first; on a tie the smaller (left bytes, right bytes).
-  struct LowerPriority {
-    const std::vector<std::string>* tokens;
-    bool operator()(const Candidate& x, const Candidate& y) const {
-      if (x.count != y.count) return x.count < y.count;
-      if (const int c = (*tokens)[x.left].compare((*tokens)[y.left])) return c > 0;
-      return (*tokens)[x.right].compare((*tokens)[y.right]) > 0;
-    }
-  };
-
-  std::vector<std::string>& tokens_;
-  const BpeTrainOptions& options_;
-  std::unordered_map<std::string, int32_t> ids_;  // token bytes -> id
-  std::unordered_set<std::string> reserved_;      // vocab.json strings of the special tokens
-  std::unordered_set<uint64_t> forbidden_;        // pairs whose result would clash with them
-  std::vector<Word> words_;
-  std::unordered_map<uint64_t, PairStats> pairs_;
-  std::priority_queue<Candidate, std::vector<Candidate>, LowerPriority> heap_{
-      LowerPriority{&tokens_}};
-  std::vector<uint64_t> touched_;  // pairs holding the current merge's result
-};
 
 // 1-based line and column of a byte offset.
 std::pair<int64_t, int64_t> line_and_column(std::string_view text, size_t offset) {
@@ -378,6 +127,31 @@ int64_t member_line(std::string_view text, size_t index) {
 }
 
 }  // namespace
+
+// (data/bpe_internal.h)
+size_t bpe_detail::pre_token_end(std::string_view t, size_t i) {
+  const size_t n = t.size();
+  if (const size_t c = contraction_at(t, i)) return i + c;
+  // " ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+": an optional space, then a run of one class.
+  size_t j = i;
+  if (t[j] == ' ' && j + 1 < n && byte_class(t[j + 1]) != ByteClass::Space) ++j;
+  const ByteClass k = byte_class(t[j]);
+  if (k != ByteClass::Space) {
+    size_t e = j + 1;
+    while (e < n && byte_class(t[e]) == k) ++e;
+    return e;
+  }
+  // "\s+(?!\S)" takes the run but its last character when a non-space follows (that one joins the
+  // next word as its optional space, or stands alone); "\s+" takes a run of one.
+  size_t e = i + 1;
+  while (e < n && byte_class(t[e]) == ByteClass::Space) ++e;
+  return e == n || e - i == 1 ? e : e - 1;
+}
+
+// (data/bpe_internal.h)
+std::string bpe_detail::json_quoted(std::string_view s) {
+  return Json(s).dump();
+}
 
 std::vector<std::string_view> bpe_pre_tokenize(std::string_view text) {
   std::vector<std::string_view> out;
@@ -423,155 +197,91 @@ std::optional<std::string> bpe_unicode_to_bytes(std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // The tokenizer
 
-struct BpeTokenizer::Impl {
-  std::vector<std::string> tokens;    // id -> bytes (a special token: its text)
-  std::vector<uint8_t> special;       // id -> 1 for a special token
-  std::vector<std::string> specials;  // their texts, in id order
-  std::vector<int32_t> special_ids;
-  std::vector<BpeMerge> merges;
-  std::array<int32_t, kNumBytes> byte_ids{};
-  std::unordered_map<uint64_t, int32_t> ranks;  // (left, right) -> rank
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> ids;  // not specials
-
-  mutable std::shared_mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>
-      cache;  // GUARDED_BY(cache_mutex): pre-token -> ids
-
-  // Fills the lookup tables from tokens, special, merges and byte_ids.
-  void index() {
-    specials.clear();
-    special_ids.clear();
-    for (int32_t id = 0; id < static_cast<int32_t>(tokens.size()); ++id) {
-      if (special[id]) {
-        specials.push_back(tokens[id]);
-        special_ids.push_back(id);
-      } else {
-        ids.emplace(tokens[id], id);
-      }
-    }
-    ranks.reserve(merges.size());
-    for (int32_t r = 0; r < static_cast<int32_t>(merges.size()); ++r) {
-      ranks.emplace(pair_key(merges[r].left, merges[r].right), r);
+void BpeTokenizer::Impl::index() {
+  specials.clear();
+  special_ids.clear();
+  for (int32_t id = 0; id < static_cast<int32_t>(tokens.size()); ++id) {
+    if (special[id]) {
+      specials.push_back(tokens[id]);
+      special_ids.push_back(id);
+    } else {
+      ids.emplace(tokens[id], id);
     }
   }
-
-  int32_t rank_of(int32_t left, int32_t right) const {
-    const auto it = ranks.find(pair_key(left, right));
-    return it == ranks.end() ? -1 : it->second;
+  ranks.reserve(merges.size());
+  for (int32_t r = 0; r < static_cast<int32_t>(merges.size()); ++r) {
+    ranks.emplace(pair_key(merges[r].left, merges[r].right), r);
   }
+}
 
-  // GPT-2's bpe() on one pre-token: the lowest-ranked adjacent pair is merged first, equal ranks
-  // left to right. A heap of (rank, position) over a linked list of symbols keeps a long
-  // pre-token O(n log n); GPT-2's rescanning loop is O(n^2). As in Hugging Face's tokenizers,
-  // the two can differ only when a merge creates a pair ranked below itself, which needs a token
-  // made by two merges (Note [BPE vocabulary]); GPT-2's own files have none.
-  void bpe(std::string_view piece, std::vector<int32_t>& out) const {
-    const auto n = static_cast<int32_t>(piece.size());
-    std::vector<int32_t> sym(n), prev(n), next(n);
-    using Entry = std::pair<int32_t, int32_t>;  // (rank, position)
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-    for (int32_t i = 0; i < n; ++i) {
-      sym[i] = byte_ids[static_cast<unsigned char>(piece[i])];
-      prev[i] = i - 1;
-      next[i] = i + 1;
-      if (i > 0) {
-        if (const int32_t r = rank_of(sym[i - 1], sym[i]); r >= 0) heap.emplace(r, i - 1);
-      }
+int32_t BpeTokenizer::Impl::rank_of(int32_t left, int32_t right) const {
+  const auto it = ranks.find(pair_key(left, right));
+  return it == ranks.end() ? -1 : it->second;
+}
+
+// GPT-2's bpe() on one pre-token: the lowest-ranked adjacent pair is merged first, equal ranks
+// left to right. A heap of (rank, position) over a linked list of symbols keeps a long
+// pre-token O(n log n); GPT-2's rescanning loop is O(n^2). As in Hugging Face's tokenizers,
+// the two can differ only when a merge creates a pair ranked below itself, which needs a token
+// made by two merges (Note [BPE vocabulary]); GPT-2's own files have none.
+void BpeTokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  const auto n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> sym(n), prev(n), next(n);
+  using Entry = std::pair<int32_t, int32_t>;  // (rank, position)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (int32_t i = 0; i < n; ++i) {
+    sym[i] = byte_ids[static_cast<unsigned char>(piece[i])];
+    prev[i] = i - 1;
+    next[i] = i + 1;
+    if (i > 0) {
+      if (const int32_t r = rank_of(sym[i - 1], sym[i]); r >= 0) heap.emplace(r, i - 1);
     }
-    while (!heap.empty()) {
-      const auto [r, i] = heap.top();
-      heap.pop();
-      // Stale when i was absorbed (sym -1) or its pair has changed since.
-      if (sym[i] < 0 || next[i] >= n || rank_of(sym[i], sym[next[i]]) != r) continue;
-      const int32_t j = next[i];
-      sym[i] = merges[r].result;
-      sym[j] = -1;
-      next[i] = next[j];
-      if (next[i] < n) prev[next[i]] = i;
-      if (prev[i] >= 0) {
-        if (const int32_t q = rank_of(sym[prev[i]], sym[i]); q >= 0) heap.emplace(q, prev[i]);
-      }
-      if (next[i] < n) {
-        if (const int32_t q = rank_of(sym[i], sym[next[i]]); q >= 0) heap.emplace(q, i);
-      }
-    }
-    for (int32_t i = 0; i < n; i = next[i]) out.push_back(sym[i]);
   }
+  while (!heap.empty()) {
+    const auto [r, i] = heap.top();
+    heap.pop();
+    // Stale when i was absorbed (sym -1) or its pair has changed since.
+    if (sym[i] < 0 || next[i] >= n || rank_of(sym[i], sym[next[i]]) != r) continue;
+    const int32_t j = next[i];
+    sym[i] = merges[r].result;
+    sym[j] = -1;
+    next[i] = next[j];
+    if (next[i] < n) prev[next[i]] = i;
+    if (prev[i] >= 0) {
+      if (const int32_t q = rank_of(sym[prev[i]], sym[i]); q >= 0) heap.emplace(q, prev[i]);
+    }
+    if (next[i] < n) {
+      if (const int32_t q = rank_of(sym[i], sym[next[i]]); q >= 0) heap.emplace(q, i);
+    }
+  }
+  for (int32_t i = 0; i < n; i = next[i]) out.push_back(sym[i]);
+}
 
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-    if (piece.size() == 1) {
-      out.push_back(byte_ids[static_cast<unsigned char>(piece[0])]);
+void BpeTokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() == 1) {
+    out.push_back(byte_ids[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
+  if (cacheable) {
+    std::shared_lock lock(cache_mutex);
+    const auto it = cache.find(piece);
+    if (it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
-    const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
-    if (cacheable) {
-      std::shared_lock lock(cache_mutex);
-      const auto it = cache.find(piece);
-      if (it != cache.end()) {
-        out.insert(out.end(), it->second.begin(), it->second.end());
-        return;
-      }
-    }
-    const size_t start = out.size();
-    bpe(piece, out);
-    if (cacheable) {
-      std::unique_lock lock(cache_mutex);
-      if (cache.size() < kMaxCacheEntries) {
-        cache.try_emplace(std::string(piece), out.begin() + static_cast<ptrdiff_t>(start),
-                          out.end());
-      }
+  }
+  const size_t start = out.size();
+  bpe(piece, out);
+  if (cacheable) {
+    std::unique_lock lock(cache_mutex);
+    if (cache.size() < kMaxCacheEntries) {
+      cache.try_emplace(std::string(piece), out.begin() + static_cast<ptrdiff_t>(start), out.end());
     }
   }
-};
+}
 
 BpeTokenizer::BpeTokenizer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-BpeTokenizer BpeTokenizer::train(std::string_view text, const BpeTrainOptions& options) {
-  const std::vector<std::string>& specials = options.special_tokens;
-  const auto min_vocab = kNumBytes + static_cast<int64_t>(specials.size());
-  LOOM_CHECK(options.vocab_size >= min_vocab && options.vocab_size <= INT32_MAX,
-             "[bpe] train: vocab_size must hold the ", kNumBytes, " byte tokens and the ",
-             specials.size(), " special tokens (at least ", min_vocab,
-             ") and fit in int32, but got ", options.vocab_size);
-  LOOM_CHECK(options.min_frequency >= 0, "[bpe] train: min_frequency must be >= 0 but got ",
-             options.min_frequency);
-  for (size_t k = 0; k < specials.size(); ++k) {
-    const std::string& s = specials[k];
-    LOOM_CHECK(!s.empty(), "[bpe] train: special token ", k, " is empty");
-    LOOM_CHECK(valid_utf8(s), "[bpe] train: special token ", k,
-               " is not valid UTF-8 (vocab.json could not hold it)");
-    const auto bytes = bpe_unicode_to_bytes(s);
-    LOOM_CHECK(!bytes || bytes->size() != 1, "[bpe] train: special token ", json_quoted(s),
-               " is the vocab.json string of byte ", static_cast<int>((*bytes)[0] & 0xFF));
-    for (size_t j = 0; j < k; ++j) {
-      LOOM_CHECK(specials[j] != s, "[bpe] train: special token ", json_quoted(s),
-                 " is given twice");
-    }
-  }
-
-  auto impl = std::make_shared<Impl>();
-  for (int b = 0; b < kNumBytes; ++b) {
-    impl->tokens.emplace_back(1, static_cast<char>(b));
-    impl->byte_ids[b] = b;
-  }
-  Trainer trainer(&impl->tokens, options);
-  std::unordered_map<std::string_view, int64_t> word_counts;
-  split_specials(
-      text, specials,
-      [&](std::string_view segment) {
-        for_each_pre_token(segment, [&](std::string_view piece) { ++word_counts[piece]; });
-      },
-      [](size_t) {});
-  for (const auto& [word, count] : word_counts) trainer.add_word(word, count);
-  impl->merges = trainer.run();
-  impl->special.assign(impl->tokens.size(), 0);
-  for (const std::string& s : specials) {
-    impl->tokens.push_back(s);
-    impl->special.push_back(1);
-  }
-  impl->index();
-  return BpeTokenizer(std::move(impl));
-}
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   const Impl& impl = *impl_;

@@ -11,10 +11,13 @@ const config::RealSetting kTimeout(
     "seconds (fractions allowed) that store operations, connects and "
     "collectives may take");
 const config::ChoiceSetting kAlgo("LOOM_ALGO", "auto",
-                                  {"auto", "ring", "tree", "dbt", "rhd", "oneshot", "model"},
+                                  {"auto", "ring", "tree", "dbt", "rhd", "oneshot", "hier",
+                                   "hier_tree", "model"},
                                   "allreduce algorithm; auto chooses by size and rank count (Note "
                                   "[Allreduce thresholds]), model by the cost model over the "
-                                  "group's topology (Note [Collective cost model])");
+                                  "group's topology (Note [Collective cost model]); hier and "
+                                  "hier_tree are the hierarchical ones across hosts (Note "
+                                  "[Hierarchical allreduce])");
 const config::IntSetting kChunkBytes("LOOM_DIST_CHUNK_BYTES", 512 << 10, 1, 1 << 30,
                                      "bytes per pipelined piece of ring, tree and halving-doubling "
                                      "collectives (the same on every rank; at least 64 are used)");
@@ -41,6 +44,10 @@ const config::FlagSetting kShmNoCoop(
     "LOOM_SHM_NO_COOP", false,
     "1: senders do not help copy large shared-memory messages (Note "
     "[Cooperative copies])");
+const config::StringSetting kHostId(
+    "LOOM_HOST_ID", "",
+    "names this process's host for the group (ranks with one name share memory, others use "
+    "TCP); default: hostname, boot id and network namespace");
 const config::StringSetting kSocketAddr(
     "LOOM_SOCKET_ADDR", "",
     "IPv4 address this rank binds and advertises for TCP links "

@@ -18,6 +18,7 @@ extern const config::IntSetting kShmCmaMin;      // LOOM_SHM_CMA_MIN
 extern const config::FlagSetting kShmNoCma;      // LOOM_SHM_NO_CMA
 extern const config::FlagSetting kShmNoCoop;     // LOOM_SHM_NO_COOP
 extern const config::StringSetting kSocketAddr;  // LOOM_SOCKET_ADDR
+extern const config::StringSetting kHostId;      // LOOM_HOST_ID
 extern const config::ChoiceSetting kDebug;       // LOOM_DIST_DEBUG
 extern const config::PathSetting kFlightDir;     // LOOM_FLIGHT_DIR
 extern const config::IntSetting kFlightEntries;  // LOOM_FLIGHT_ENTRIES

@@ -45,18 +45,26 @@ AllreduceFn algorithm(Algo a) {
       return allreduce_halving_doubling;
     case Algo::OneShot:
       return allreduce_one_shot;
+    case Algo::Hierarchical:
+      return allreduce_hierarchical;
+    case Algo::HierarchicalTree:
+      return allreduce_hierarchical_tree;
     case Algo::Auto:
+    case Algo::Model:
       break;
   }
   return nullptr;
 }
 
 // Runs every case on one group (one thread per rank for all of them) and checks the results.
+// `host_of` (optional): the hosts the ranks are told they run on (Comm::set_host_of).
 void run_cases(int size, const std::vector<Case>& cases,
-               const std::function<void(Comm&, void*, const Case&)>& call) {
+               const std::function<void(Comm&, void*, const Case&)>& call,
+               const std::vector<int>& host_of = {}) {
   std::vector<std::vector<std::vector<char>>> got(cases.size(),
                                                   std::vector<std::vector<char>>(size));
   run_ranks(size, [&](Comm& c) {
+    c.set_host_of(host_of);
     for (size_t k = 0; k < cases.size(); ++k) {
       const Case& cs = cases[k];
       std::vector<char> buf = make_input(cs.dt, c.rank(), cs.count, cs.op);
@@ -192,7 +200,7 @@ TEST(AllreduceSelect, DispatchHonoursLoomAlgo) {
   EXPECT_CONTAINS(
       loom::testing::error_of<ValueError>([] { config::set("LOOM_ALGO", "nope"); }),
       "LOOM_ALGO='nope' (set through config::set) is not valid: expected one of auto, ring, "
-      "tree, dbt, rhd, oneshot");
+      "tree, dbt, rhd, oneshot, hier, hier_tree");
   config::set("LOOM_ALGO", "");  // the environment applies again
   loom::testing::ScopedEnv env{{"LOOM_ALGO", "nope"}};
   std::vector<char> one(4);
@@ -202,6 +210,109 @@ TEST(AllreduceSelect, DispatchHonoursLoomAlgo) {
   });
   EXPECT_CONTAINS(msg, "LOOM_ALGO='nope' (from the environment) is not valid");
   config::set("LOOM_ALGO", "");
+}
+
+// Hierarchical allreduces (Note [Hierarchical allreduce]) on in-process groups told which host
+// each rank runs on: even layouts run the 2D algorithm (reduce-scatter in each host, ring across,
+// allgather in each host), uneven ones its tree variant; one host, or one rank a host, degenerate
+// into rings. Hosts need not hold consecutive ranks.
+struct Layout {
+  const char* name;
+  std::vector<int> host_of;
+};
+
+const Layout kLayouts[] = {
+    {"2x2", {0, 0, 1, 1}},
+    {"2x2_interleaved", {0, 1, 0, 1}},
+    {"3x2", {0, 0, 1, 1, 2, 2}},
+    {"2x3", {0, 0, 0, 1, 1, 1}},
+    {"2x4", {0, 1, 0, 1, 0, 1, 0, 1}},
+    {"uneven_3_1", {0, 0, 0, 1}},
+    {"uneven_1_2_3", {0, 1, 1, 2, 2, 2}},
+    {"one_host", {0, 0, 0, 0, 0}},
+    {"one_rank_a_host", {0, 1, 2}},
+    {"single", {0}},
+};
+
+class HierarchicalTest : public ::testing::TestWithParam<std::tuple<Algo, int>> {};
+
+TEST_P(HierarchicalTest, EveryDtypeOpAndSmallCount) {
+  auto [algo, layout] = GetParam();
+  const Layout& l = kLayouts[layout];
+  const int size = static_cast<int>(l.host_of.size());
+  ChunkBytes chunk(64);
+  AllreduceFn fn = algorithm(algo);
+  run_cases(
+      size, small_cases(size),
+      [&](Comm& c, void* p, const Case& cs) { fn(c, p, cs.count, cs.dt, cs.op); }, l.host_of);
+}
+
+TEST_P(HierarchicalTest, LargeCountInManyPieces) {
+  auto [algo, layout] = GetParam();
+  const Layout& l = kLayouts[layout];
+  const int size = static_cast<int>(l.host_of.size());
+  ChunkBytes chunk(4096);
+  AllreduceFn fn = algorithm(algo);
+  const size_t n = 100003;
+  run_cases(
+      size, {{kFloat32, ReduceOp::Sum, n}, {kFloat64, ReduceOp::Max, n}},
+      [&](Comm& c, void* p, const Case& cs) { fn(c, p, cs.count, cs.dt, cs.op); }, l.host_of);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, HierarchicalTest,
+    ::testing::Combine(::testing::Values(Algo::Hierarchical, Algo::HierarchicalTree),
+                       ::testing::Range(0, static_cast<int>(std::size(kLayouts)))),
+    [](const ::testing::TestParamInfo<HierarchicalTest::ParamType>& info) {
+      return std::string(algo_name(std::get<0>(info.param))) + "_" +
+             kLayouts[std::get<1>(info.param)].name;
+    });
+
+TEST(HostLayout, GroupsRanksByHost) {
+  std::vector<HostLayout> got(6);
+  run_ranks(6, [&](Comm& c) {
+    c.set_host_of({0, 1, 1, 0, 1, 0});
+    got[static_cast<size_t>(c.rank())] = host_layout(c);
+  });
+  EXPECT_EQ(got[4].hosts, 2);
+  EXPECT_TRUE(got[4].even);
+  EXPECT_EQ(got[4].local, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(got[4].local_rank, 2);
+  EXPECT_EQ(got[4].cross, (std::vector<int>{5, 4}));
+  EXPECT_EQ(got[4].leaders, (std::vector<int>{0, 1}));
+  EXPECT_EQ(got[3].cross, (std::vector<int>{3, 2}));
+}
+
+// Inside a SubGroup the Comm counts within the members; a lost peer is named by its group rank.
+TEST(SubGroup, RanksAreTheMembersAndErrorsNameGroupRanks) {
+  std::vector<std::pair<int, int>> seen(4);
+  run_ranks(4, [&](Comm& c) {
+    std::vector<int> odd_even = c.rank() % 2 ? std::vector<int>{3, 1} : std::vector<int>{0, 2};
+    {
+      Comm::SubGroup g(c, odd_even);
+      seen[static_cast<size_t>(c.world_rank())] = {c.rank(), c.size()};
+      int v = c.world_rank(), other = -1;
+      Request* r = c.irecv(1 - c.rank(), &other, sizeof(other));
+      c.wait(c.isend(1 - c.rank(), &v, sizeof(v)));
+      c.wait(r);
+      LOOM_CHECK(other == odd_even[static_cast<size_t>(1 - c.rank())], "got ", other);
+    }
+    LOOM_CHECK(c.rank() == c.world_rank() && c.size() == 4, "restored");
+  });
+  EXPECT_EQ(seen[3], (std::pair<int, int>{0, 2}));
+  EXPECT_EQ(seen[1], (std::pair<int, int>{1, 2}));
+  EXPECT_EQ(seen[2], (std::pair<int, int>{1, 2}));
+  // Rank 2 of the group (member 1 of {0, 2}) waits for a message member 0 never sends.
+  std::string msg = loom::testing::error_of<DistError>([] {
+    run_ranks(4, [](Comm& c) {
+      if (c.world_rank() != 2) return;
+      c.set_context("test", Clock::now() + std::chrono::milliseconds(200));
+      Comm::SubGroup g(c, {0, 2});
+      int v = 0;
+      c.recv(0, &v, sizeof(v));
+    });
+  });
+  EXPECT_CONTAINS(msg, "rank 2 lost rank 0: timed out waiting to receive 4 bytes");
 }
 
 }  // namespace

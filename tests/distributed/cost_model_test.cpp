@@ -3,6 +3,7 @@
 // cluster of two hosts gives each algorithm, defaults, and the calibration file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -115,7 +116,49 @@ TEST(CostModel, LinksAcrossHostsDecideTheChoice) {
   const double net = (40e-6 + 2097152 * 2e-9 + 524288 * 0.5e-9) + (40e-6 + 2097152 * 2e-9);
   EXPECT_NEAR(find(all, "rhd", 2).seconds, net + 2.62544e-3, 1e-12);
   EXPECT_GT(find(all, "rhd", 1).seconds, find(all, "rhd", 2).seconds);
-  EXPECT_EQ(all.front().algo, "rhd");
+  // Of the flat algorithms rhd wins (the hierarchical one beats it: HierarchicalAcrossHosts).
+  auto flat = std::find_if(all.begin(), all.end(),
+                           [](const Prediction& p) { return p.algo.rfind("hier", 0) != 0; });
+  EXPECT_EQ(flat->algo, "rhd");
+}
+
+// Two hosts of two ranks, 4 MiB, 512 KiB pieces, 2 channels (a network byte 2 ns; two streams a
+// host need 2 x 1 ns in all, so still 2 ns). hier: reduce-scatter and allgather of 2 MiB blocks
+// over shared memory (4 pieces), a ring of 1 MiB halves across (2 pieces):
+//   4a + 2 MiB (b + g) + 4a + 2 MiB b        = 3.149728e-3 + 2.101152e-3
+//   + x_r(1 MiB) + x(1 MiB) over TCP        = 2.379296e-3 + 2.117152e-3,  9.747328e-3 in all,
+// which beats the flat ring (3 x 4.496448e-3) and rhd (11.356192e-3). hier_tree reduces and
+// broadcasts 4 MiB in each host (one round, 8 pieces: 8a + 4 MiB (b + g), then 8a + 4 MiB b)
+// and rings 2 MiB halves between the leaders.
+TEST(CostModel, HierarchicalAcrossHosts) {
+  const CostModel m = hand_model();
+  const auto all =
+      predict(m, synthetic_cluster(one_host(), 4, 2), Collective::Allreduce, 4 * kMiB, one_chunk());
+  const Prediction& hier = find(all, "hier", 2);
+  EXPECT_EQ(hier.link, "tcp, between hosts");
+  EXPECT_NEAR(hier.seconds, 3.149728e-3 + 2.101152e-3 + 2.379296e-3 + 2.117152e-3, 1e-12);
+  EXPECT_EQ(hier.formula,
+            "1 x (x_r(2 MiB) + x(2 MiB)) in each host + 1 x (x_r(1 MiB) + x(1 MiB)) across, 2 "
+            "streams a host");
+  // Leaders' ring of 2 MiB halves (4 pieces): 4 x 10e-6 + 2 MiB x 2e-9 + 512 KiB x 0.5e-9, then
+  // 4 x 10e-6 + 2 MiB x 2e-9.
+  const double leaders = (40e-6 + 2097152 * 2e-9 + 524288 * 0.5e-9) + (40e-6 + 2097152 * 2e-9);
+  const double host = (8e-6 + 4194304 * 1.5e-9) + (8e-6 + 4194304 * 1e-9);
+  EXPECT_NEAR(find(all, "hier_tree", 2).seconds, host + leaders, 1e-12);
+  EXPECT_EQ(all.front().algo, "hier");
+  // With 1 ns a byte in all, four streams a host would each get 4 ns: 4 ranks a host make the
+  // network part of hier slower than two channels alone would.
+  const auto wide =
+      predict(m, synthetic_cluster(one_host(), 8, 2), Collective::Allreduce, 4 * kMiB, one_chunk());
+  EXPECT_NE(find(wide, "hier", 2).formula.find("4 streams a host"), std::string::npos);
+  // Uneven hosts (two ranks and one) have only the tree variant; one host has neither.
+  const auto uneven =
+      predict(m, synthetic_cluster(one_host(), 3, 2), Collective::Allreduce, 4 * kMiB, one_chunk());
+  for (const Prediction& p : uneven) EXPECT_NE(p.algo, "hier");
+  EXPECT_NO_THROW(find(uneven, "hier_tree", 2));
+  const auto one =
+      predict(m, synthetic_cluster(one_host(), 4, 1), Collective::Allreduce, 4 * kMiB, one_chunk());
+  for (const Prediction& p : one) EXPECT_EQ(p.algo.rfind("hier", 0), std::string::npos);
 }
 
 // Four ranks on a host of two logical CPUs time-share the cores: every term doubles.

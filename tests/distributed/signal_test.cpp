@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -283,6 +284,30 @@ TEST(DistWorker, DISABLED_Run) {
     o.transport = "shm";
     auto pg = ProcessGroup::create(info.store, info.rank, info.world_size, o);
     FAIL() << "rank 0 connected without rank 1";
+  }
+  if (std::string(mode) == "allreduce") {
+    // Sums checked exactly at sizes that cut into uneven blocks (LOOM_ALGO picks the algorithm;
+    // tests/integration/emulated_hosts.sh runs it on hosts in network namespaces).
+    auto pg = init_process_group("env://");
+    const int world = pg->size();
+    for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{262147}}) {
+      Tensor t = full({n}, Scalar(rank + 1.0), TensorOptions(kFloat32));
+      pg->allreduce(t);
+      ASSERT_TRUE(equal(t, full({n}, Scalar(world * (world + 1) / 2.0), TensorOptions(kFloat32))))
+          << n << " elements";
+    }
+    // LOOM_TEST_WORKER_REPEAT=K: K more 1 MiB allreduces, timed (for looking at waits).
+    if (const char* rep = std::getenv("LOOM_TEST_WORKER_REPEAT")) {
+      Tensor t = full({262144}, Scalar(1.0), TensorOptions(kFloat32));
+      const auto t0 = std::chrono::steady_clock::now();
+      const int k = std::atoi(rep);
+      for (int i = 0; i < k; ++i) pg->allreduce(t);
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("rank %d: %.0f us per 1 MiB allreduce\n", rank, us / std::max(k, 1));
+    }
+    std::printf("rank %d: allreduce OK; %s\n", rank, pg->describe().c_str());
+    return;
   }
   ASSERT_EQ(std::string(mode), "signal");
   auto pg = init_process_group("env://");

@@ -12,11 +12,13 @@
 #include "cli.h"
 #include "collectives.h"
 #include "job.h"
+#include "loom/config.h"
 #include "loom/distributed/cost_model.h"
 #include "loom/distributed/topology.h"
 #include "loom/error.h"
 #include "loom/file.h"
 #include "loom/parse.h"
+#include "loom/text.h"
 
 namespace loom::cli {
 namespace {
@@ -43,12 +45,6 @@ size_t parse_bytes(const std::string& text) {
   return static_cast<size_t>(
              parse_int(digits, "[loom topo] --bytes (sizes like 64K,1M)", 0, int64_t{1} << 40)) *
          scale;
-}
-
-std::string size_str(size_t b) {
-  if (b >= (size_t{1} << 20) && b % (size_t{1} << 20) == 0) return std::to_string(b >> 20) + " MiB";
-  if (b >= 1024 && b % 1024 == 0) return std::to_string(b >> 10) + " KiB";
-  return std::to_string(b) + " B";
 }
 
 // Note [Collective cost model]: the constants, then per size every algorithm's best prediction
@@ -87,20 +83,111 @@ int print_predictions(const dist::HostTopology& host, const Args& args) {
   std::printf("%s on %d rank(s) over %d host(s):\n", dist::collective_name(op), np, hosts);
   for (size_t bytes : sizes) {
     const std::vector<dist::Prediction> all = dist::predict(model, cluster, op, bytes);
-    std::printf("  %s\n", size_str(bytes).c_str());
+    std::printf("  %s\n", format_bytes(bytes).c_str());
     std::vector<std::string> shown;
     for (const dist::Prediction& r : all) {
       if (std::find(shown.begin(), shown.end(), r.algo) != shown.end()) continue;
       shown.push_back(r.algo);
       std::printf("    %s %-8s %10.1f us  (%d channel(s), %s pieces; %s: %s)\n",
                   shown.size() == 1 ? "*" : " ", r.algo.c_str(), r.seconds * 1e6, r.channels,
-                  size_str(r.chunk_bytes).c_str(), r.link.c_str(), r.formula.c_str());
+                  format_bytes(r.chunk_bytes).c_str(), r.link.c_str(), r.formula.c_str());
     }
   }
   std::printf(
       "(* the choice; a, b, g: alpha, beta, gamma; x(b) and x_r(b): a transfer, and one "
       "reduced as it arrives)\n");
   return 0;
+}
+
+// The table as a picture: time per size on log-log axes, one colour an algorithm, measured as
+// solid lines with dots, predicted dashed; the model's choice marked on the axis under each size.
+struct Plot {
+  std::string title;
+  std::vector<std::string> algos;
+  std::vector<int64_t> sizes;
+  std::map<std::string, std::vector<double>> measured, predicted;  // microseconds, by size
+  std::vector<std::string> choice;                                 // the model's, by size
+};
+
+std::string plot_svg(const Plot& p) {
+  constexpr double W = 760, H = 460, L = 70, R = 170, T = 40, B = 70;
+  double lo = 1e300, hi = 0;
+  for (const auto* series : {&p.measured, &p.predicted})
+    for (const auto& [a, v] : *series)
+      for (double us : v)
+        if (us > 0) {
+          lo = std::min(lo, us);
+          hi = std::max(hi, us);
+        }
+  if (p.sizes.empty() || hi <= 0) return "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n";
+  const double y0 = std::floor(std::log10(lo)), y1 = std::max(std::ceil(std::log10(hi)), y0 + 1);
+  const double x0 = std::log2(static_cast<double>(p.sizes.front()));
+  const double x1 = std::max(std::log2(static_cast<double>(p.sizes.back())), x0 + 1);
+  auto X = [&](double bytes) { return L + (std::log2(bytes) - x0) / (x1 - x0) * (W - L - R); };
+  auto Y = [&](double us) { return H - B - (std::log10(us) - y0) / (y1 - y0) * (H - T - B); };
+  static const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd",
+                                   "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+  std::string o;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "font-family=\"sans-serif\" font-size=\"12\">\n",
+                W, H);
+  o += buf;
+  o += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"22\" font-size=\"15\">", L);
+  o += buf + xml_escape(p.title) + " (microseconds; solid measured, dashed predicted)</text>\n";
+  for (double e = y0; e <= y1; ++e) {
+    std::snprintf(buf, sizeof(buf),
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                  L, Y(std::pow(10, e)), W - R, Y(std::pow(10, e)), L - 6, Y(std::pow(10, e)) + 4,
+                  std::pow(10, e));
+    o += buf;
+  }
+  for (size_t i = 0; i < p.sizes.size(); ++i) {
+    const double x = X(static_cast<double>(p.sizes[i]));
+    std::snprintf(buf, sizeof(buf),
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">",
+                  x, T * 1.0, x, H - B, x, H - B + 16);
+    o += buf + xml_escape(format_bytes(static_cast<double>(p.sizes[i]))) + "</text>";
+    std::snprintf(buf, sizeof(buf),
+                  "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" "
+                  "fill=\"#555\">",
+                  x, H - B + 32);
+    o += buf + xml_escape(p.choice[i]) + "</text>\n";
+  }
+  std::snprintf(buf, sizeof(buf), "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">", L, H - B + 50);
+  o += buf + std::string("under each size: the model's choice</text>\n");
+  for (size_t k = 0; k < p.algos.size(); ++k) {
+    const std::string& a = p.algos[k];
+    const char* colour = kColours[k % 8];
+    for (int predicted = 0; predicted < 2; ++predicted) {
+      const std::vector<double>& v = (predicted ? p.predicted : p.measured).at(a);
+      std::string pts;
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] <= 0) continue;
+        std::snprintf(buf, sizeof(buf), "%.1f,%.1f ", X(static_cast<double>(p.sizes[i])), Y(v[i]));
+        pts += buf;
+        if (!predicted) {
+          std::snprintf(buf, sizeof(buf),
+                        "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n",
+                        X(static_cast<double>(p.sizes[i])), Y(v[i]), colour);
+          o += buf;
+        }
+      }
+      o += "<polyline fill=\"none\" stroke=\"" + std::string(colour) + "\" stroke-width=\"1.5\"" +
+           (predicted ? " stroke-dasharray=\"5,4\"" : "") + " points=\"" + pts + "\"/>\n";
+    }
+    std::snprintf(buf, sizeof(buf),
+                  "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
+                  "stroke-width=\"3\"/><text x=\"%.0f\" y=\"%.0f\">",
+                  W - R + 15, T + 18.0 * k + 10, W - R + 40, T + 18.0 * k + 10, colour, W - R + 46,
+                  T + 18.0 * k + 14);
+    o += buf + xml_escape(a) + "</text>\n";
+  }
+  return o + "</svg>\n";
 }
 
 // Note [Predicted and measured]: `loom topo --table` runs the allreduce sweep of `loom bench
@@ -112,8 +199,12 @@ int print_predictions(const dist::HostTopology& host, const Args& args) {
 // and the sizes where the fastest algorithm changes (measured) and where the model's choice does.
 int print_table(const dist::HostTopology& host, const Args& args) {
   const int np = static_cast<int>(args.get_int("np", 2, 2, 64));
-  LOOM_CHECK(args.get_int("hosts", 1, 1, 1) == 1,
-             "[loom topo] --table measures on this host only (emulated hosts are not built yet)");
+  const int hosts = static_cast<int>(args.get_int("hosts", 1, 1, np));
+  // Emulated hosts: rank r on host r / per (as synthetic_cluster places them), each with its own
+  // LOOM_HOST_ID on this machine, so ranks of two hosts talk over TCP and the model sees TCP on
+  // one machine between them (HostTopology::machine).
+  const int per = (np + hosts - 1) / hosts;
+  auto host_name = [&](int h) { return host.machine() + "/emulated-" + std::to_string(h); };
   bench::coll::SweepOptions o;
   o.op = bench::coll::Op::kAllreduce;
   o.np = np;
@@ -124,7 +215,10 @@ int print_table(const dist::HostTopology& host, const Args& args) {
     LOOM_CHECK(err.empty(), "[loom topo] ", err);
   }
   o.repeats = static_cast<int>(args.get_int("repeats", 5, 1, 100));
-  const std::vector<std::string> algos = {"ring", "rhd", "tree", "dbt", "oneshot"};
+  std::vector<std::string> algos = {"ring", "rhd", "tree", "dbt", "oneshot"};
+  if (hosts > 1) {
+    for (const char* a : {"hier", "hier_tree"}) algos.push_back(a);
+  }
   const std::vector<std::string> policies = {"auto", "model"};
   std::string tmp = (std::filesystem::temp_directory_path() / "loom-topo-XXXXXX").string();
   LOOM_CHECK(::mkdtemp(tmp.data()) != nullptr, "[loom topo] mkdtemp failed");
@@ -142,8 +236,11 @@ int print_table(const dist::HostTopology& host, const Args& args) {
       lo.algo = config;
       std::vector<bench::JobProcess> ranks;
       for (int r = 0; r < np; ++r) {
-        ranks.push_back(
-            {"rank " + std::to_string(r), [o, lo, r] { return bench::run_loom_rank(o, r, lo); }});
+        const std::string id = hosts > 1 ? host_name(std::min(r / per, hosts - 1)) : "";
+        ranks.push_back({"rank " + std::to_string(r), [o, lo, r, id] {
+                           if (!id.empty()) config::set("LOOM_HOST_ID", id);
+                           return bench::run_loom_rank(o, r, lo);
+                         }});
       }
       bench::JobOptions jo;
       jo.deadline_s = 300;
@@ -172,14 +269,20 @@ int print_table(const dist::HostTopology& host, const Args& args) {
   std::filesystem::remove_all(tmp, ec);
 
   const dist::CostModel model = dist::CostModel::load_or_defaults(host);
-  const dist::ClusterTopology cluster = dist::synthetic_cluster(host, np, 1);
+  dist::ClusterTopology cluster = dist::synthetic_cluster(host, np, hosts);
+  if (hosts > 1) {
+    for (int h = 0; h < hosts; ++h) cluster.hosts[static_cast<size_t>(h)].host_id = host_name(h);
+  }
   dist::PredictOptions po;
   po.chunks = {512 << 10};
   po.channels = {2};
   std::printf(
-      "allreduce on %d ranks of %s, measured (the sweep of loom bench collectives) and "
+      "allreduce on %d ranks of %s%s, measured (the sweep of loom bench collectives) and "
       "predicted (%s), microseconds\n",
-      np, host.hostname.c_str(), model.source.c_str());
+      np, host.hostname.c_str(),
+      hosts > 1 ? (" as " + std::to_string(hosts) + " emulated hosts (TCP between them)").c_str()
+                : "",
+      model.source.c_str());
   std::printf("%10s", "size");
   for (const std::string& a : algos) std::printf(" %19s", (a + " meas/pred").c_str());
   std::printf("  %-8s %-16s %-16s\n", "fastest", "auto (regret)", "model (regret)");
@@ -187,6 +290,8 @@ int print_table(const dist::HostTopology& host, const Args& args) {
   std::vector<double> regret_auto, regret_model;
   std::string last_best, last_choice;
   std::vector<std::string> crossings, model_crossings;
+  Plot plot;
+  plot.algos = algos;
   for (const auto& [bytes, unused] : measured["ring"]) {
     (void)unused;
     std::map<std::string, double> pred;
@@ -194,13 +299,19 @@ int print_table(const dist::HostTopology& host, const Args& args) {
          dist::predict(model, cluster, dist::Collective::Allreduce, static_cast<size_t>(bytes), po))
       if (!pred.count(p.algo)) pred[p.algo] = p.seconds * 1e6;
     std::string best;
-    std::printf("%10s", size_str(static_cast<size_t>(bytes)).c_str());
+    std::printf("%10s", format_bytes(static_cast<size_t>(bytes)).c_str());
     for (const std::string& a : algos) {
-      const double m = measured[a][bytes], p = pred[a];
+      // An algorithm the model does not offer here (hier with one rank a host) has no prediction.
+      const auto it = pred.find(a);
+      const double m = measured[a][bytes], p = it == pred.end() ? 0 : it->second;
       if (m > 0 && (best.empty() || m < measured[best][bytes])) best = a;
       if (m > 0 && p > 0) errors[a].push_back(std::abs(p - m) / m);
       char cell[40];
-      std::snprintf(cell, sizeof(cell), "%.0f/%.0f", m, p);
+      if (p > 0) {
+        std::snprintf(cell, sizeof(cell), "%.0f/%.0f", m, p);
+      } else {
+        std::snprintf(cell, sizeof(cell), "%.0f/-", m);
+      }
       std::printf(" %19s", cell);
     }
     const double fastest = measured[best][bytes];
@@ -215,16 +326,22 @@ int print_table(const dist::HostTopology& host, const Args& args) {
         choice = a;
         choice_us = us;
       }
+    plot.sizes.push_back(bytes);
+    for (const std::string& a : algos) {
+      plot.measured[a].push_back(measured[a][bytes]);
+      plot.predicted[a].push_back(pred.count(a) ? pred.at(a) : 0.0);
+    }
+    plot.choice.push_back(choice);
     char ca[32], cm[40];
     std::snprintf(ca, sizeof(ca), "%+.0f %%", 100 * ra);
     std::snprintf(cm, sizeof(cm), "%s %+.0f %%", choice.c_str(), 100 * rm);
     std::printf("  %-8s %-16s %-16s\n", best.c_str(), ca, cm);
     if (!last_best.empty() && best != last_best)
       crossings.push_back(last_best + " -> " + best + " by " +
-                          size_str(static_cast<size_t>(bytes)));
+                          format_bytes(static_cast<size_t>(bytes)));
     if (!last_choice.empty() && choice != last_choice)
       model_crossings.push_back(last_choice + " -> " + choice + " by " +
-                                size_str(static_cast<size_t>(bytes)));
+                                format_bytes(static_cast<size_t>(bytes)));
     last_best = best;
     last_choice = choice;
   }
@@ -236,7 +353,13 @@ int print_table(const dist::HostTopology& host, const Args& args) {
     return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
   };
   std::printf("median prediction error:");
-  for (const std::string& a : algos) std::printf(" %s %.0f %%;", a.c_str(), 100 * med(errors[a]));
+  for (const std::string& a : algos) {
+    if (errors[a].empty()) {
+      std::printf(" %s -;", a.c_str());
+    } else {
+      std::printf(" %s %.0f %%;", a.c_str(), 100 * med(errors[a]));
+    }
+  }
   std::printf(
       "\nregret against the fastest measured: size thresholds (auto) median %.0f %%, "
       "worst %.0f %%; the model median %.0f %%, worst %.0f %%\n",
@@ -251,13 +374,20 @@ int print_table(const dist::HostTopology& host, const Args& args) {
   std::string mc;
   for (const std::string& c : model_crossings) mc += (mc.empty() ? "" : "; ") + c;
   std::printf("the model's choice changes: %s\n", mc.empty() ? "never" : mc.c_str());
+  if (auto svg = args.get("svg")) {
+    plot.title = "allreduce on " + std::to_string(np) + " ranks" +
+                 (hosts > 1 ? " (" + std::to_string(hosts) + " emulated hosts)" : "") + " of " +
+                 host.hostname;
+    io::atomic_write_file(*svg, plot_svg(plot));
+    std::printf("plot written to %s\n", svg->c_str());
+  }
   return 0;
 }
 
 int run_topo(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "json", "xml", "measure", "no-gpus", "table"},
             {"sys-root", "proc-root", "out", "predict", "np", "hosts", "bytes", "sizes", "repeats",
-             "rounds"});
+             "rounds", "svg"});
   if (args.flag("help")) {
     std::printf(
         "usage: loom topo [--json | --xml] [--measure] [--no-gpus] [--out FILE]\n"
@@ -276,12 +406,15 @@ int run_topo(const std::vector<std::string>& argv) {
         "               hardware) and, per size, every algorithm's predicted time for OP\n"
         "               (allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall) on N\n"
         "               ranks spread over H hosts like this one, and the choice\n"
-        "  --table [--np N] [--sizes 64K:64M] [--repeats R] [--rounds K]\n"
+        "  --table [--np N] [--hosts H] [--sizes 64K:64M] [--repeats R] [--rounds K] [--svg F]\n"
         "               measures the allreduce with every algorithm forced, with the size\n"
-        "               thresholds and with the model on N ranks of this host, and prints each\n"
+        "               thresholds and with the model on N ranks of this host (as H emulated\n"
+        "               hosts with TCP between them, adding the hierarchical algorithms), prints "
+        "each\n"
         "               size's measured (median of K rounds, 3) and predicted times, the fastest,\n"
         "               each policy's regret,\n"
-        "               the median prediction errors and where the choices change\n");
+        "               the median prediction errors and where the choices change; --svg F also\n"
+        "               draws measured and predicted times per size to F (an SVG page)\n");
     return 0;
   }
   dist::TopologyOptions o;

@@ -40,6 +40,8 @@
 #include "loom/distributed/topology.h"
 #include "loom/error.h"
 #include "loom/ops.h"
+#include "loom/parse.h"
+#include "loom/text.h"
 
 namespace loom::cli {
 namespace {
@@ -173,18 +175,6 @@ std::vector<Sample> run_exchange(const Setup& s, const std::vector<size_t>& size
   return out;
 }
 
-std::string size_str(double b) {
-  char s[32];
-  if (b >= (1 << 20)) {
-    std::snprintf(s, sizeof(s), "%g MiB", b / (1 << 20));
-  } else if (b >= 1024) {
-    std::snprintf(s, sizeof(s), "%g KiB", b / 1024);
-  } else {
-    std::snprintf(s, sizeof(s), "%g B", b);
-  }
-  return s;
-}
-
 int run_tune(const std::vector<std::string>& argv) {
   Args args(argv, {"help", "quick", "dry-run"}, {"repeats"});
   if (args.flag("help")) {
@@ -248,7 +238,7 @@ int run_tune(const std::vector<std::string>& argv) {
       const double model = alpha + x.bytes * beta;
       errors.push_back(std::abs(model - x.seconds) / x.seconds);
       std::printf("    %9s  measured %10.2f us  fitted %10.2f us  (%+.0f %%)\n",
-                  size_str(x.bytes).c_str(), x.seconds * 1e6, model * 1e6,
+                  format_bytes(x.bytes).c_str(), x.seconds * 1e6, model * 1e6,
                   100 * (model - x.seconds) / x.seconds);
     }
     std::printf("    median fit error %.0f %%\n", 100 * median(errors));

@@ -29,6 +29,7 @@
 #include <string_view>
 
 #include "loom/json.h"
+#include "loom/text.h"
 
 namespace loom::cli {
 namespace {
@@ -41,33 +42,6 @@ using memory::Stat;
 using memory::TraceEvent;
 
 constexpr size_t kMaxPoints = 2000;
-
-std::string html_escape(std::string_view s) {
-  std::string o;
-  o.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        o += "&amp;";
-        break;
-      case '<':
-        o += "&lt;";
-        break;
-      case '>':
-        o += "&gt;";
-        break;
-      case '"':
-        o += "&quot;";
-        break;
-      case '\'':
-        o += "&#39;";
-        break;
-      default:
-        o += c;
-    }
-  }
-  return o;
-}
 
 // JSON text made safe inside a <script> element (Note [memory page]).
 std::string script_safe_json(const Json& j) {
@@ -221,7 +195,7 @@ Json segments_json(const std::vector<SegmentInfo>& segments) {
 void stat_row(std::string& o, const char* name, const Stat& st, bool bytes) {
   auto cell = [&](int64_t v) {
     o += "<td>";
-    o += bytes ? html_escape(format_bytes(static_cast<double>(v))) : std::to_string(v);
+    o += bytes ? xml_escape(format_bytes(static_cast<double>(v))) : std::to_string(v);
     o += "</td>";
   };
   o += "<tr><th>";
@@ -241,9 +215,9 @@ std::string ops_table(const std::string& id, const std::vector<SegmentInfo>& seg
       "<table class=\"stats ops\" id=\"" + id +
       "\">\n<tr><th>operator</th><th>live bytes</th><th>requested</th><th>blocks</th></tr>\n";
   for (size_t i = 0; i < ops.size() && i < 12; ++i) {
-    o += "<tr><th>" + html_escape(ops[i].op.empty() ? "(outside any operator)" : ops[i].op) +
-         "</th><td>" + html_escape(format_bytes(static_cast<double>(ops[i].bytes))) + "</td><td>" +
-         html_escape(format_bytes(static_cast<double>(ops[i].requested))) + "</td><td>" +
+    o += "<tr><th>" + xml_escape(ops[i].op.empty() ? "(outside any operator)" : ops[i].op) +
+         "</th><td>" + xml_escape(format_bytes(static_cast<double>(ops[i].bytes))) + "</td><td>" +
+         xml_escape(format_bytes(static_cast<double>(ops[i].requested))) + "</td><td>" +
          std::to_string(ops[i].blocks) + "</td></tr>\n";
   }
   if (ops.empty()) o += "<tr><td colspan=\"4\">nothing live</td></tr>\n";
@@ -265,7 +239,7 @@ std::string stats_table(const MemoryStats& st) {
   auto row = [&](const char* name, const std::string& value) {
     o += "<tr><th>";
     o += name;
-    o += "</th><td>" + html_escape(value) + "</td></tr>\n";
+    o += "</th><td>" + xml_escape(value) + "</td></tr>\n";
   };
   char frag[32];
   std::snprintf(frag, sizeof(frag), "%.4f", st.fragmentation());
@@ -490,13 +464,13 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
   std::string o;
   o +=
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>loom memory: ";
-  o += html_escape(source);
+  o += xml_escape(source);
   o += "</title>\n<style>";
   o += kStyle;
-  o += "</style>\n</head>\n<body>\n<h1>loom memory snapshot: " + html_escape(source) + "</h1>\n";
-  o += "<p class=\"meta\">device <code>" + html_escape(s.device) + "</code>, capacity " +
-       html_escape(format_bytes(static_cast<double>(s.capacity))) + "; config <code>" +
-       html_escape(s.config) + "</code>; " + std::to_string(s.segments.size()) + " segments, " +
+  o += "</style>\n</head>\n<body>\n<h1>loom memory snapshot: " + xml_escape(source) + "</h1>\n";
+  o += "<p class=\"meta\">device <code>" + xml_escape(s.device) + "</code>, capacity " +
+       xml_escape(format_bytes(static_cast<double>(s.capacity))) + "; config <code>" +
+       xml_escape(s.config) + "</code>; " + std::to_string(s.segments.size()) + " segments, " +
        std::to_string(blocks) + " blocks, " + std::to_string(s.history.size()) +
        " history events</p>\n";
   o += "<noscript><p>The charts are drawn by the page's script; the statistics below need "
@@ -514,7 +488,7 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
   if (s.peak) {
     o += "<p id=\"map-choice\">Show the segments <button id=\"show-end\" class=\"on\">at the end"
          "</button><button id=\"show-peak\">" +
-         html_escape(peak_label) + "</button></p>\n";
+         xml_escape(peak_label) + "</button></p>\n";
   }
   o +=
       "<p class=\"legend\"><span class=\"sw\" style=\"background:#4c78a8\"></span>allocated"
@@ -531,7 +505,7 @@ std::string memory_html(const Snapshot& s, const std::string& source) {
     o += "<svg id=\"segments-peak\" class=\"chart\" width=\"960\" height=\"40\" "
          "viewBox=\"0 0 960 40\" style=\"display:none\" xmlns=\"http://www.w3.org/2000/svg\" "
          "role=\"img\" aria-label=\"segments and their blocks " +
-         html_escape(peak_label) + "\"></svg>\n";
+         xml_escape(peak_label) + "\"></svg>\n";
   }
   o += "<h3>Live memory by operator</h3>\n" + ops_table("ops-end", s.segments);
   if (s.peak) {

@@ -28,17 +28,26 @@
 //                           pieces of s'); every rank is inner in one tree and a leaf (one copy
 //                           down) in the other (on 2 ranks: 2β + γ)
 //     allreduce oneshot     (p-1)·(α + n·β) + (p-1)·n·γ               everyone to everyone
+//     allreduce hier        (L-1)·[x_r(n/L) + x(n/L)] + (H-1)·[x_r(n/LH) + x(n/LH)]:  H hosts of
+//                           L ranks, reduce-scatter and allgather in each host, a ring across in
+//                           which L streams share each host's link
+//     allreduce hier_tree   ⌈log2 L⌉·[x_r(n) + x(n)] + (H-1)·[x_r(n/H) + x(n/H)]: reduce to a
+//                           leader and broadcast back in each host, a ring between the leaders
+//                           (only they share the cores then)
 //     allgather ring        (p-1)·x(n/p)
 //     reduce_scatter ring   (p-1)·x_r(n/p)
 //     broadcast binomial    ceil(log2 p)·x(n)
 //     reduce binomial       ceil(log2 p)·x_r(n)
 //     alltoall pairwise     (p-1)·x(n/p)
+//   When s transfers of one step go from one host to another over the network (rhd's partners
+//   across hosts, the hierarchical rings), they share its link: a byte costs at least
+//   s·β_aggregate (not on one machine: loopback has no wire, only cores, counted below).
 //   A step's α and β are those of the slowest link any rank uses in it (the ring's neighbours,
 //   rhd's partners at distance 2^j, a tree's parent-child edges, every pair for oneshot and
 //   alltoall), so a ring that crosses hosts runs at the network's pace. When a host runs more
 //   ranks than it has logical CPUs, they time-share the cores and every term is multiplied by
 //   ranks / CPUs (the most of any host). The predictions ignore contention between ranks that share
-//   a link class's bandwidth; `loom topo --predict` prints them next to the formula, and
+//   a host's memory bandwidth; `loom topo --predict` prints them next to the formula, and
 //   calibration (measured α, β, γ per link class) is what makes them fit.
 //
 // Thread-safety: plain values and pure functions.
@@ -66,9 +75,9 @@ struct LinkCost {
 
 struct LOOM_API CostModel {
   LinkCost links[kNumLinkClasses];
-  double gamma = 0;  // seconds per byte reduced (float32 sum)
-  std::string host_id;
-  std::string source;  // "defaults from the detected hardware" or "calibrated by loom tune at ..."
+  double gamma = 0;     // seconds per byte reduced (float32 sum)
+  std::string host_id;  // the machine calibrated (HostTopology::machine): its hosts share it
+  std::string source;   // "defaults from the detected hardware" or "calibrated by loom tune at ..."
 
   const LinkCost& link(LinkClass c) const { return links[static_cast<int>(c)]; }
   LinkCost& link(LinkClass c) { return links[static_cast<int>(c)]; }
@@ -90,7 +99,8 @@ enum class Collective : int8_t { Allreduce, Allgather, ReduceScatter, Broadcast,
 LOOM_API const char* collective_name(Collective c);
 
 struct Prediction {
-  std::string algo;  // "ring", "rhd", "tree", "dbt", "oneshot", "binomial", "pairwise"
+  std::string algo;  // "ring", "rhd", "tree", "dbt", "oneshot", "hier", "hier_tree", "binomial",
+                     // "pairwise"
   int channels = 1;
   size_t chunk_bytes = 0;
   double seconds = 0;

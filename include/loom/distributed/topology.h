@@ -103,7 +103,7 @@ struct GpuInfo {
 
 struct LOOM_API HostTopology {
   std::string hostname;
-  std::string host_id;  // hostname + ":" + boot id: two containers with one name stay apart
+  std::string host_id;  // host_identity(): two containers with one name stay apart
   std::string cpu_model;
   std::string cpu_vendor;  // "GenuineIntel", "AuthenticAMD", ...
   int logical_cpus = 0;    // online logical CPUs
@@ -124,6 +124,10 @@ struct LOOM_API HostTopology {
   Json to_json() const;
   // The inverse of to_json (DataError naming the field for a malformed document).
   static HostTopology from_json(const Json& j);
+  // The physical machine: host_id up to its first '/'. Hosts of one machine (network namespaces,
+  // or LOOM_HOST_ID="<machine>/<name>") reach each other by TCP through the one kernel and share
+  // its cores.
+  std::string machine() const { return host_id.substr(0, host_id.find('/')); }
 };
 
 struct TopologyOptions {
@@ -133,6 +137,13 @@ struct TopologyOptions {
   bool network_addresses = true;    // getifaddrs (off for a hand-made tree)
   bool measure_bandwidth = false;   // stream copies for HostTopology::memory_bandwidth
 };
+
+// Which host this process runs on, as the group sees it: LOOM_HOST_ID when set (a name, or
+// "<machine>/<name>" for a host emulated on a machine), else hostname + ":" + boot id + "/" + the
+// network namespace ("net:[4026531833]"): processes in two network namespaces (containers,
+// emulated hosts: namespaces joined by veth pairs, each with its own address) are two hosts of
+// one machine. Ranks with one identity talk over shared memory, the others over TCP.
+LOOM_API std::string host_identity(const std::string& proc_root = "/proc");
 
 // Reads the machine's topology. Never throws for a missing or unreadable file: what cannot be
 // read is left at its default and named in `notes`.
@@ -172,7 +183,8 @@ struct LOOM_API ClusterTopology {
   std::vector<HostTopology> hosts;
   std::vector<RankPlacement> ranks;  // by rank
   // The class of the link between ranks a and b (Self on the diagonal); `shared_memory` says
-  // whether ranks of one host talk through shared memory (else LocalTcp).
+  // whether ranks of one host talk through shared memory (else LocalTcp). Hosts on one machine
+  // (HostTopology::machine) are LocalTcp apart, other hosts NetworkTcp.
   LinkClass link(int a, int b, bool shared_memory = true) const;
   int ranks_on_host(int host) const;
   Json to_json() const;

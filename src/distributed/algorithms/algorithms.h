@@ -34,10 +34,13 @@ enum class Algo : int8_t {
   DoubleBinaryTree,
   HalvingDoubling,
   OneShot,
-  Model
+  Model,
+  Hierarchical,      // "hier": reduce-scatter in each host, ring across, allgather in each host
+  HierarchicalTree,  // "hier_tree": reduce to each host's leader, ring across, broadcast
 };
 LOOM_API const char* algo_name(Algo a);
-// "ring" | "tree" | "dbt" | "rhd" | "oneshot" | "auto" | "model"; ValueError otherwise.
+// "ring" | "tree" | "dbt" | "rhd" | "oneshot" | "hier" | "hier_tree" | "auto" | "model";
+// ValueError otherwise.
 LOOM_API Algo parse_algo(const std::string& name);
 // The allreduce algorithm for `bytes` on `size` ranks: `forced` (from LOOM_ALGO or the caller) when
 // it names an algorithm, else (Auto, Model) simple size thresholds. `why` (optional) receives the
@@ -59,6 +62,21 @@ LOOM_API void allreduce_halving_doubling(Comm& c, void* data, size_t count, DTyp
 // Every rank sends its buffer to every other and reduces locally (small messages).
 LOOM_API void allreduce_one_shot(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 LOOM_API void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp op);
+
+// ---- across hosts (Note [Hierarchical allreduce]); hosts from Comm::host_of() ----
+struct HostLayout {
+  int hosts = 1;
+  bool even = true;          // every host runs the same number of ranks
+  std::vector<int> local;    // the group ranks on this rank's host, ascending
+  int local_rank = 0;        // this rank's index in `local`
+  std::vector<int> cross;    // the rank of each host with this local rank (hosts that have one)
+  std::vector<int> leaders;  // each host's first rank
+};
+LOOM_API HostLayout host_layout(const Comm& c);
+// 2D: RS in each host, ring allreduce between equal local ranks, AG in each host. Runs the tree
+// variant when hosts hold different numbers of ranks.
+LOOM_API void allreduce_hierarchical(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
+LOOM_API void allreduce_hierarchical_tree(Comm& c, void* data, size_t count, DType dt, ReduceOp op);
 
 // ---- ring allgather: rank r's block (bytes[r] long) sits at out + sum(bytes[0..r)) on entry (its
 // own block only); on return every block is filled. Uneven sizes allowed. ----

@@ -16,8 +16,9 @@
 // halves and use the ring. Below all of these, when a rank would send at most kOneShotBytes in
 // total, the one-shot allreduce (every rank sends everything to everyone, one step) has the lowest
 // latency: on 2 ranks over shared memory it took a 4 KiB allreduce from 2.9 us (ring) to ~2 us.
-// tree and dbt are never chosen here (they were no faster on one host) but can be forced. A cost
-// model can replace these rules by passing its choice as `forced`.
+// tree and dbt are never chosen here (they were no faster on one host) but can be forced; so are
+// the hierarchical algorithms, which only the cost model (LOOM_ALGO=model) chooses, since these
+// rules do not see hosts. A cost model can replace these rules by passing its choice as `forced`.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -53,17 +54,21 @@ const char* algo_name(Algo a) {
       return "oneshot";
     case Algo::Model:
       return "model";
+    case Algo::Hierarchical:
+      return "hier";
+    case Algo::HierarchicalTree:
+      return "hier_tree";
   }
   return "unknown";
 }
 
 Algo parse_algo(const std::string& name) {
   for (Algo a : {Algo::Auto, Algo::Ring, Algo::Tree, Algo::DoubleBinaryTree, Algo::HalvingDoubling,
-                 Algo::OneShot, Algo::Model}) {
+                 Algo::OneShot, Algo::Model, Algo::Hierarchical, Algo::HierarchicalTree}) {
     if (name == algo_name(a)) return a;
   }
   LOOM_THROW(ValueError, "[dist] unknown allreduce algorithm '", name,
-             "' (expected ring, tree, dbt, rhd, oneshot, auto or model)");
+             "' (expected ring, tree, dbt, rhd, oneshot, hier, hier_tree, auto or model)");
 }
 
 Algo choose_allreduce(size_t bytes, int size, Algo forced, std::string* why) {
@@ -134,6 +139,10 @@ void allreduce(Comm& c, Algo algo, void* data, size_t count, DType dt, ReduceOp 
       return allreduce_halving_doubling(c, data, count, dt, op);
     case Algo::OneShot:
       return allreduce_one_shot(c, data, count, dt, op);
+    case Algo::Hierarchical:
+      return allreduce_hierarchical(c, data, count, dt, op);
+    case Algo::HierarchicalTree:
+      return allreduce_hierarchical_tree(c, data, count, dt, op);
     case Algo::Auto:
     case Algo::Model:
       break;

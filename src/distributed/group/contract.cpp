@@ -293,15 +293,11 @@ void FlightRecorder::started(uint64_t ticket, int64_t t_us, const char* algo, co
   });
 }
 
-void FlightRecorder::set_algo(uint64_t ticket, const char* algo) {
-  write_slot(ticket, false,
-             [&](Slot& s) { s.algo.store(algo ? algo : "", std::memory_order_relaxed); });
-}
-
-void FlightRecorder::completed(uint64_t ticket, int64_t t_us) {
+void FlightRecorder::completed(uint64_t ticket, int64_t t_us, const char* algo) {
   write_slot(ticket, false, [&](Slot& s) {
     s.state.store(Completed, std::memory_order_relaxed);
     s.t_completed.store(t_us, std::memory_order_relaxed);
+    if (algo) s.algo.store(algo, std::memory_order_relaxed);
   });
 }
 

@@ -106,10 +106,10 @@ class LOOM_API FlightRecorder {
   uint64_t scheduled(const Fingerprint& fp, int64_t t_us);
   void started(uint64_t ticket, const char* algo = "") { started(ticket, now_us(), algo); }
   void started(uint64_t ticket, int64_t t_us, const char* algo = "", const char* backend = "");
-  // The algorithm the backend ran (a literal), once it has chosen.
-  void set_algo(uint64_t ticket, const char* algo);
+  // `algo` (a literal; null keeps the one given to started()): the algorithm the backend ran,
+  // recorded in the same write as the completion.
   void completed(uint64_t ticket) { completed(ticket, now_us()); }
-  void completed(uint64_t ticket, int64_t t_us);
+  void completed(uint64_t ticket, int64_t t_us, const char* algo = nullptr);
   void failed(uint64_t ticket, const std::string& error);
   // The last `capacity` entries, oldest first.
   std::vector<Entry> entries() const;

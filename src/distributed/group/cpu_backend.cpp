@@ -226,8 +226,12 @@ class CpuBackend final : public Backend {
     if (ctx.options.tcp_channels > 0) to.tcp_channels = ctx.options.tcp_channels;
     to.deadline = Clock::now() + ctx.options.timeout;
     int local_ranks = 1;
-    auto links = connect_links(*ctx.store, ctx.rank, ctx.size, to, &transport_desc_, &local_ranks);
+    std::vector<int> host_of;
+    auto links =
+        connect_links(*ctx.store, ctx.rank, ctx.size, to, &transport_desc_, &local_ranks, &host_of);
     comm_ = std::make_unique<Comm>(ctx.rank, ctx.size, std::move(links));
+    comm_->set_host_of(std::move(host_of));
+    hosts_even_ = host_layout(*comm_).even;
     // Oversubscribed when the host's ranks outnumber the cores this process may run on.
     cpu_set_t cpus;
     int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
@@ -312,12 +316,15 @@ class CpuBackend final : public Backend {
   size_t last_algo_bytes_ = 0;
   const char* used_ = "";                // the last call's algorithm (a literal)
   std::unique_ptr<ModelChooser> model_;  // LOOM_ALGO=model only
+  bool hosts_even_ = true;               // every host runs as many ranks (host_layout)
 
   // The allreduce algorithm for `bytes` (Note [Allreduce thresholds], Note [Choosing by the cost
   // model]); remembered for describe() and the flight recorder.
   Algo choose(size_t bytes) {
-    const Algo a = model_ ? model_->allreduce(bytes, comm_->rank())
-                          : choose_allreduce(bytes, comm_->size(), algo_);
+    Algo a = model_ ? model_->allreduce(bytes, comm_->rank())
+                    : choose_allreduce(bytes, comm_->size(), algo_);
+    // Note [Hierarchical allreduce]: uneven hosts run the tree variant; say so.
+    if (a == Algo::Hierarchical && !hosts_even_) a = Algo::HierarchicalTree;
     if (!model_ && comm_->rank() == 0 && config::log_enabled("algo") && bytes != last_algo_bytes_) {
       std::string why;
       choose_allreduce(bytes, comm_->size(), algo_, &why);

@@ -362,8 +362,7 @@ void ProcessGroup::Impl::execute(const Fingerprint& fp, Backend& backend, bool p
     }
     body(backend);
     backend.end_call();
-    flight.set_algo(ticket, backend.algorithm_used());
-    flight.completed(ticket, flight.now_us());
+    flight.completed(ticket, flight.now_us(), backend.algorithm_used());
   } catch (const Error& e) {
     flight.failed(ticket, e.what());
     if (contract_error) throw;

@@ -6,11 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <map>
 
 #include "distributed/algorithms/tree_pipeline.h"
 #include "loom/config.h"
 #include "loom/error.h"
 #include "loom/file.h"
+#include "loom/text.h"
 
 namespace loom::dist {
 namespace {
@@ -35,18 +37,6 @@ const char* class_key(LinkClass c) {
       return "tcp_network";
   }
   return "unknown";
-}
-
-std::string bytes_str(double b) {
-  char s[32];
-  if (b >= (1 << 20)) {
-    std::snprintf(s, sizeof(s), "%.4g MiB", b / (1 << 20));
-  } else if (b >= 1024) {
-    std::snprintf(s, sizeof(s), "%.4g KiB", b / 1024);
-  } else {
-    std::snprintf(s, sizeof(s), "%.4g B", b);
-  }
-  return s;
 }
 
 // The cost terms of one link at a channel count and chunk size.
@@ -76,13 +66,18 @@ Terms terms(const CostModel& m, LinkClass c, int channels, size_t chunk, double 
           static_cast<double>(chunk), tcp};
 }
 
-// Note [Collective cost model], time-sharing: the most ranks per logical CPU on any host.
+// Note [Collective cost model], time-sharing: the most ranks per logical CPU on any machine (hosts
+// emulated on one machine share its cores).
 double core_share(const ClusterTopology& t) {
   double share = 1;
   for (size_t h = 0; h < t.hosts.size(); ++h) {
     const int cpus = t.hosts[h].logical_cpus;
-    if (cpus > 0)
-      share = std::max(share, static_cast<double>(t.ranks_on_host(static_cast<int>(h))) / cpus);
+    if (cpus <= 0) continue;
+    int ranks = 0;
+    for (size_t o = 0; o < t.hosts.size(); ++o)
+      if (t.hosts[o].machine() == t.hosts[h].machine())
+        ranks += t.ranks_on_host(static_cast<int>(o));
+    share = std::max(share, static_cast<double>(ranks) / cpus);
   }
   return share;
 }
@@ -92,6 +87,29 @@ LinkClass worst(const ClusterTopology& t, const std::vector<std::pair<int, int>>
   LinkClass w = LinkClass::Self;
   for (const auto& [a, b] : pairs) w = std::max(w, t.link(a, b, shm));
   return w;
+}
+
+// How many of these (directed) transfers go from one host to another at once, at most: they share
+// that TCP link's aggregate bandwidth.
+int streams(const ClusterTopology& t, const std::vector<std::pair<int, int>>& pairs) {
+  std::map<std::pair<int, int>, int> count;
+  int most = 1;
+  for (const auto& [a, b] : pairs) {
+    const int ha = t.ranks[static_cast<size_t>(a)].host, hb = t.ranks[static_cast<size_t>(b)].host;
+    if (ha != hb) most = std::max(most, ++count[{ha, hb}]);
+  }
+  return most;
+}
+
+// Terms of a network link that `n` streams share: a byte costs at least n times the aggregate.
+// TCP on one machine (loopback, veth) has no wire to share: each stream is one more pair of cores
+// copying, which the time-sharing factor counts.
+Terms shared(Terms k, const CostModel& m, LinkClass c, int n, double share) {
+  if (n <= 1 || c != LinkClass::NetworkTcp) return k;
+  const LinkCost& l = m.link(c);
+  const double agg = l.beta_aggregate > 0 ? l.beta_aggregate : l.beta;
+  k.beta = std::max(k.beta, n * agg * share);
+  return k;
 }
 
 bool uses_channels(LinkClass c) {
@@ -126,7 +144,7 @@ const char* collective_name(Collective c) {
 
 CostModel CostModel::defaults(const HostTopology& host) {
   CostModel m;
-  m.host_id = host.host_id;
+  m.host_id = host.machine();
   m.source = "defaults from the detected hardware (no calibration stored)";
   // Shared memory: one copy by one core per transfer.
   const double copy = host.memory_bandwidth_one_core.value_or(0) > 0
@@ -193,7 +211,7 @@ std::string CostModel::path_for(const std::string& host_id) {
 }
 
 CostModel CostModel::load_or_defaults(const HostTopology& host) {
-  const std::string path = path_for(host.host_id);
+  const std::string path = path_for(host.machine());
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return defaults(host);
   return from_json(Json::parse(io::read_file(path), path));
@@ -267,8 +285,9 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
   for (int a = 0; a < p; ++a)
     for (int b = a + 1; b < p; ++b) everyone.push_back({a, b});
   const LinkClass ring_link = worst(t, ring, shm), all_link = worst(t, everyone, shm);
+  const int ring_streams = streams(t, ring);
   const std::string pm1 = std::to_string(p - 1);
-  const std::string block = bytes_str(n / p);
+  const std::string block = format_bytes(n / p);
   // Binomial trees rooted at 0: at round j, rank r < 2^j sends to r + 2^j.
   std::vector<std::pair<int, int>> binomial;
   for (int d = 1; d < p; d *= 2)
@@ -281,7 +300,8 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
       add(
           "ring", ring_link,
           [&](const auto& tm) {
-            return (p - 1) * (tm(ring_link).xr(n / p) + tm(ring_link).x(n / p));
+            const Terms k = shared(tm(ring_link), m, ring_link, ring_streams, share);
+            return (p - 1) * (k.xr(n / p) + k.x(n / p));
           },
           [&] { return pm1 + " x (x_r(" + block + ") + x(" + block + "))"; });
       // Halving-doubling over q = 2^floor(log2 p) ranks, the rest folded in.
@@ -290,31 +310,38 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
       const int extra = p - q;
       auto real = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
       std::vector<LinkClass> level;  // by distance d = q/2, q/4, ..., 1
+      std::vector<int> level_streams;
       for (int d = q / 2; d >= 1; d /= 2) {
         std::vector<std::pair<int, int>> pairs;
         for (int v = 0; v < q; ++v) pairs.push_back({real(v), real(v ^ d)});
         level.push_back(worst(t, pairs, shm));
+        level_streams.push_back(streams(t, pairs));
       }
       std::vector<std::pair<int, int>> folds;
       for (int r = 0; r < extra; ++r) folds.push_back({2 * r, 2 * r + 1});
       const LinkClass fold_link = worst(t, folds, shm);
+      const int fold_streams = streams(t, folds);
       LinkClass rhd_link = fold_link;
       for (LinkClass c : level) rhd_link = std::max(rhd_link, c);
       add(
           "rhd", rhd_link,
           [&](const auto& tm) {
             double s = 0, part = n;
-            for (LinkClass c : level) {
+            for (size_t j = 0; j < level.size(); ++j) {
               part /= 2;
-              s += tm(c).xr(part) + tm(c).x(part);
+              const Terms k = shared(tm(level[j]), m, level[j], level_streams[j], share);
+              s += k.xr(part) + k.x(part);
             }
-            if (extra > 0) s += tm(fold_link).xr(n) + tm(fold_link).x(n);
+            if (extra > 0) {
+              const Terms k = shared(tm(fold_link), m, fold_link, fold_streams, share);
+              s += k.xr(n) + k.x(n);
+            }
             return s;
           },
           [&] {
             std::string f =
                 "sum over " + std::to_string(level.size()) + " levels of x_r(n/2^j) + x(n/2^j)";
-            if (extra > 0) f += " + fold x_r(" + bytes_str(n) + ") + x(" + bytes_str(n) + ")";
+            if (extra > 0) f += " + fold x_r(" + format_bytes(n) + ") + x(" + format_bytes(n) + ")";
             return f;
           });
       // Trees: NCCL's binary tree and its complement.
@@ -374,13 +401,90 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
                    std::to_string(static_cast<int>(copies) + 1) + "b + " +
                    std::to_string(static_cast<int>(c)) + "g))";
           });
+      // Across hosts (Note [Hierarchical allreduce]): only when some host runs several ranks and
+      // there are several hosts.
+      {
+        std::vector<std::vector<int>> by_host(t.hosts.size());
+        for (int r = 0; r < p; ++r)
+          by_host[static_cast<size_t>(t.ranks[static_cast<size_t>(r)].host)].push_back(r);
+        std::erase_if(by_host, [](const std::vector<int>& v) { return v.empty(); });
+        const int H = static_cast<int>(by_host.size());
+        size_t most = 0;
+        bool even = true;
+        for (const auto& v : by_host) {
+          most = std::max(most, v.size());
+          even &= v.size() == by_host[0].size();
+        }
+        if (H > 1 && most > 1) {
+          std::vector<std::pair<int, int>> intra, across, leaders;
+          for (int h = 0; h < H; ++h) {
+            const auto& v = by_host[static_cast<size_t>(h)];
+            const auto& next = by_host[static_cast<size_t>((h + 1) % H)];
+            for (size_t i = 0; i + 1 < v.size(); ++i) intra.push_back({v[i], v[i + 1]});
+            for (size_t i = 0; i < std::min(v.size(), next.size()); ++i)
+              across.push_back({v[i], next[i]});
+            leaders.push_back({v[0], next[0]});
+          }
+          const LinkClass intra_link = worst(t, intra, shm), across_link = worst(t, across, shm);
+          const LinkClass leader_link = worst(t, leaders, shm);
+          const double Lf = static_cast<double>(most), Hf = H;
+          const int across_streams = streams(t, across);
+          if (even) {
+            add(
+                "hier", across_link,
+                [&](const auto& tm) {
+                  const Terms ki = tm(intra_link),
+                              kx = shared(tm(across_link), m, across_link, across_streams, share);
+                  const double blk = n / Lf, part = blk / Hf;
+                  return (Lf - 1) * (ki.xr(blk) + ki.x(blk)) +
+                         (Hf - 1) * (kx.xr(part) + kx.x(part));
+                },
+                [&] {
+                  const std::string blk = format_bytes(n / Lf), part = format_bytes(n / Lf / Hf);
+                  return std::to_string(most - 1) + " x (x_r(" + blk + ") + x(" + blk +
+                         ")) in each host + " + std::to_string(H - 1) + " x (x_r(" + part +
+                         ") + x(" + part + ")) across, " + std::to_string(across_streams) +
+                         " streams a host";
+                });
+          }
+          const double rounds_in = log2_ceil(static_cast<int>(most));
+          // Between hosts only the leaders work: they alone share the machines' cores then.
+          double leader_share = 1;
+          for (size_t h = 0; h < t.hosts.size(); ++h) {
+            if (t.hosts[h].logical_cpus <= 0) continue;
+            int leaders_here = 0;
+            for (size_t o = 0; o < t.hosts.size(); ++o)
+              leaders_here += t.hosts[o].machine() == t.hosts[h].machine() &&
+                              t.ranks_on_host(static_cast<int>(o)) > 0;
+            leader_share =
+                std::max(leader_share, static_cast<double>(leaders_here) / t.hosts[h].logical_cpus);
+          }
+          add(
+              "hier_tree", leader_link,
+              [&](const auto& tm) {
+                const Terms ki = tm(intra_link);
+                Terms kx = tm(leader_link);
+                const double f = leader_share / share;
+                kx.alpha *= f;
+                kx.beta *= f;
+                kx.gamma *= f;
+                return rounds_in * (ki.xr(n) + ki.x(n)) + (Hf - 1) * (kx.xr(n / Hf) + kx.x(n / Hf));
+              },
+              [&] {
+                return std::to_string(static_cast<int>(rounds_in)) + " x (x_r(" + format_bytes(n) +
+                       ") + x(" + format_bytes(n) + ")) in each host + " + std::to_string(H - 1) +
+                       " x (x_r(" + format_bytes(n / Hf) + ") + x(" + format_bytes(n / Hf) +
+                       ")) between leaders";
+              });
+        }
+      }
       add(
           "oneshot", all_link,
           [&](const auto& tm) {
             const Terms k = tm(all_link);
             return (p - 1) * (k.alpha + n * k.beta) + (p - 1) * n * k.gamma;
           },
-          [&] { return pm1 + " x (a + " + bytes_str(n) + " x b) + " + pm1 + " x n x g"; });
+          [&] { return pm1 + " x (a + " + format_bytes(n) + " x b) + " + pm1 + " x n x g"; });
       break;
     }
     case Collective::Allgather:
@@ -397,13 +501,13 @@ std::vector<Prediction> predict(const CostModel& m, const ClusterTopology& t, Co
       add(
           "binomial", binomial_link,
           [&](const auto& tm) { return rounds * tm(binomial_link).x(n); },
-          [&] { return std::to_string(rounds) + " x x(" + bytes_str(n) + ")"; });
+          [&] { return std::to_string(rounds) + " x x(" + format_bytes(n) + ")"; });
       break;
     case Collective::Reduce:
       add(
           "binomial", binomial_link,
           [&](const auto& tm) { return rounds * tm(binomial_link).xr(n); },
-          [&] { return std::to_string(rounds) + " x x_r(" + bytes_str(n) + ")"; });
+          [&] { return std::to_string(rounds) + " x x_r(" + format_bytes(n) + ")"; });
       break;
     case Collective::Alltoall:
       add(

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/settings.h"
 #include "distributed/topology/topology_internal.h"
 #include "loom/distributed/topology.h"
 #include "loom/error.h"
@@ -276,7 +277,7 @@ void read_proc(const TopologyOptions& o, HostTopology& t) {
   } else {
     t.hostname = read_line(o.proc_root + "/sys/kernel/hostname").value_or("unknown");
   }
-  t.host_id = t.hostname + ":" + read_line(o.proc_root + "/sys/kernel/random/boot_id").value_or("");
+  t.host_id = host_identity(o.proc_root);
 }
 
 std::string pci_kind(uint32_t class_code, uint16_t vendor) {
@@ -386,6 +387,24 @@ void read_net(const TopologyOptions& o, HostTopology& t) {
 }
 
 }  // namespace
+
+std::string host_identity(const std::string& proc_root) {
+  if (std::string id = settings::kHostId.get(); !id.empty()) return id;
+  std::string name;
+  char host[256] = {};
+  if (proc_root == "/proc" && gethostname(host, sizeof(host) - 1) == 0) {
+    name = host;
+  } else {
+    name = read_line(proc_root + "/sys/kernel/hostname").value_or("unknown");
+  }
+  std::string id = name + ":" + read_line(proc_root + "/sys/kernel/random/boot_id").value_or("");
+  // The network namespace: processes in two of them (containers, emulated hosts) are two hosts.
+  // Not compared with pid 1's: that link is unreadable from inside another namespace.
+  std::error_code ec;
+  const fs::path net = fs::read_symlink(proc_root + "/self/ns/net", ec);
+  if (!ec) id += "/" + net.string();
+  return id;
+}
 
 HostTopology detect_topology(const TopologyOptions& o) {
   HostTopology t;

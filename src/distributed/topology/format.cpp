@@ -12,6 +12,7 @@
 #include "loom/distributed/store.h"
 #include "loom/distributed/topology.h"
 #include "loom/error.h"
+#include "loom/text.h"
 
 namespace loom::dist {
 namespace {
@@ -40,47 +41,10 @@ std::vector<std::string> strings_of(const Json& j) {
   return v;
 }
 
-std::string bytes_str(int64_t b) {
-  char s[32];
-  if (b >= (int64_t{1} << 30)) {
-    std::snprintf(s, sizeof(s), "%.1f GiB", static_cast<double>(b) / (1 << 30));
-  } else if (b >= (int64_t{1} << 20)) {
-    std::snprintf(s, sizeof(s), "%.1f MiB", static_cast<double>(b) / (1 << 20));
-  } else if (b >= 1024) {
-    std::snprintf(s, sizeof(s), "%" PRId64 " KiB", b / 1024);
-  } else {
-    std::snprintf(s, sizeof(s), "%" PRId64 " B", b);
-  }
-  return s;
-}
-
 std::string hex(uint32_t v, int digits) {
   char s[16];
   std::snprintf(s, sizeof(s), "0x%0*x", digits, v);
   return s;
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // NCCL writes link speeds as "16.0 GT/s PCIe" and widths as lane counts, as sysfs does.
@@ -279,7 +243,7 @@ std::string topology_tree(const HostTopology& t) {
   std::ostringstream os;
   os << "host " << t.hostname << ": " << (t.cpu_model.empty() ? "unknown CPU" : t.cpu_model) << " ("
      << t.cpu_vendor << "), " << t.sockets << " socket(s), " << t.cores.size() << " core(s), "
-     << t.logical_cpus << " logical CPU(s), " << bytes_str(t.memory_bytes) << " of memory\n";
+     << t.logical_cpus << " logical CPU(s), " << format_bytes(t.memory_bytes) << " of memory\n";
   if (t.memory_bandwidth) {
     char s[160];
     std::snprintf(
@@ -294,7 +258,7 @@ std::string topology_tree(const HostTopology& t) {
        << (c.type == "Data"          ? "d"
            : c.type == "Instruction" ? "i"
                                      : "")
-       << " " << bytes_str(c.size_bytes);
+       << " " << format_bytes(c.size_bytes);
     if (c.instances > 0) os << " x" << c.instances;
     if (!c.cpus.empty() && c.cpus.size() > 1)
       os << " (shared by cpus " << topo::cpu_list_str(c.cpus) << ")";
@@ -313,7 +277,7 @@ std::string topology_tree(const HostTopology& t) {
         os << "    numa node " << n;
         for (const NumaNode& node : t.numa_nodes) {
           if (node.id != n) continue;
-          os << ": " << bytes_str(node.memory_bytes) << ", distances";
+          os << ": " << format_bytes(node.memory_bytes) << ", distances";
           for (int d : node.distances) os << " " << d;
         }
         os << "\n";
@@ -364,8 +328,8 @@ std::string topology_tree(const HostTopology& t) {
   os << "\n";
   for (const GpuInfo& g : t.gpus) {
     os << "    gpu " << g.index << ": " << g.name << ", " << g.bus_id << ", "
-       << bytes_str(g.memory_bytes) << ", sm " << g.sm_major << "." << g.sm_minor << ", PCIe gen "
-       << g.pcie_generation << " x" << g.pcie_width << ", numa " << g.numa << ", "
+       << format_bytes(g.memory_bytes) << ", sm " << g.sm_major << "." << g.sm_minor
+       << ", PCIe gen " << g.pcie_generation << " x" << g.pcie_width << ", numa " << g.numa << ", "
        << g.nvlinks.size() << " NVLink(s)\n";
     std::map<std::string, int> peers;
     for (const NvLink& l : g.nvlinks) ++peers[l.remote_bus_id];
@@ -466,7 +430,12 @@ LinkClass ClusterTopology::link(int a, int b, bool shared_memory) const {
   if (a == b) return LinkClass::Self;
   const RankPlacement& x = ranks[static_cast<size_t>(a)];
   const RankPlacement& y = ranks[static_cast<size_t>(b)];
-  if (x.host != y.host) return LinkClass::NetworkTcp;
+  if (x.host != y.host) {
+    return hosts[static_cast<size_t>(x.host)].machine() ==
+                   hosts[static_cast<size_t>(y.host)].machine()
+               ? LinkClass::LocalTcp
+               : LinkClass::NetworkTcp;
+  }
   if (!shared_memory) return LinkClass::LocalTcp;
   if (x.socket >= 0 && y.socket >= 0 && x.socket != y.socket) return LinkClass::CrossSocket;
   if (x.numa >= 0 && y.numa >= 0 && x.numa != y.numa) return LinkClass::SharedSocket;

@@ -54,6 +54,7 @@ bool Doorbell::sleep(uint32_t seen, std::chrono::microseconds timeout) {
 Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
     : rank_(rank),
       size_(size),
+      world_rank_(rank),
       links_(std::move(links)),
       spin_(wait_budget(settings::kSpinUs)),
       yield_(wait_budget(settings::kYieldUs)) {
@@ -62,36 +63,60 @@ Comm::Comm(int rank, int size, std::vector<std::unique_ptr<Link>> links)
 
 Comm::~Comm() = default;
 
+void Comm::set_host_of(std::vector<int> host_of) {
+  LOOM_INTERNAL_ASSERT(host_of.empty() || host_of.size() == links_.size(), "a host for every rank");
+  host_of_ = std::move(host_of);
+}
+
+Comm::SubGroup::SubGroup(Comm& c, std::vector<int> members) : c_(c) {
+  LOOM_INTERNAL_ASSERT(c.members_.empty(), "sub-groups do not nest");
+  int me = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    LOOM_INTERNAL_ASSERT(members[i] >= 0 && members[i] < c.world_size(), "member ", members[i]);
+    if (members[i] == c.world_rank_) me = static_cast<int>(i);
+  }
+  LOOM_INTERNAL_ASSERT(me >= 0, "rank ", c.world_rank_, " is not a member of its sub-group");
+  c.rank_ = me;
+  c.size_ = static_cast<int>(members.size());
+  c.members_ = std::move(members);
+}
+
+Comm::SubGroup::~SubGroup() {
+  c_.members_.clear();
+  c_.rank_ = c_.world_rank_;
+  c_.size_ = c_.world_size();
+}
+
 const char* Comm::link_kind(int peer) const {
-  return peer == rank_ || !links_[static_cast<size_t>(peer)]
-             ? "self"
-             : links_[static_cast<size_t>(peer)]->kind();
+  return peer == rank_ || !link(peer) ? "self" : link(peer)->kind();
 }
 
 Request* Comm::isend(int peer, const void* data, size_t bytes) {
   LOOM_INTERNAL_ASSERT(peer >= 0 && peer < size_ && peer != rank_, "send to rank ", peer, " from ",
                        rank_);
-  if (closed_) fail_aborted(peer);
+  const int g = group_rank(peer);
+  if (closed_) fail_aborted(g);
   requests_.push_back(
-      Request{Request::Send, peer, static_cast<char*>(const_cast<void*>(data)), bytes});
+      Request{Request::Send, g, static_cast<char*>(const_cast<void*>(data)), bytes});
   Request* r = &requests_.back();
-  links_[static_cast<size_t>(peer)]->post(r);
+  links_[static_cast<size_t>(g)]->post(r);
   return r;
 }
 
 Request* Comm::irecv(int peer, void* data, size_t bytes) {
   LOOM_INTERNAL_ASSERT(peer >= 0 && peer < size_ && peer != rank_, "recv from rank ", peer, " at ",
                        rank_);
-  if (closed_) fail_aborted(peer);
-  requests_.push_back(Request{Request::Recv, peer, static_cast<char*>(data), bytes});
+  const int g = group_rank(peer);
+  if (closed_) fail_aborted(g);
+  requests_.push_back(Request{Request::Recv, g, static_cast<char*>(data), bytes});
   Request* r = &requests_.back();
-  links_[static_cast<size_t>(peer)]->post(r);
+  links_[static_cast<size_t>(g)]->post(r);
   return r;
 }
 
 void Comm::fail(int peer, const std::string& why) {
   std::string msg =
-      detail::str_cat("[dist] ", context(), ": rank ", rank_, " lost rank ", peer, ": ", why);
+      detail::str_cat("[dist] ", context(), ": rank ", world_rank_, " lost rank ", peer, ": ", why);
   if (probe_) {
     std::string cause = probe_(probe_arg_);
     if (!cause.empty()) msg += " (" + cause + ")";
@@ -100,7 +125,7 @@ void Comm::fail(int peer, const std::string& why) {
 }
 
 void Comm::fail_aborted(int peer) {
-  LOOM_THROW(DistError, "[dist] ", context(), ": rank ", rank_, ": ", abort_reason(),
+  LOOM_THROW(DistError, "[dist] ", context(), ": rank ", world_rank_, ": ", abort_reason(),
              " (while waiting for rank ", peer, ")");
 }
 
@@ -113,7 +138,7 @@ std::string Comm::abort_reason() const {
 // running collective (fail).
 bool Comm::each_pending(bool (Link::*step)()) {
   bool moved = false;
-  for (int p = 0; p < size_; ++p) {
+  for (int p = 0; p < world_size(); ++p) {
     Link* l = links_[static_cast<size_t>(p)].get();
     if (!l || !l->has_pending()) continue;
     try {
@@ -212,7 +237,7 @@ void Comm::block(Request* r, std::vector<pollfd>& fds) {
   fds.clear();
   Doorbell* bell = nullptr;
   bool same_bell = true, spin_links = false;
-  for (int p = 0; p < size_; ++p) {
+  for (int p = 0; p < world_size(); ++p) {
     Link* l = links_[static_cast<size_t>(p)].get();
     if (!l || !l->has_pending()) continue;
     Doorbell* b = l->doorbell();
@@ -251,7 +276,7 @@ uint64_t Comm::bytes_helped() const {
 }
 
 void Comm::check_alive() {
-  for (int p = 0; p < size_; ++p) {
+  for (int p = 0; p < world_size(); ++p) {
     Link* l = links_[static_cast<size_t>(p)].get();
     if (!l || !l->has_pending()) continue;
     try {

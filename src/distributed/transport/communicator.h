@@ -104,8 +104,36 @@ class LOOM_API Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
+  // This rank and the group's size; inside a SubGroup, within its members (Note [Sub-groups]).
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The whole group, whatever SubGroup is active.
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return static_cast<int>(links_.size()); }
+
+  // Which host each rank of the group runs on: host_of()[r] is a host index, numbered in order of
+  // first appearance (rank 0's host is 0). Empty when unknown, which counts as one host.
+  void set_host_of(std::vector<int> host_of);
+  const std::vector<int>& host_of() const { return host_of_; }
+
+  // Note [Sub-groups]
+  // A hierarchical algorithm runs ordinary algorithms on subsets of the group: the ranks of one
+  // host, then one rank of each host. A SubGroup restricts the Comm to `members` (group ranks in
+  // the order that gives their sub-group ranks; this rank among them) until it is destroyed:
+  // rank() and size() then count within the members, and peers given to isend/irecv/link are
+  // member indices. Requests keep group ranks (errors name the real peer). The links, the
+  // scratch buffers, the deadline and abort are the Comm's own, so an algorithm runs unchanged
+  // inside. Sub-groups do not nest; the Comm's thread owns them like everything else.
+  class SubGroup {
+   public:
+    SubGroup(Comm& c, std::vector<int> members);
+    ~SubGroup();
+    SubGroup(const SubGroup&) = delete;
+    SubGroup& operator=(const SubGroup&) = delete;
+
+   private:
+    Comm& c_;
+  };
 
   Request* isend(int peer, const void* data, size_t bytes);
   Request* irecv(int peer, void* data, size_t bytes);
@@ -132,10 +160,11 @@ class LOOM_API Comm {
     probe_arg_ = arg;
   }
 
-  Link* link(int peer) const { return links_[static_cast<size_t>(peer)].get(); }
+  Link* link(int peer) const { return links_[static_cast<size_t>(group_rank(peer))].get(); }
   const char* link_kind(int peer) const;
   // A scratch buffer of at least `bytes`, reused across collectives (so large collectives do not
-  // page-fault fresh memory each call). Slot 0 and 1 are independent buffers.
+  // page-fault fresh memory each call). Slots 0, 1 and 2 are independent buffers: 0 for the
+  // algorithms, 1 for the process group, 2 for hierarchical algorithms (their per-host block).
   char* scratch(size_t bytes, int slot = 0);
 
   // More ranks than cores on this host: waits yield for LOOM_DIST_YIELD_US instead of spinning for
@@ -165,12 +194,19 @@ class LOOM_API Comm {
   void block(Request* r, std::vector<struct pollfd>& fds);
   bool help_once();
   void check_alive();
+  // A peer index of the active SubGroup (or the group) as a group rank.
+  int group_rank(int peer) const {
+    return members_.empty() ? peer : members_[static_cast<size_t>(peer)];
+  }
 
   // The longest doorbell sleep: a peer that dies without ringing is noticed this late at most.
   static constexpr std::chrono::microseconds kMaxSleep{10000};
 
-  int rank_;
+  int rank_;  // within the active SubGroup, else world_rank_
   int size_;
+  int world_rank_;
+  std::vector<int> members_;  // the active SubGroup's group ranks; empty: none active
+  std::vector<int> host_of_;
   std::vector<std::unique_ptr<Link>> links_;
   std::deque<Request> requests_;
   std::string context_ = "collective";
@@ -187,7 +223,7 @@ class LOOM_API Comm {
   std::chrono::microseconds yield_;  // LOOM_DIST_YIELD_US (Note [Waiting])
   uint64_t sleeps_ = 0;
   uint64_t sleep_timeouts_ = 0;
-  std::vector<char> scratch_[2];
+  std::vector<char> scratch_[3];
 };
 
 }  // namespace loom::dist

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "distributed/transport/shm_segments.h"
 #include "distributed/transport/transport.h"
 #include "loom/distributed/store.h"
+#include "loom/distributed/topology.h"
 #include "loom/error.h"
 
 namespace loom::dist {
@@ -177,15 +179,6 @@ int connect_to(const std::string& addr, int port, int peer, Clock::time_point de
 
 }  // namespace
 
-std::string host_identity() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return std::string(host) + "/" + boot;
-}
-
 TransportOptions transport_options_from_env() {
   TransportOptions o;
   o.transport = settings::kTransport.get();
@@ -196,9 +189,11 @@ TransportOptions transport_options_from_env() {
 
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
                                                  const TransportOptions& opts,
-                                                 std::string* describe, int* local_ranks) {
+                                                 std::string* describe, int* local_ranks,
+                                                 std::vector<int>* host_of) {
   std::vector<std::unique_ptr<Link>> links(static_cast<size_t>(size));
   if (local_ranks) *local_ranks = 1;
+  if (host_of) host_of->assign(static_cast<size_t>(size), 0);
   if (size == 1) {
     if (describe) *describe = "single rank";
     return links;
@@ -262,6 +257,15 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
   std::vector<std::string> raw = store.multi_get(keys);
   std::vector<Record> recs;
   for (int r = 0; r < size; ++r) recs.push_back(decode(raw[static_cast<size_t>(r)], r));
+  if (host_of) {
+    std::vector<std::string> seen;
+    for (int r = 0; r < size; ++r) {
+      const std::string& h = recs[static_cast<size_t>(r)].host;
+      auto it = std::find(seen.begin(), seen.end(), h);
+      (*host_of)[static_cast<size_t>(r)] = static_cast<int>(it - seen.begin());
+      if (it == seen.end()) seen.push_back(h);
+    }
+  }
 
   std::vector<bool> local(static_cast<size_t>(size));
   int n_shm = 0, n_tcp = 0, n_cma = 0;
@@ -272,7 +276,11 @@ std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int siz
                   "[dist] LOOM_TRANSPORT=shm but rank ", p, " is on another host (",
                   recs[static_cast<size_t>(p)].host, ")");
     local[static_cast<size_t>(p)] = want_shm && same_host;
-    if (same_host && local_ranks) ++*local_ranks;
+    // Hosts emulated on one machine (network namespaces, LOOM_HOST_ID="machine/name") share its
+    // cores: their ranks count for oversubscription (Note [Waiting]) though they use TCP.
+    const std::string& peer = recs[static_cast<size_t>(p)].host;
+    if (local_ranks && peer.substr(0, peer.find('/')) == me.host.substr(0, me.host.find('/')))
+      ++*local_ranks;
   }
 
   // Shared memory: map the peers' inboxes and test single-copy reads.

@@ -34,13 +34,14 @@ TransportOptions transport_options_from_env();
 
 // `store` should be prefixed for the group (keys written: "tp/<rank>/..."). `describe` receives a
 // summary such as "shm x3, tcp x4 (2 channels)".
-// `local_ranks` receives how many ranks of the group (this one included) share this host.
+// `local_ranks` receives how many ranks of the group (this one included) share this machine's
+// cores (hosts emulated on one machine count together: HostTopology::machine), and
+// `host_of` each rank's host index (hosts numbered by first appearance, for Comm::set_host_of).
+// Which peers share a host: loom::dist::host_identity() (loom/distributed/topology.h).
 std::vector<std::unique_ptr<Link>> connect_links(Store& store, int rank, int size,
                                                  const TransportOptions& opts,
-                                                 std::string* describe, int* local_ranks = nullptr);
-
-// Host identity used to decide which peers share memory: hostname + boot id.
-std::string host_identity();
+                                                 std::string* describe, int* local_ranks = nullptr,
+                                                 std::vector<int>* host_of = nullptr);
 
 // Pieces for the two transports (connect.cpp calls them).
 struct TcpPeer {

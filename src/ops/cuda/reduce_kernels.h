@@ -1,4 +1,5 @@
-// Launchers of the reduction family's CUDA kernels (reduce_kernels.cu); see Note [CUDA kernel
+// Launchers of the reduction family's CUDA kernels (reduce_kernels.cu, column reductions in
+// reduce_column_kernels.cu, shared pieces in reduce_common.cuh); see Note [CUDA kernel
 // files] in iter_args.h and Note [Deterministic device reductions] in block_reduce.cuh.
 #pragma once
 
