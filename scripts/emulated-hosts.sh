@@ -109,5 +109,6 @@ case "$cmd" in
   exec)
     k=${1:?exec K CMD...}; shift
     ip netns exec "loom-host-$k" env LOOM_SOCKET_ADDR="$PREFIX.$((k + 1))" "$@" ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+     [ -z "$cmd" ] || die "unknown command '$cmd' (expected up, exec, addr, check or down)" ;;
 esac
