@@ -13,6 +13,7 @@ PACKAGES=(
   fortunes                   # text for `loom train --model gpt`
   liburing-dev libzstd-dev zlib1g-dev
   chromium                   # headless check that `loom mem viz` pages render (tests)
+  iproute2                   # ip and tc: hosts emulated by network namespaces (emulated-hosts.sh)
 )
 
 missing=()
